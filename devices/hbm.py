@@ -1,0 +1,196 @@
+"""The emulated GPU's HBM: a symmetric heap on one MPI window per rank.
+
+Every rank allocates the same arrays at the same offsets (``malloc``), so a
+region of a peer's array is addressed exactly like the local one. Within a
+node the window is a shared-memory window (``Win.Allocate_shared``); across
+nodes it is an RMA window (``Win.Allocate``). Accesses:
+
+- ``load``: a read of the local HBM;
+- ``store``: a plain write (``MPI_Put``), local or remote;
+- ``update``: an op-and-store add (near-memory compute), local or remote. fp32
+  uses ``MPI_Accumulate(SUM)``. MPICH 5.0.2's shared-memory accumulate adds
+  ``MPI_FLOAT16_T`` bit patterns as integers (see tests/test_mpi_behaviour.py),
+  so fp16 updates are made atomic the way a memory controller serialises them:
+  an MPI compare-and-swap lock per region stripe, get, add in fp32, round once,
+  put, release.
+
+Every byte is counted by the HBM it lands in (target rank), stream (producer
+or collective) and kind (read, write, update), so data movement is measured
+from the operations that ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from devices import kernels
+
+Region = tuple[int, int, int, int]  # (row0, row1, col0, col1) of a 2-D array
+KINDS = ("read", "write", "update")
+_ALIGN = 64
+_N_LOCKS = 4096
+_MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float16): MPI.FLOAT16_T,
+              np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.int64): MPI.INT64_T}
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    name: str
+    shape: tuple[int, int]
+    dtype: np.dtype
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+
+def region_elems(region: Region) -> int:
+    return (region[1] - region[0]) * (region[3] - region[2])
+
+
+class Hbm:
+    """One rank's HBM. ``layout`` is the list of (name, shape, dtype) to malloc."""
+
+    def __init__(self, comm: MPI.Intracomm, layout: Iterable[tuple[str, tuple[int, int], object]],
+                 streams: Iterable[str]):
+        self.comm = comm
+        self.rank = comm.rank
+        self.streams = tuple(streams)
+        self.specs: dict[str, ArraySpec] = {}
+        offset = 0
+        for name, shape, dtype in layout:
+            dt = np.dtype(dtype)
+            if dt not in _MPI_TYPES:
+                raise ValueError(f"HBM array {name!r}: unsupported dtype {dt}")
+            spec = ArraySpec(name, (int(shape[0]), int(shape[1])), dt, offset)
+            self.specs[name] = spec
+            offset += (spec.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        self.nbytes = offset
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        self.shared = node.size == comm.size
+        node.Free()
+        size = max(self.nbytes, _ALIGN) + _N_LOCKS * 8
+        info = MPI.Info.Create()
+        info.Set("alloc_shared_noncontig", "true")
+        if self.shared:
+            self.win = MPI.Win.Allocate_shared(size, 1, info=info, comm=comm)
+            mem = self.win.Shared_query(self.rank)[0]
+        else:
+            self.win = MPI.Win.Allocate(size, 1, info=info, comm=comm)
+            mem = self.win.tomemory()
+        info.Free()
+        self._lock_base = size - _N_LOCKS * 8
+        raw = np.frombuffer(mem, dtype=np.uint8, count=size)
+        raw[:] = 0
+        self.arrays: dict[str, np.ndarray] = {
+            s.name: raw[s.offset : s.offset + s.nbytes].view(s.dtype).reshape(s.shape)
+            for s in self.specs.values()
+        }
+        self._types: dict[tuple, MPI.Datatype] = {}
+        # traffic[target_rank, stream, kind] in bytes, counted at the HBM the access lands in
+        self.traffic = np.zeros((comm.size, len(self.streams), len(KINDS)), np.int64)
+        comm.Barrier()
+        self.win.Lock_all()
+
+    # ------------------------------------------------------------ accounting
+    def count(self, target: int, stream: str, kind: str, nbytes: int) -> None:
+        self.traffic[target, self.streams.index(stream), KINDS.index(kind)] += int(nbytes)
+
+    def traffic_by_rank(self) -> np.ndarray:
+        """Collective: every rank's HBM traffic (rank x stream x kind), summed over origins."""
+        total = np.zeros_like(self.traffic)
+        self.comm.Allreduce(self.traffic, total, op=MPI.SUM)
+        return total
+
+    # ------------------------------------------------------------ addressing
+    def _target(self, name: str, region: Region) -> tuple[int, int, MPI.Datatype]:
+        spec = self.specs[name]
+        r0, r1, c0, c1 = region
+        if not (0 <= r0 < r1 <= spec.shape[0] and 0 <= c0 < c1 <= spec.shape[1]):
+            raise ValueError(f"region {region} outside {name}{spec.shape}")
+        key = (spec.dtype, r1 - r0, c1 - c0, spec.shape[1])
+        dt = self._types.get(key)
+        if dt is None:
+            dt = _MPI_TYPES[spec.dtype].Create_vector(r1 - r0, c1 - c0, spec.shape[1]).Commit()
+            self._types[key] = dt
+        disp = spec.offset + (r0 * spec.shape[1] + c0) * spec.dtype.itemsize
+        return disp, 1, dt
+
+    def view(self, name: str, region: Region | None = None) -> np.ndarray:
+        """The local array (or a region of it); reading it is not counted, use ``load``."""
+        a = self.arrays[name]
+        if region is None:
+            return a
+        return a[region[0] : region[1], region[2] : region[3]]
+
+    # ------------------------------------------------------------ operations
+    def load(self, name: str, region: Region, stream: str) -> np.ndarray:
+        """Read a region of the local HBM (a contiguous copy)."""
+        self.win.Sync()
+        data = np.ascontiguousarray(self.view(name, region))
+        self.count(self.rank, stream, "read", data.nbytes)
+        return data
+
+    def store(self, name: str, region: Region, data: np.ndarray, stream: str,
+              rank: int | None = None) -> None:
+        """Plain write of ``data`` into ``rank``'s array region (default: local); flushed."""
+        rank = self.rank if rank is None else rank
+        data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
+        self.win.Put(data, rank, target=self._target(name, region))
+        self.win.Flush(rank)
+        self.count(rank, stream, "write", data.nbytes)
+
+    def update(self, name: str, region: Region, data: np.ndarray, stream: str,
+               rank: int | None = None) -> None:
+        """Op-and-store add of ``data`` into ``rank``'s array region, atomically; flushed."""
+        rank = self.rank if rank is None else rank
+        spec = self.specs[name]
+        data = np.ascontiguousarray(data, dtype=spec.dtype)
+        target = self._target(name, region)
+        if spec.dtype == np.float16:
+            self._locked_f16_update(rank, target, region, data)
+        else:
+            self.win.Accumulate(data, rank, target=target, op=MPI.SUM)
+            self.win.Flush(rank)
+        self.count(rank, stream, "update", data.nbytes)
+
+    def _locked_f16_update(self, rank: int, target: tuple, region: Region,
+                           data: np.ndarray) -> None:
+        lock = self._lock_base + 8 * (hash((target[0], region)) % _N_LOCKS)
+        me = np.array([self.rank + 1], np.int64)
+        zero = np.zeros(1, np.int64)
+        got = np.empty(1, np.int64)
+        delay = 1e-6
+        while True:
+            self.win.Compare_and_swap(me, zero, got, rank, lock)
+            self.win.Flush(rank)
+            if got[0] == 0:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        try:
+            cur = np.empty_like(data)
+            self.win.Get(cur, rank, target=target)
+            self.win.Flush(rank)
+            self.win.Put(kernels.add(cur, data), rank, target=target)
+            self.win.Flush(rank)
+        finally:
+            self.win.Fetch_and_op(zero, got, rank, lock, MPI.REPLACE)
+            self.win.Flush(rank)
+
+    def free(self) -> None:
+        if self.win == MPI.WIN_NULL:
+            return
+        self.win.Unlock_all()
+        for dt in self._types.values():
+            dt.Free()
+        self._types.clear()
+        self.arrays.clear()
+        self.win.Free()
+        self.win = MPI.WIN_NULL

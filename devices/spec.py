@@ -1,0 +1,187 @@
+"""Device and interconnect specifications, loaded from TOML presets or user files.
+
+A spec is a frozen dataclass in SI units (Hz, bytes, bytes/s, seconds); the TOML
+files use the units engineers read datasheets in (GHz, MB, GB/s, ns) and every
+preset names its sources in comments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESET_DIR = Path(__file__).parent / "presets"
+DEFAULT_PRESET = "t3-sim"
+TOPOLOGIES = ("ring",)
+DTYPES = ("fp16", "fp32")
+
+
+class SpecError(ValueError):
+    """A device file is malformed or describes impossible hardware."""
+
+
+@dataclass(frozen=True)
+class InterconnectSpec:
+    topology: str
+    link_bw: float  # bytes/s per direction of one link
+    link_latency_s: float
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    description: str
+    cus: int
+    clock_hz: float
+    flops_per_cycle_per_cu: dict[str, int]  # dtype -> dense matrix FLOP/cycle/CU
+    wg_tile_m: int
+    wg_tile_n: int
+    wgs_per_cu: int
+    l2_bytes: int
+    hbm_bw: float  # bytes/s
+    nmc_update_cost: float  # time of an op-and-store relative to a plain write (CCDWL/CCDL)
+    dma_engines: int
+    dma_setup_s: float
+    interconnect: InterconnectSpec
+    source: str = ""
+
+    @property
+    def wgs_per_stage(self) -> int:
+        """WG tiles the CUs hold at once: one GEMM stage (T3)."""
+        return self.cus * self.wgs_per_cu
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense matrix FLOP/s of the whole device (CUs x clock x FLOP/cycle/CU)."""
+        return self.cus * self.clock_hz * self.flops_per_cycle_per_cu[dtype]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# TOML schema: section -> key -> (type, unit scale to SI, attribute name)
+_SCHEMA: dict[str, dict[str, tuple[type, float, str]]] = {
+    "compute": {
+        "cus": (int, 1, "cus"),
+        "clock_ghz": (float, 1e9, "clock_hz"),
+        "fp16_flops_per_cycle_per_cu": (int, 1, "fp16"),
+        "fp32_flops_per_cycle_per_cu": (int, 1, "fp32"),
+        "wg_tile_m": (int, 1, "wg_tile_m"),
+        "wg_tile_n": (int, 1, "wg_tile_n"),
+        "wgs_per_cu": (int, 1, "wgs_per_cu"),
+    },
+    "memory": {
+        "l2_mb": (float, 1 << 20, "l2_bytes"),
+        "hbm_gb_per_s": (float, 1e9, "hbm_bw"),
+        "nmc_update_cost": (float, 1, "nmc_update_cost"),
+    },
+    "dma": {
+        "engines": (int, 1, "dma_engines"),
+        "setup_ns": (float, 1e-9, "dma_setup_s"),
+    },
+    "interconnect": {
+        "topology": (str, 1, "topology"),
+        "link_gb_per_s_per_direction": (float, 1e9, "link_bw"),
+        "link_latency_ns": (float, 1e-9, "link_latency_s"),
+    },
+}
+_TOP_KEYS = {"name", "description"}
+_MAY_BE_ZERO = {"link_latency_ns", "setup_ns"}
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def _where(source: str, section: str, key: str) -> str:
+    return f"{source}: [{section}] {key}"
+
+
+def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
+    """Validate a parsed TOML document and build the spec (all keys required)."""
+    unknown = set(data) - _TOP_KEYS - set(_SCHEMA)
+    if unknown:
+        raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: "
+                        f"{sorted(_TOP_KEYS | set(_SCHEMA))}")
+    for key in _TOP_KEYS:
+        if not isinstance(data.get(key), str):
+            raise SpecError(f"{source}: '{key}' must be a string")
+    values: dict[str, Any] = {}
+    for section, keys in _SCHEMA.items():
+        table = data.get(section)
+        if not isinstance(table, dict):
+            raise SpecError(f"{source}: missing section [{section}]")
+        extra = set(table) - set(keys)
+        if extra:
+            raise SpecError(f"{source}: [{section}] unknown key(s) {sorted(extra)}; "
+                            f"allowed: {sorted(keys)}")
+        for key, (typ, scale, attr) in keys.items():
+            if key not in table:
+                raise SpecError(f"{source}: [{section}] missing key '{key}'")
+            value = table[key]
+            if typ is str:
+                if not isinstance(value, str):
+                    raise SpecError(f"{_where(source, section, key)} must be a string, "
+                                    f"got {value!r}")
+                values[attr] = value
+                continue
+            ok_types = (int,) if typ is int else (int, float)
+            if isinstance(value, bool) or not isinstance(value, ok_types):
+                raise SpecError(f"{_where(source, section, key)} must be "
+                                f"{'an integer' if typ is int else 'a number'}, got {value!r}")
+            if not math.isfinite(value) or value < 0 or (value == 0 and key not in _MAY_BE_ZERO):
+                raise SpecError(f"{_where(source, section, key)} = {value!r} is impossible "
+                                f"hardware; it must be {'>= 0' if key in _MAY_BE_ZERO else '> 0'}")
+            values[attr] = typ(value * scale) if typ is int else float(value) * scale
+    if values["topology"] not in TOPOLOGIES:
+        raise SpecError(f"{source}: [interconnect] topology = {values['topology']!r}; "
+                        f"allowed: {list(TOPOLOGIES)}")
+    if values["nmc_update_cost"] < 1.0:
+        raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
+                        f"costs at least a write), got {values['nmc_update_cost']}")
+    return DeviceSpec(
+        name=data["name"],
+        description=data["description"],
+        cus=values["cus"],
+        clock_hz=values["clock_hz"],
+        flops_per_cycle_per_cu={"fp16": values["fp16"], "fp32": values["fp32"]},
+        wg_tile_m=values["wg_tile_m"],
+        wg_tile_n=values["wg_tile_n"],
+        wgs_per_cu=values["wgs_per_cu"],
+        l2_bytes=int(values["l2_bytes"]),
+        hbm_bw=values["hbm_bw"],
+        nmc_update_cost=values["nmc_update_cost"],
+        dma_engines=values["dma_engines"],
+        dma_setup_s=values["dma_setup_s"],
+        interconnect=InterconnectSpec(
+            topology=values["topology"],
+            link_bw=values["link_bw"],
+            link_latency_s=values["link_latency_s"],
+        ),
+        source=source,
+    )
+
+
+def load_device(name_or_path: str) -> DeviceSpec:
+    """Load a preset by name (see `list_presets`) or a user TOML file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = PRESET_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            raise SpecError(f"unknown device {name_or_path!r}; presets: {list_presets()} "
+                            f"or a path to a .toml file")
+    if not path.is_file():
+        raise SpecError(f"device file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    return parse_spec(data, str(path))

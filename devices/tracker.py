@@ -1,0 +1,134 @@
+"""The tracker at the memory controller: update counters per tracked slot.
+
+Like T3's tracker, a counter counts element-updates (an update of a W-element
+tile adds W), so a region is complete when its counter reaches
+``elements x updates_expected_per_element``. Counters live in an MPI window so
+a peer's put-with-signal increments them with an atomic ``MPI_Accumulate``;
+next to each counter sits the modelled arrival time of the latest update,
+merged with ``MPI_MAX`` and written *before* the count, so a reader that sees
+the count complete also sees the time it completed at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+
+class WatchdogTimeout(RuntimeError):
+    """A wait saw no completion within the watchdog limit; the message lists what is missing."""
+
+
+@dataclass
+class TrackedRegion:
+    """A region the tracker watches: its slots and the count each must reach."""
+
+    name: str
+    slots: np.ndarray  # int64 slot ids
+    thresholds: np.ndarray  # int64 element-updates each slot must reach
+    label: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+class Tracker:
+    def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str]):
+        self.comm = comm
+        self.rank = comm.rank
+        self.nslots = int(nslots)
+        self.slot_name = slot_names
+        size = max(self.nslots, 1) * 16
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        shared = node.size == comm.size
+        node.Free()
+        if shared:
+            self.win = MPI.Win.Allocate_shared(size, 1, comm=comm)
+            mem = self.win.Shared_query(self.rank)[0]
+        else:
+            self.win = MPI.Win.Allocate(size, 1, comm=comm)
+            mem = self.win.tomemory()
+        raw = np.frombuffer(mem, dtype=np.uint8, count=size)
+        raw[:] = 0
+        n = max(self.nslots, 1)
+        self._counts = raw[: 8 * n].view(np.int64)
+        self._times = raw[8 * n :].view(np.float64)
+        self._time_base = 8 * n
+        self._one = np.empty(1, np.int64)
+        self._t = np.empty(1, np.float64)
+        comm.Barrier()
+        self.win.Lock_all()
+
+    def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
+               t_arrival: float) -> None:
+        """The signal half of put-with-signal: merge the arrival time (MAX), then add counts."""
+        t = np.array([t_arrival], np.float64)
+        for s in slots:
+            self.win.Accumulate(t, target, target=self._time_base + 8 * int(s), op=MPI.MAX)
+        self.win.Flush(target)
+        for s, e in zip(slots, elems):
+            self.win.Accumulate(np.array([e], np.int64), target, target=8 * int(s), op=MPI.SUM)
+        self.win.Flush(target)
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        self.win.Sync()
+        return self._counts.copy(), self._times.copy()
+
+    def complete(self, region: TrackedRegion) -> bool:
+        self.win.Sync()
+        return bool((self._counts[region.slots] >= region.thresholds).all())
+
+    def arrival(self, region: TrackedRegion) -> float:
+        self.win.Sync()
+        return float(self._times[region.slots].max()) if len(region.slots) else 0.0
+
+    def overfilled(self, region: TrackedRegion) -> bool:
+        self.win.Sync()
+        return bool((self._counts[region.slots] > region.thresholds).any())
+
+    def wait(self, region: TrackedRegion, watchdog_s: float,
+             pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:
+        """Block until ``region`` is complete; return its modelled completion time.
+
+        On no completion within ``watchdog_s`` raise ``WatchdogTimeout`` listing
+        which slots miss which updates (for ``pending()`` regions if given).
+        """
+        deadline = time.monotonic() + watchdog_s
+        delay = 2e-5
+        while not self.complete(region):
+            if time.monotonic() > deadline:
+                raise WatchdogTimeout(self.describe_missing(
+                    list(pending()) if pending else [region], watchdog_s, region))
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2e-3)
+        return self.arrival(region)
+
+    def describe_missing(self, regions: Sequence[TrackedRegion], watchdog_s: float,
+                         waiting_on: TrackedRegion) -> str:
+        counts, _ = self.snapshot()
+        lines = [f"rank {self.rank}: watchdog: no completion of {waiting_on.name} "
+                 f"({waiting_on.label}) within {watchdog_s:g} s; incomplete regions:"]
+        shown = 0
+        for reg in regions:
+            missing = [(int(s), int(counts[s]), int(t)) for s, t in zip(reg.slots, reg.thresholds)
+                       if counts[s] < t]
+            if not missing:
+                continue
+            shown += 1
+            if shown > 20:
+                lines.append("  ...")
+                break
+            desc = ", ".join(f"{self.slot_name(s)} has {c}/{t} element-updates"
+                             for s, c, t in missing[:4])
+            lines.append(f"  {reg.name} [{reg.label}]: {desc}"
+                         + (f" (+{len(missing) - 4} slots)" if len(missing) > 4 else ""))
+        return "\n".join(lines)
+
+    def free(self) -> None:
+        if self.win == MPI.WIN_NULL:
+            return
+        self.win.Unlock_all()
+        self.win.Free()
+        self.win = MPI.WIN_NULL

@@ -1,0 +1,1 @@
+"""The emulator's machinery: rank runtime, address-space maps, modelled clock, CLI."""

@@ -1,0 +1,69 @@
+"""CU-driven collective kernels (the sequential baselines and the ring all-gather).
+
+A collective that runs as its own kernel is a list of ``CuStep``s executed in
+order on the rank's CUs: optionally wait for a received region, read local
+inputs (one copy, or two copies that are added), write the result to a peer's
+or the local HBM, and signal the destination's tracker with the modelled
+arrival time (put-with-signal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from devices import kernels
+from devices.hbm import Hbm, Region, region_elems
+from devices.tracker import TrackedRegion, Tracker
+from emulator.clock import RankClock
+from emulator.costmodel import CostModel
+
+
+@dataclass
+class CuStep:
+    name: str
+    stream: str  # "rs" or "ag": the traffic category
+    inputs: list[tuple[str, Region]]  # local regions read; two are added
+    out: tuple[str, Region] | None  # destination array region
+    dst_rank: int
+    wait: TrackedRegion | None = None  # a region this step must have received first
+    wait_bytes: int = 0  # bytes that arrived for ``wait`` (landed in this HBM)
+    signal_slots: list[int] = field(default_factory=list)
+    signal_elems: list[int] = field(default_factory=list)
+
+
+def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
+              cost: CostModel, watchdog_s: float, start: float) -> float:
+    """Execute the steps functionally and in modelled time; return the kernel's end."""
+    spec = cost.spec
+    lat = spec.interconnect.link_latency_s
+    t = max(start, clock.cu.free_at)
+    for step in steps:
+        ready = t
+        if step.wait is not None:
+            t_arr = tracker.wait(step.wait, watchdog_s)
+            landed = clock.hbm.reserve(t_arr, step.wait_bytes)[1]
+            clock.log("hbm", f"{step.name} received data lands", t_arr, landed)
+            ready = max(ready, landed)
+        read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
+        read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
+        end = arrival = read_end
+        if step.out is not None:
+            nbytes = region_elems(step.out[1]) * cost.e
+            if step.dst_rank == hbm.rank:
+                end = arrival = clock.hbm.reserve(read_end, nbytes)[1]
+            else:
+                link_end = clock.link(step.dst_rank).reserve(ready, nbytes)[1]
+                clock.log(f"link->{step.dst_rank}", step.name, ready, link_end, bytes=nbytes)
+                end = max(read_end, link_end)
+                arrival = end + lat
+        clock.log(step.stream, step.name, ready, end)
+        t = end
+        # functional part
+        data = [hbm.load(name, region, step.stream) for name, region in step.inputs]
+        if step.out is not None:
+            value = data[0] if len(data) == 1 else kernels.add(data[0], data[1])
+            hbm.store(step.out[0], step.out[1], value, step.stream, step.dst_rank)
+            if step.signal_slots:
+                tracker.signal(step.dst_rank, step.signal_slots, step.signal_elems, arrival)
+    clock.cu.free_at = t
+    return t

@@ -1,0 +1,78 @@
+"""Per-rank runtime services: fail-fast abort, environment pinning, numba warm-up.
+
+Any uncaught exception on any rank, in any thread, prints that rank's message
+(with traceback) to stderr and calls ``MPI_Abort`` on the world, so the job ends
+at once instead of leaving peers waiting in a collective or an RMA epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def pin_threads(env: dict | None = None) -> dict:
+    """One BLAS/OpenMP thread per rank, so oversubscribed ranks do not fight for cores."""
+    env = os.environ if env is None else env
+    for key in BLAS_ENV:
+        env.setdefault(key, "1")
+    env.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "t3emu" / "numba"))
+    return env
+
+
+def abort(exc: BaseException, where: str = "") -> None:
+    """Print this rank's failure and abort the whole MPI job (never returns)."""
+    from mpi4py import MPI
+
+    from devices.tracker import WatchdogTimeout
+    from emulator.clock import ProgramOrderTimeout
+
+    rank = MPI.COMM_WORLD.rank
+    if isinstance(exc, (WatchdogTimeout, ProgramOrderTimeout)):
+        msg = f"[t3emu rank {rank}] {where}{exc}\n"
+    else:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        msg = (f"[t3emu rank {rank}] error{' in ' + where if where else ''}: "
+               f"{type(exc).__name__}: {exc}\n{tb}")
+    try:
+        sys.stderr.write(msg)
+        sys.stderr.flush()
+    finally:
+        MPI.COMM_WORLD.Abort(1)
+
+
+def install_abort_handlers() -> None:
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+            sys.__excepthook__(exc_type, exc, tb)
+        abort(exc)
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        abort(args.exc_value, f"thread {args.thread.name if args.thread else '?'}: ")
+
+    sys.excepthook = hook
+    threading.excepthook = thread_hook
+
+
+def warm_kernels(comm) -> None:
+    """Compile the numba kernels once: node-local rank 0 first, the others load the cache."""
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        if node.rank == 0:
+            from devices import kernels
+
+            kernels.warm_up()
+        node.Barrier()
+        if node.rank != 0:
+            from devices import kernels
+
+            kernels.warm_up()
+    finally:
+        node.Free()

@@ -1,0 +1,165 @@
+"""The MPI program every rank runs for ``t3emu run``: all modes, checks, summary, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from emulator.config import RunConfig
+from emulator.runtime import abort, install_abort_handlers, pin_threads
+
+pin_threads()
+
+
+def write_json_atomic(path: str, doc: dict) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def summary_table(doc: dict) -> str:
+    lines = []
+    cfg = doc["config"]
+    lines.append(f"t3emu: {cfg['collective'].upper()} on a {cfg['topology']} of "
+                 f"{doc['world_size']} x {doc['device']['name']}, per-device GEMM "
+                 f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}")
+    head = f"{'mode':<11} {'modelled':>11} {'speedup':>8}  {'phases':<38} {'DRAM':>11}  " \
+           f"{'numerics':<22} {'wall':>7}"
+    lines.append(head)
+    lines.append("-" * len(head))
+    for run in doc["runs"]:
+        phases = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in run["phases"].items()) + " us"
+        verdict = ("PASS" if run["numerics_pass"] else "FAIL") + f" (max err {run['max_abs_error']:.3g})"
+        sp = run.get("speedup_vs_sequential")
+        lines.append(f"{run['mode']:<11} {run['modelled_time_s'] * 1e6:>8.1f} us "
+                     f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<38} "
+                     f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
+                     f"{run['wall_time_s']:>6.2f}s")
+    lb = doc["lower_bounds_s"]
+    lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, RS on the links "
+                 f"{lb['rs_link'] * 1e6:.1f} us; modelled times are deterministic, wall time is "
+                 f"this host's")
+    return "\n".join(lines)
+
+
+def main(cfg: RunConfig) -> int:
+    install_abort_handlers()
+    try:
+        return _main(cfg)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        abort(exc)
+        return 1
+
+
+def _main(cfg: RunConfig) -> int:
+    from mpi4py import MPI
+
+    from collectives import ring_chunks
+    from devices.spec import load_device
+    from emulator.costmodel import DTYPE_BYTES
+    from emulator.reference import check, compute_reference, make_inputs
+    from emulator.runner import categories, run_mode
+    from emulator.runtime import warm_kernels
+
+    comm = MPI.COMM_WORLD
+    world, rank = comm.size, comm.rank
+    if world != cfg.ranks and rank == 0:
+        sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
+    if cfg.m < world:
+        raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
+    spec = load_device(cfg.device)
+    warm_kernels(comm)
+    a, b = make_inputs(cfg.m, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+    chunks = ring_chunks(cfg.m, world)
+    ref = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, cfg.collective == "ar")
+    runs = []
+    any_fail = False
+    for mode in cfg.modes:
+        res = run_mode(comm, cfg, spec, a, b, mode)
+        if cfg.collective == "ar":
+            ok, err, note = check(res.result, ref.ar, ref.ar_tol)
+        else:
+            ok, err, note = check(res.result, ref.rs, ref.rs_tol)
+        all_ok = comm.allreduce(ok, MPI.LAND)
+        any_fail = any_fail or not all_ok
+        errs = comm.gather(err, root=0)
+        notes = comm.gather(note, root=0)
+        ends = comm.gather((res.gemm_end, res.rs_end, res.ag_end), root=0)
+        walls = comm.gather(res.wall_s, root=0)
+        events = comm.gather([(ev.track, ev.name, ev.start, ev.end) for ev in res.events]
+                             if cfg.record_wall else None, root=0)
+        wall_events = comm.gather(res.wall_events, root=0)
+        if rank == 0:
+            gemm_end = max(x[0] for x in ends)
+            rs_end = max(x[1] for x in ends)
+            ag_end = max(x[2] for x in ends)
+            total = ag_end if cfg.collective == "ar" else rs_end
+            if mode == "sequential":
+                phases = {"gemm": gemm_end, "rs": rs_end - gemm_end}
+            else:
+                phases = {"gemm+rs": rs_end}
+            if cfg.collective == "ar":
+                phases["ag"] = ag_end - rs_end
+            per_rank = [categories(res.traffic[r]) for r in range(world)]
+            totals = {key: sum(p[key] for p in per_rank) for key in per_rank[0]}
+            nan = any(e != e for e in errs)
+            run = {
+                "mode": mode,
+                "numerics_pass": bool(all_ok),
+                "max_abs_error": float("nan") if nan else float(max(errs)),
+                "numerics_notes": [f"rank {r}: {n}" for r, n in enumerate(notes) if n],
+                "modelled_time_s": total,
+                "phases": phases,
+                "gemm_end_s": gemm_end,
+                "rank_end_s": [x[2] if cfg.collective == "ar" else x[1] for x in ends],
+                "dram_bytes": totals,
+                "dram_bytes_per_rank": per_rank,
+                "wall_time_s": max(walls),
+            }
+            if cfg.record_wall:
+                run["wall_events"] = wall_events
+                run["events"] = events
+            runs.append(run)
+    if rank != 0:
+        return 1 if any_fail else 0
+    seq = next((r["modelled_time_s"] for r in runs if r["mode"] == "sequential"), None)
+    for run in runs:
+        run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
+    e = DTYPE_BYTES[cfg.dtype]
+    out_bytes = cfg.m * cfg.n * e
+    own_min = min(r1 - r0 for r0, r1 in chunks) * cfg.n * e
+    doc = {
+        "config": cfg.to_dict(),
+        "world_size": world,
+        "device": spec.to_dict(),
+        "lower_bounds_s": {
+            "gemm_compute": 2.0 * cfg.m * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
+            "rs_link": (out_bytes - own_min) / spec.interconnect.link_bw,
+        },
+        "runs": runs,
+        "created_unix": time.time(),
+    }
+    print(summary_table(doc), flush=True)
+    if cfg.json:
+        write_json_atomic(cfg.json, doc)
+    failed = [r["mode"] for r in runs if not r["numerics_pass"]]
+    if failed:
+        sys.stderr.write(f"t3emu: numerics FAIL in {', '.join(failed)}: "
+                         f"{'; '.join(n for r in runs for n in r['numerics_notes'])}\n")
+        return 1
+    return 0
