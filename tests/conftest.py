@@ -1,0 +1,59 @@
+"""Test helpers: launch the emulator (or an MPI test script) as a real multi-rank job.
+
+Every multi-rank test runs ``mpiexec -n N`` in a subprocess with a timeout, so
+a hang becomes a failed test, never a stuck CI (the dask-mpi pattern).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MPI_SCRIPTS = Path(__file__).resolve().parent / "mpi"
+
+
+def mpiexec() -> str:
+    local = Path(sys.executable).parent / "mpiexec"
+    return str(local) if local.exists() else "mpiexec"
+
+
+def test_env() -> dict:
+    env = dict(os.environ)
+    for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(key, "1")
+    # a run launched from a test must not think it is already under MPI
+    for key in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID"):
+        env.pop(key, None)
+    return env
+
+
+def run_cli(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """`t3emu ARGS` as a user runs it (the CLI launches mpiexec itself)."""
+    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=test_env(), cwd=ROOT)
+
+
+def run_emulator(tmp_path: Path, args: list[str], timeout: float = 300) -> dict:
+    """Run `t3emu run ARGS --json ...`, assert success, return the JSON document."""
+    out = tmp_path / f"result-{len(list(tmp_path.iterdir()))}.json"
+    proc = run_cli(["run", *args, "--json", str(out)], timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(out.read_text())
+
+
+def run_mpi_script(script: str, n: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`mpiexec -n N python -m mpi4py tests/mpi/SCRIPT ARGS`."""
+    return subprocess.run([mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py",
+                           str(MPI_SCRIPTS / script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=test_env(), cwd=ROOT)
+
+
+@pytest.fixture
+def emulate(tmp_path):
+    return lambda args, timeout=300: run_emulator(tmp_path, args, timeout)

@@ -1,0 +1,77 @@
+"""Each numba kernel against a plain numpy version."""
+
+import numpy as np
+import pytest
+
+from devices import kernels
+
+
+def test_f16_to_f32_matches_numpy_on_every_bit_pattern():
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    h = bits.view(np.float16)
+    got = kernels.f16_to_f32(h)
+    ref = h.astype(np.float32)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got.view(np.uint32)[~nan], ref.view(np.uint32)[~nan])
+
+
+def test_f32_to_f16_rounds_like_numpy():
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(500_000) * np.exp(rng.uniform(-25, 12, 500_000))).astype(np.float32)
+    # ties, the largest half, overflow, subnormals, signed zero, inf
+    x[:8] = [65504, 65519.99, 65520, 2.0**-24, 2.0**-25, 3 * 2.0**-26, -0.0, np.inf]
+    got = kernels.f32_to_f16(x)
+    with np.errstate(over="ignore"):
+        ref = x.astype(np.float16)
+    assert np.array_equal(got.view(np.uint16), ref.view(np.uint16))
+    assert np.isnan(kernels.f32_to_f16(np.array([np.nan], np.float32)))[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_gemm_stage_matches_numpy_on_uneven_tiles(dtype):
+    rng = np.random.default_rng(2)
+    m, n, k, tm, tn = 301, 259, 97, 64, 48
+    a = rng.integers(-3, 4, (m, k)).astype(dtype)
+    b = rng.integers(-3, 4, (k, n)).astype(dtype)
+    tiles = np.array([(r, min(r + tm, m), c, min(c + tn, n))
+                      for r in range(0, m, tm) for c in range(0, n, tn)], np.int64)
+    out = np.full((len(tiles), tm, tn), np.nan, np.float32)
+    kernels.gemm_stage(a, kernels.pack_b(b, tn), tiles, out)
+    ref = a.astype(np.float32) @ b.astype(np.float32)
+    for i, (r0, r1, c0, c1) in enumerate(tiles):
+        assert np.array_equal(out[i, : r1 - r0, : c1 - c0], ref[r0:r1, c0:c1]), i
+
+
+def test_gemm_stage_float_values_close_to_numpy():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((130, 70)).astype(np.float32)
+    b = rng.standard_normal((70, 90)).astype(np.float32)
+    tiles = np.array([[0, 64, 0, 64], [64, 128, 64, 90], [128, 130, 0, 64]], np.int64)
+    out = np.empty((3, 64, 64), np.float32)
+    kernels.gemm_stage(a, kernels.pack_b(b, 64), tiles, out)
+    ref = a @ b
+    assert np.allclose(out[1, :64, :26], ref[64:128, 64:90], rtol=1e-5, atol=1e-4)
+    assert np.allclose(out[2, :2, :64], ref[128:130, 0:64], rtol=1e-5, atol=1e-4)
+
+
+def test_add_fp16_rounds_once():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(10_001).astype(np.float16)
+    y = rng.standard_normal(10_001).astype(np.float16)
+    ref = (x.astype(np.float32) + y.astype(np.float32)).astype(np.float16)
+    assert np.array_equal(kernels.add(x, y), ref)
+    assert np.array_equal(kernels.add(x.astype(np.float32), y.astype(np.float32)),
+                          x.astype(np.float32) + y.astype(np.float32))
+
+
+def test_wrappers_reject_bad_shapes_and_dtypes():
+    a = np.ones((4, 3), np.float32)
+    bp = kernels.pack_b(np.ones((5, 4), np.float32), 2)
+    out = np.empty((1, 4, 2), np.float32)
+    with pytest.raises(ValueError, match="K mismatch"):
+        kernels.gemm_stage(a, bp, np.array([[0, 4, 0, 2]], np.int64), out)
+    with pytest.raises(ValueError, match="float16 or float32"):
+        kernels.pack_b(np.ones((3, 3), np.float64), 2)
+    with pytest.raises(ValueError, match="tiles must be int64"):
+        kernels.gemm_stage(np.ones((4, 5), np.float32), bp, np.array([[0, 4, 0, 2]], np.int32), out)
