@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from collectives import ChunkSlots, RingContext, ag_steps, sequential_rs_steps, t3_rs_map
+from collectives.ring import ChunkSlots, RingContext, ag_steps, sequential_rs_steps, t3_rs_map
 from devices.dma import DmaEngine
 from devices.hbm import KINDS, Hbm
 from devices.spec import DeviceSpec
@@ -112,11 +112,13 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
         if cfg.record_wall:
             wall_events = {"stages": producer.wall_events,
                            "dma": dma.wall_events if dma is not None else []}
-        return RankResult(mode, gemm_end, rs_end, ag_end, result, traffic, flops, wall,
-                          clock.events, wall_events)
-    finally:
-        tracker.free()
-        hbm.free()
+    except BaseException:
+        # the job aborts; freeing the windows here would pull memory from under the DMA thread
+        raise
+    tracker.free()
+    hbm.free()
+    return RankResult(mode, gemm_end, rs_end, ag_end, result, traffic, flops, wall,
+                      clock.events, wall_events)
 
 
 def categories(traffic: np.ndarray) -> dict[str, int]:

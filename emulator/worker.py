@@ -69,7 +69,7 @@ def main(cfg: RunConfig) -> int:
 def _main(cfg: RunConfig) -> int:
     from mpi4py import MPI
 
-    from collectives import ring_chunks
+    from collectives.ring import ring_chunks
     from devices.spec import load_device
     from emulator.costmodel import DTYPE_BYTES
     from emulator.reference import check, compute_reference, make_inputs

@@ -82,7 +82,7 @@ def test_watchdog_names_missing_regions():
 
 
 def test_fusion_is_parallel_in_wall_time(emulate):
-    doc = emulate(["-n", "2", "--collective", "rs", "--mode", "t3", "--m", "2048", "--n", "2048",
+    doc = emulate(["-n", "4", "--collective", "rs", "--mode", "t3", "--m", "4096", "--n", "2048",
                    "--k", "1024", "--dtype", "fp32", "--record-wall"])
     run = doc["runs"][0]
     per_rank = run["wall_events"]

@@ -1,0 +1,75 @@
+"""CLI usage errors, --help without MPI, device presets and device-file validation."""
+
+import subprocess
+import sys
+
+import pytest
+
+from devices.spec import SpecError, list_presets, load_device, parse_spec
+from tests.conftest import ROOT, run_cli
+
+
+def test_help_does_not_import_mpi_or_numba():
+    code = ("import sys; from click.testing import CliRunner; from emulator.cli import main; "
+            "r = CliRunner().invoke(main, ['run', '--help']); assert r.exit_code == 0, r.output; "
+            "assert '--collective' in r.output; "
+            "assert 'mpi4py' not in sys.modules and 'numba' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--collective", "bogus"], "--collective"),
+    (["--mode", "fast"], "--mode"),
+    (["--topology", "torus"], "--topology"),
+    (["--dtype", "fp8"], "--dtype"),
+    (["--m", "0"], "--m"),
+    (["--k", "-5"], "--k"),
+    (["-n", "0"], "--ranks"),
+    (["--device", "no-such-gpu"], "--device"),
+])
+def test_bad_usage_exits_2_with_one_line(args, option):
+    proc = run_cli(["run", *args], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert option in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_devices_lists_presets():
+    proc = run_cli(["devices"], timeout=60)
+    assert proc.returncode == 0 and "t3-sim" in proc.stdout and "t3-sim-2x-cu" in proc.stdout
+
+
+def test_default_preset_is_the_t3_system():
+    spec = load_device("t3-sim")
+    assert (spec.cus, spec.clock_hz, spec.l2_bytes, spec.hbm_bw) == (80, 1.4e9, 16 << 20, 1e12)
+    assert spec.interconnect.link_bw == 75e9 and spec.interconnect.link_latency_s == pytest.approx(500e-9)
+    assert load_device("t3-sim-2x-cu").cus == 160
+    assert set(list_presets()) >= {"t3-sim", "t3-sim-2x-cu"}
+
+
+def _doc():
+    import tomllib
+
+    return tomllib.loads((ROOT / "devices/presets/t3-sim.toml").read_text())
+
+
+def test_device_file_errors_name_the_key(tmp_path):
+    doc = _doc()
+    doc["memory"]["hbm_gb_per_s"] = 0
+    with pytest.raises(SpecError, match="hbm_gb_per_s.*impossible"):
+        parse_spec(doc, "x.toml")
+    doc = _doc()
+    doc["compute"]["warp_size"] = 64
+    with pytest.raises(SpecError, match="unknown key.*warp_size"):
+        parse_spec(doc, "x.toml")
+    doc = _doc()
+    del doc["dma"]["engines"]
+    with pytest.raises(SpecError, match="missing key 'engines'"):
+        parse_spec(doc, "x.toml")
+    doc = _doc()
+    doc["compute"]["cus"] = "eighty"
+    with pytest.raises(SpecError, match="must be an integer"):
+        parse_spec(doc, "x.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    with pytest.raises(SpecError, match="malformed TOML"):
+        load_device(str(bad))
