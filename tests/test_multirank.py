@@ -97,3 +97,10 @@ def test_fusion_is_parallel_in_wall_time(emulate):
              for r in per_rank]
     # all ranks compute at once: their GEMM spans overlap
     assert max(s for s, _ in spans) < min(e for _, e in spans)
+
+
+def test_sixteen_ranks_oversubscribed_on_this_machine(emulate):
+    doc = emulate(["-n", "16", "--collective", "ar", "--mode", "all",
+                   "--m", "1000", "--n", "300", "--k", "64"])
+    assert doc["world_size"] == 16
+    assert all(r["numerics_pass"] and r["max_abs_error"] == 0.0 for r in doc["runs"])
