@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from devices.hbm import Hbm, Region, region_elems
+from devices.hbm import Hbm, Region
 from devices.tracker import TrackedRegion, Tracker
 
 
@@ -32,10 +32,6 @@ class DmaCommand:
     dst_slots: list[int] = field(default_factory=list)
     dst_elems: list[int] = field(default_factory=list)
     order: int = 0  # index in the rank's program order
-
-    @property
-    def nbytes_elems(self) -> int:
-        return region_elems(self.src) if self.src is not None else 0
 
 
 # timing(command, modelled arrival time of the trigger's remote updates) -> modelled

@@ -84,10 +84,6 @@ class Tracker:
         self.win.Sync()
         return float(self._times[region.slots].max()) if len(region.slots) else 0.0
 
-    def overfilled(self, region: TrackedRegion) -> bool:
-        self.win.Sync()
-        return bool((self._counts[region.slots] > region.thresholds).any())
-
     def wait(self, region: TrackedRegion, watchdog_s: float,
              pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:
         """Block until ``region`` is complete; return its modelled completion time.
