@@ -50,6 +50,20 @@ class ArraySpec:
         return int(np.prod(self.shape)) * self.dtype.itemsize
 
 
+def allocate_window(comm: MPI.Intracomm, size: int,
+                    info: MPI.Info = MPI.INFO_NULL) -> tuple[MPI.Win, memoryview]:
+    """A window of ``size`` bytes per rank and this rank's memory: shared within a node, RMA
+    across nodes."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    shared = node.size == comm.size
+    node.Free()
+    if shared:
+        win = MPI.Win.Allocate_shared(size, 1, info=info, comm=comm)
+        return win, win.Shared_query(comm.rank)[0]
+    win = MPI.Win.Allocate(size, 1, info=info, comm=comm)
+    return win, win.tomemory()
+
+
 def region_elems(region: Region) -> int:
     return (region[1] - region[0]) * (region[3] - region[2])
 
@@ -72,18 +86,10 @@ class Hbm:
             self.specs[name] = spec
             offset += (spec.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         self.nbytes = offset
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.shared = node.size == comm.size
-        node.Free()
         size = max(self.nbytes, _ALIGN) + _N_LOCKS * 8
         info = MPI.Info.Create()
         info.Set("alloc_shared_noncontig", "true")
-        if self.shared:
-            self.win = MPI.Win.Allocate_shared(size, 1, info=info, comm=comm)
-            mem = self.win.Shared_query(self.rank)[0]
-        else:
-            self.win = MPI.Win.Allocate(size, 1, info=info, comm=comm)
-            mem = self.win.tomemory()
+        self.win, mem = allocate_window(comm, size, info)
         info.Free()
         self._lock_base = size - _N_LOCKS * 8
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)

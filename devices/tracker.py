@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from devices.hbm import allocate_window
+
 
 class WatchdogTimeout(RuntimeError):
     """A wait saw no completion within the watchdog limit; the message lists what is missing."""
@@ -41,15 +43,7 @@ class Tracker:
         self.nslots = int(nslots)
         self.slot_name = slot_names
         size = max(self.nslots, 1) * 16
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        shared = node.size == comm.size
-        node.Free()
-        if shared:
-            self.win = MPI.Win.Allocate_shared(size, 1, comm=comm)
-            mem = self.win.Shared_query(self.rank)[0]
-        else:
-            self.win = MPI.Win.Allocate(size, 1, comm=comm)
-            mem = self.win.tomemory()
+        self.win, mem = allocate_window(comm, size)
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         raw[:] = 0
         n = max(self.nslots, 1)
