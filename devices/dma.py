@@ -27,11 +27,13 @@ class DmaCommand:
     buffer: str
     src: Region | None  # None: a sink entry, tracked but not forwarded
     dst_rank: int = -1
+    dst_buffer: str = ""
     dst: Region | None = None
     op: str = "update"  # "store" or "update"
     dst_slots: list[int] = field(default_factory=list)
     dst_elems: list[int] = field(default_factory=list)
     order: int = 0  # index in the rank's program order
+    compute_after: bool = False  # a GEMM stage follows it in program order
 
 
 # timing(command, modelled arrival time of the trigger's remote updates) -> modelled
@@ -78,9 +80,9 @@ class DmaEngine:
                 if action != "drop":
                     for _ in range(2 if action == "double" else 1):
                         if cmd.op == "update":
-                            self.hbm.update(cmd.buffer, cmd.dst, data, self.stream, cmd.dst_rank)
+                            self.hbm.update(cmd.dst_buffer, cmd.dst, data, self.stream, cmd.dst_rank)
                         else:
-                            self.hbm.store(cmd.buffer, cmd.dst, data, self.stream, cmd.dst_rank)
+                            self.hbm.store(cmd.dst_buffer, cmd.dst, data, self.stream, cmd.dst_rank)
                 self.tracker.signal(cmd.dst_rank, cmd.dst_slots, cmd.dst_elems, t_arrival)
                 self.wall_events.append((cmd.trigger.name, w0, time.perf_counter()))
             self._next = len(self.commands)

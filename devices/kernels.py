@@ -119,10 +119,15 @@ def _pack_b_f16(b: np.ndarray, tile_n: int, out: np.ndarray) -> None:
 @njit(**_JIT)
 def _gemm_stage_f32(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, tile_n: int,
                     out: np.ndarray) -> None:
-    """One GEMM stage: out[t, :h, :] = A[r0:r1, :] @ Bpanel[c0 // tile_n] for each tile."""
+    """One GEMM stage: out[t, :h, :] = A[r0:r1, k0:k1] @ Bpanel[c0 // tile_n][k0:k1]."""
+    k = a.shape[1]
     for t in range(tiles.shape[0]):
-        r0, r1, c0 = tiles[t, 0], tiles[t, 1], tiles[t, 2]
-        out[t, : r1 - r0, :] = np.dot(a[r0:r1, :], bp[c0 // tile_n])
+        r0, r1, c0, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+        if k0 == 0 and k1 == k:
+            out[t, : r1 - r0, :] = np.dot(a[r0:r1, :], bp[c0 // tile_n])
+        else:  # a split-K WG: its slice of the dot-product dimension
+            out[t, : r1 - r0, :] = np.dot(np.ascontiguousarray(a[r0:r1, k0:k1]),
+                                          bp[c0 // tile_n][k0:k1])
 
 
 @njit(**_JIT)
@@ -133,13 +138,17 @@ def _gemm_stage_f16(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, tile_n: in
     panel = np.empty((out.shape[1], k), np.float32)
     cur0, cur1 = -1, -1
     for t in range(tiles.shape[0]):
-        r0, r1, c0 = tiles[t, 0], tiles[t, 1], tiles[t, 2]
+        r0, r1, c0, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
         h = r1 - r0
         if r0 != cur0 or r1 != cur1:
             for i in range(h):
                 _f16_bits_to_f32(a[r0 + i], panel[i])
             cur0, cur1 = r0, r1
-        out[t, :h, :] = np.dot(panel[:h], bp[c0 // tile_n])
+        if k0 == 0 and k1 == k:
+            out[t, :h, :] = np.dot(panel[:h], bp[c0 // tile_n])
+        else:
+            out[t, :h, :] = np.dot(np.ascontiguousarray(panel[:h, k0:k1]),
+                                   bp[c0 // tile_n][k0:k1])
 
 
 @njit(**_JIT)
@@ -215,16 +224,17 @@ def pack_b(b: np.ndarray, tile_n: int) -> np.ndarray:
 def gemm_stage(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
     """Compute the WG tiles of one stage into ``out`` (ntiles x tile_m x tile_n, fp32).
 
-    ``tiles`` rows are (row0, row1, col0, col1) of the output; each tile needs
-    row1 - row0 <= tile_m, col0 a multiple of tile_n. Columns beyond col1 in
-    ``out`` hold the zero-padded panel's products and are ignored by callers.
+    ``tiles`` rows are (row0, row1, col0, col1, k0, k1): an output tile and the
+    slice of K its WG sums (the whole of K unless the GEMM is split-K); each
+    tile needs row1 - row0 <= tile_m, col0 a multiple of tile_n. Columns beyond
+    col1 in ``out`` hold the zero-padded panel's products and are ignored.
     """
     _need(a.ndim == 2 and a.flags.c_contiguous, f"A must be a C-contiguous matrix, got {a.shape}")
     _need(bp.ndim == 3 and bp.dtype == np.float32, f"B panels must be fp32 (P, K, tn), got "
           f"{bp.dtype}{bp.shape}")
     _need(bp.shape[1] == a.shape[1], f"K mismatch: A has {a.shape[1]}, B panels {bp.shape[1]}")
-    _need(tiles.ndim == 2 and tiles.shape[1] == 4 and tiles.dtype == np.int64,
-          f"tiles must be int64 (n, 4), got {tiles.dtype}{tiles.shape}")
+    _need(tiles.ndim == 2 and tiles.shape[1] == 6 and tiles.dtype == np.int64,
+          f"tiles must be int64 (n, 6), got {tiles.dtype}{tiles.shape}")
     _need(out.ndim == 3 and out.dtype == np.float32 and out.shape[0] >= tiles.shape[0]
           and out.shape[2] == bp.shape[2], f"out must be fp32 (>= {tiles.shape[0]}, tm, "
           f"{bp.shape[2]}), got {out.dtype}{out.shape}")
@@ -234,6 +244,8 @@ def gemm_stage(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, out: np.ndarray
         _need(bool((h > 0).all() and (h <= out.shape[1]).all()), "tile heights out of range")
         _need(bool((tiles[:, 2] % tn == 0).all()), "tile col0 must be multiples of tile_n")
         _need(bool((tiles[:, 1] <= a.shape[0]).all()), "tile rows exceed A")
+        _need(bool(((tiles[:, 4] >= 0) & (tiles[:, 4] < tiles[:, 5])
+                    & (tiles[:, 5] <= a.shape[1])).all()), "tile K ranges out of range")
     if a.dtype == np.float16:
         _gemm_stage_f16(a.view(np.uint16), bp, tiles, tn, out)
     elif a.dtype == np.float32:
@@ -249,6 +261,6 @@ def warm_up() -> None:
         b = np.ones((5, 4), dt)
         bp = pack_b(b, 2)
         out = np.empty((2, 3, 2), np.float32)
-        gemm_stage(a, bp, np.array([[0, 3, 0, 2], [0, 3, 2, 4]], np.int64), out)
+        gemm_stage(a, bp, np.array([[0, 3, 0, 2, 0, 5], [0, 3, 2, 4, 1, 3]], np.int64), out)
         add(a, a)
     f32_to_f16(f16_to_f32(np.ones(3, np.float16)))

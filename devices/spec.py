@@ -21,7 +21,7 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DEFAULT_PRESET = "t3-sim"
-TOPOLOGIES = ("ring",)
+TOPOLOGIES = ("ring", "full-mesh", "switch")  # the same names as collectives.TOPOLOGIES
 DTYPES = ("fp16", "fp32")
 
 

@@ -1,24 +1,29 @@
 """The address-space map: where every tile a producer writes goes (T3's configuration calls).
 
-A collective is expressed as calls on this map, made before the producer runs:
+A collective is expressed as calls on maps, made before the producer runs. A
+map covers one buffer's ``TileSpace`` (its tile grid and the tracker slots of
+its tiles, identical on every rank, so a sender can name a receiver's slots):
 
-- ``remote_map(region, dst_rank, op)``: the producer's writes to ``region`` go
-  straight to the same region of ``dst_rank`` (fine-grained peer stores or
-  updates) and are not written locally;
-- ``dma_map(region, dst_rank, op, after=k)``: the region is written locally and
-  tracked; when every element has seen ``k`` updates the DMA engine sends it to
-  ``dst_rank`` as ``op``;
-- ``track(region, after=k)``: written locally and tracked, nothing forwarded (a
-  fully reduced chunk whose completion ends the collective).
+- ``remote_map(region, dst_ranks, op, to=, keep_local=)``: the producer's
+  writes to ``region`` go straight to peers (fine-grained peer stores or
+  updates), into the same region or into ``to=(space, region)``; they are not
+  written locally unless ``keep_local``;
+- ``dma_map(region, dst_ranks, op, after=k, to=)``: the region is tracked; when
+  every element has seen ``k`` writes (the producer's own and the peers'), the
+  DMA engine sends it to each destination as ``op``;
+- ``track(region, after=k)``: tracked, nothing forwarded (a finished chunk, or
+  an input region a consumer waits for).
 
 Unmapped tiles are written locally with the producer's own op. Regions are
-rectangles of the output made of whole tiles (the output tile grid is the same
-on every rank, so a region names the same tracker slots everywhere). A tile may
-be mapped at most once; violations raise ``MapError`` when the map is built.
+rectangles made of whole tiles. A tile may be mapped at most once; a region
+that cuts a tile, a rank outside the job, a destination region of another
+shape, or ``after`` smaller than the producer's own writes raise ``MapError``
+when the map is built, before anything runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,36 +39,8 @@ class MapError(ValueError):
     """A map that cannot be right: overlapping, misaligned or out-of-range regions."""
 
 
-@dataclass(frozen=True)
-class Route:
-    """What happens to one tile the producer finishes."""
-
-    local_op: str  # "store", "update" or "none" (remote-mapped only)
-    remote_rank: int = -1
-    remote_op: str = "none"
-    tracked: bool = False  # the local write signals this rank's tracker
-
-
-@dataclass
-class _Entry:
-    kind: str  # "remote", "dma" or "track"
-    region: Region
-    tiles: list[int]
-    dst_rank: int = -1
-    op: str = "update"
-    after: int = 1
-    incoming_op: str = "update"
-
-
-@dataclass
-class CompiledMap:
-    routes: list[Route]
-    commands: list[DmaCommand]  # tracker entries in DMA queue order (sinks included)
-    incoming: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (elems/update, op)
-
-
 def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n: int) -> np.ndarray:
-    """Output tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own."""
+    """Tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own."""
     tiles = []
     for r0, r1 in row_blocks:
         for a in range(r0, r1, tile_m):
@@ -72,89 +49,221 @@ def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n
     return np.array(tiles, dtype=np.int64).reshape(-1, 4)
 
 
-class AddressMap:
-    def __init__(self, buffer: str, tiles: np.ndarray, rank: int, world: int,
-                 producer_op: str = "store"):
-        if producer_op not in OPS:
-            raise MapError(f"producer op {producer_op!r} not in {OPS}")
-        self.buffer = buffer
-        self.tiles = tiles
-        self.rank = rank
-        self.world = world
-        self.producer_op = producer_op
-        self._index = {(int(t[0]), int(t[2])): i for i, t in enumerate(tiles)}
-        self._owner: dict[int, int] = {}  # tile -> entry index
-        self.entries: list[_Entry] = []
+@dataclass(frozen=True, eq=False)
+class TileSpace:
+    """A buffer's tile grid and the tracker slot of each tile (``slot_base + tile``)."""
 
-    # ---------------------------------------------------------------- building
+    buffer: str
+    tiles: np.ndarray
+    slot_base: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "_index", {(int(t[0]), int(t[1]), int(t[2]), int(t[3])): i
+                                            for i, t in enumerate(self.tiles)})
+
+    def __len__(self) -> int:
+        return len(self.tiles)
+
+    def slot(self, t: int) -> int:
+        return self.slot_base + int(t)
+
+    def region(self, t: int) -> Region:
+        return tuple(int(x) for x in self.tiles[t])
+
+    def tile_at(self, region: Region) -> int:
+        t = self._index.get(tuple(region))
+        if t is None:
+            raise MapError(f"{region} is not a tile of {self.buffer}")
+        return t
+
     def tiles_in(self, region: Region) -> list[int]:
         """Tile ids exactly covering ``region``; MapError if it cuts a tile."""
         r0, r1, c0, c1 = region
         t = self.tiles
         inside = (t[:, 0] >= r0) & (t[:, 1] <= r1) & (t[:, 2] >= c0) & (t[:, 3] <= c1)
         ids = np.flatnonzero(inside).tolist()
-        if sum(region_elems(tuple(self.tiles[i])) for i in ids) != region_elems(region) or not ids:
+        if not ids or sum(region_elems(self.region(i)) for i in ids) != region_elems(region):
             raise MapError(f"region {region} of {self.buffer} is not a union of whole tiles")
         return ids
+
+
+@dataclass(frozen=True)
+class Target:
+    """One remote write of a tile: where it lands and which tracker slot it signals."""
+
+    rank: int
+    buffer: str
+    region: Region
+    op: str
+    slot: int
+
+
+@dataclass(frozen=True)
+class Route:
+    """What happens to one tile the producer finishes."""
+
+    local_op: str  # "store", "update" or "none"
+    targets: tuple[Target, ...] = ()
+    slot: int = -1  # the local tracker slot the local write signals (-1: untracked)
+
+
+@dataclass
+class _Entry:
+    kind: str  # "remote", "dma" or "track"
+    region: Region
+    tiles: list[int]
+    dsts: tuple[int, ...] = ()
+    op: str = "update"
+    after: int = 1
+    to: TileSpace | None = None
+    to_region: Region | None = None
+    keep_local: bool = False
+
+
+@dataclass
+class CompiledMap:
+    routes: dict[int, Route]  # tile id -> route, for tiles the producer writes
+    commands: list[DmaCommand]  # one per (dma_map entry, destination) and per track entry
+    incoming: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (peer writes
+    # per element, their op)
+
+
+class AddressMap:
+    """The map over one ``TileSpace``. ``local_writes[t]`` is how many producer WGs write
+    tile t (0: the producer never writes it; S for a split-K GEMM)."""
+
+    def __init__(self, space: TileSpace, rank: int, world: int, producer_op: str = "store",
+                 local_writes: np.ndarray | None = None, incoming_op: str = "update"):
+        if producer_op not in OPS:
+            raise MapError(f"producer op {producer_op!r} not in {OPS}")
+        self.space = space
+        self.rank = rank
+        self.world = world
+        self.producer_op = producer_op
+        self.incoming_op = incoming_op
+        self.local_writes = (np.ones(len(space), np.int64) if local_writes is None
+                             else np.asarray(local_writes, np.int64))
+        self._owner: dict[int, int] = {}
+        self.entries: list[_Entry] = []
+
+    @property
+    def buffer(self) -> str:
+        return self.space.buffer
+
+    @property
+    def tiles(self) -> np.ndarray:
+        return self.space.tiles
+
+    def tiles_in(self, region: Region) -> list[int]:
+        return self.space.tiles_in(region)
+
+    # ---------------------------------------------------------------- building
+    def _dsts(self, dst_ranks: int | Sequence[int], to: TileSpace | None) -> tuple[int, ...]:
+        dsts = (dst_ranks,) if isinstance(dst_ranks, (int, np.integer)) else tuple(dst_ranks)
+        if not dsts:
+            raise MapError("no destination rank")
+        for d in dsts:
+            if not 0 <= int(d) < self.world:
+                raise MapError(f"destination rank {d} outside 0..{self.world - 1}")
+            if int(d) == self.rank and (to is None or to.buffer == self.buffer):
+                raise MapError(f"region mapped onto itself on rank {self.rank}")
+        if len(set(dsts)) != len(dsts):
+            raise MapError(f"destination ranks {dsts} repeat")
+        return tuple(int(d) for d in dsts)
 
     def _add(self, entry: _Entry) -> None:
         if entry.op not in OPS:
             raise MapError(f"op {entry.op!r} not in {OPS}")
-        if entry.kind != "track" and not (0 <= entry.dst_rank < self.world):
-            raise MapError(f"destination rank {entry.dst_rank} outside 0..{self.world - 1}")
-        if entry.kind != "track" and entry.dst_rank == self.rank:
-            raise MapError(f"region {entry.region} mapped to its own rank {self.rank}")
         if entry.after < 1:
             raise MapError(f"after={entry.after} must be >= 1")
+        if entry.to is not None:
+            if entry.to_region is None:
+                entry.to_region = entry.region
+            r, d = entry.region, entry.to_region
+            if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
+                raise MapError(f"destination region {d} is not the shape of {r}")
+        writes = {int(self.local_writes[t]) for t in entry.tiles}
+        if len(writes) > 1:
+            raise MapError(f"region {entry.region}: tiles see different numbers of local "
+                           f"writes {sorted(writes)}")
+        if entry.kind != "remote" and entry.after < writes.pop():
+            raise MapError(f"region {entry.region}: after={entry.after} is below the "
+                           f"producer's own {int(self.local_writes[entry.tiles[0]])} writes")
         for t in entry.tiles:
             if t in self._owner:
                 prev = self.entries[self._owner[t]]
-                raise MapError(f"tile {tuple(self.tiles[t])} mapped twice: by {prev.kind} "
-                               f"{prev.region} and by {entry.kind} {entry.region}")
+                raise MapError(f"tile {self.space.region(t)} of {self.buffer} mapped twice: "
+                               f"by {prev.kind} {prev.region} and by {entry.kind} {entry.region}")
         for t in entry.tiles:
             self._owner[t] = len(self.entries)
         self.entries.append(entry)
 
-    def remote_map(self, region: Region, dst_rank: int, op: str = "update") -> None:
-        self._add(_Entry("remote", region, self.tiles_in(region), dst_rank, op))
+    def remote_map(self, region: Region, dst_ranks: int | Sequence[int], op: str = "update",
+                   to: TileSpace | None = None, to_region: Region | None = None,
+                   keep_local: bool = False) -> None:
+        self._add(_Entry("remote", region, self.tiles_in(region), self._dsts(dst_ranks, to), op,
+                         1, to, to_region, keep_local))
 
-    def dma_map(self, region: Region, dst_rank: int, op: str = "update", after: int = 2,
-                incoming_op: str = "update") -> None:
-        self._add(_Entry("dma", region, self.tiles_in(region), dst_rank, op, after, incoming_op))
+    def dma_map(self, region: Region, dst_ranks: int | Sequence[int], op: str = "update",
+                after: int = 2, to: TileSpace | None = None,
+                to_region: Region | None = None) -> None:
+        self._add(_Entry("dma", region, self.tiles_in(region), self._dsts(dst_ranks, to), op,
+                         after, to, to_region))
 
-    def track(self, region: Region, after: int = 1, incoming_op: str = "update") -> None:
-        self._add(_Entry("track", region, self.tiles_in(region), -1, "update", after, incoming_op))
+    def track(self, region: Region, after: int = 1) -> None:
+        self._add(_Entry("track", region, self.tiles_in(region), (), "update", after))
 
     # ---------------------------------------------------------------- compiling
+    def _dst_tiles(self, entry: _Entry) -> tuple[TileSpace, list[int]]:
+        """The destination space and, per source tile, the destination tile."""
+        space = entry.to or self.space
+        if entry.to is None:
+            return space, list(entry.tiles)
+        dr, dc = entry.to_region[0] - entry.region[0], entry.to_region[2] - entry.region[2]
+        out = []
+        for t in entry.tiles:
+            r0, r1, c0, c1 = self.space.region(t)
+            out.append(space.tile_at((r0 + dr, r1 + dr, c0 + dc, c1 + dc)))
+        return space, out
+
     def compile(self) -> CompiledMap:
-        """Per-tile routes and the DMA queue (one command per dma_map/track entry)."""
-        routes = [Route(self.producer_op) for _ in range(len(self.tiles))]
+        """Per-tile routes and the DMA queue entries."""
+        routes: dict[int, Route] = {}
+        written = np.flatnonzero(self.local_writes > 0)
+        for t in written:
+            routes[int(t)] = Route(self.producer_op)
         commands: list[DmaCommand] = []
         incoming: dict[str, tuple[int, str]] = {}
         for entry in self.entries:
-            for t in entry.tiles:
-                if entry.kind == "remote":
-                    routes[t] = Route("none", entry.dst_rank, entry.op)
-                else:
-                    routes[t] = Route(self.producer_op, tracked=True)
+            space, dst_tiles = self._dst_tiles(entry)
             if entry.kind == "remote":
+                for t, dt in zip(entry.tiles, dst_tiles):
+                    if self.local_writes[t] == 0:
+                        continue
+                    targets = tuple(Target(d, space.buffer, space.region(dt), entry.op,
+                                           space.slot(dt)) for d in entry.dsts)
+                    routes[t] = Route(self.producer_op if entry.keep_local else "none", targets)
                 continue
-            elems = [region_elems(tuple(self.tiles[t])) for t in entry.tiles]
-            name = f"{entry.kind}{list(entry.region)}"
+            for t in entry.tiles:
+                if self.local_writes[t] > 0:
+                    routes[t] = Route(self.producer_op, slot=self.space.slot(t))
+            elems = [region_elems(self.space.region(t)) for t in entry.tiles]
+            name = f"{self.buffer}{list(entry.region)}"
             trigger = TrackedRegion(
                 name=name,
-                slots=np.array(entry.tiles, np.int64),
+                slots=np.array([self.space.slot(t) for t in entry.tiles], np.int64),
                 thresholds=np.array(elems, np.int64) * entry.after,
-                label=(f"after={entry.after} -> rank {entry.dst_rank} {entry.op}"
+                label=(f"after={entry.after} -> ranks {list(entry.dsts)} {entry.op}"
                        if entry.kind == "dma" else f"after={entry.after}, kept locally"),
-                meta={"tiles": entry.tiles, "after": entry.after},
-            )
-            # updates each element expects from peers = after - 1 local write
-            incoming[name] = (entry.after - 1, entry.incoming_op)
-            commands.append(DmaCommand(
-                trigger=trigger, buffer=self.buffer,
-                src=entry.region if entry.kind == "dma" else None,
-                dst_rank=entry.dst_rank, dst=entry.region if entry.kind == "dma" else None,
-                op=entry.op, dst_slots=list(entry.tiles) if entry.kind == "dma" else [],
-                dst_elems=elems if entry.kind == "dma" else []))
+                meta={"after": entry.after})
+            local = int(self.local_writes[entry.tiles[0]])
+            incoming[name] = (entry.after - local, self.incoming_op)
+            if entry.kind == "track":
+                commands.append(DmaCommand(trigger=trigger, buffer=self.buffer, src=None))
+                continue
+            for d in entry.dsts:
+                commands.append(DmaCommand(
+                    trigger=trigger, buffer=self.buffer, src=entry.region, dst_rank=d,
+                    dst_buffer=space.buffer, dst=entry.to_region or entry.region, op=entry.op,
+                    dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems))
         return CompiledMap(routes, commands, incoming)

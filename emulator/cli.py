@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from collectives import ALGORITHMS, COLLECTIVES, MODES, TOPOLOGIES
 from emulator.config import VALUES, ConfigError, RunConfig
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID",
@@ -56,11 +57,14 @@ def main() -> None:
 @click.option("-n", "--ranks", type=int, default=_DEFAULT.ranks, show_default=True,
               help="Emulated GPUs (MPI ranks) to launch.")
 @click.option("--collective", type=str, default=_DEFAULT.collective, show_default=True,
-              help="rs (reduce-scatter) or ar (all-reduce = RS + AG).")
+              help=f"{', '.join(COLLECTIVES)} (ag-gemm: all-gather feeding a GEMM).")
 @click.option("--topology", type=str, default=_DEFAULT.topology, show_default=True,
-              help="Interconnect topology: ring.")
+              help=f"Interconnect: {', '.join(TOPOLOGIES)}.")
+@click.option("--algorithm", type=str, default=None,
+              help=f"{' or '.join(ALGORITHMS)}; default: ring on a ring, direct otherwise "
+                   f"(a2a is direct only).")
 @click.option("--mode", type=str, default=_DEFAULT.mode, show_default=True,
-              help="sequential, t3, or all.")
+              help=f"{', '.join(MODES)}, or all (ideal-rs-nmc: rs and ar only).")
 @click.option("--m", "m", type=int, default=_DEFAULT.m, show_default=True,
               help="Rows of each device's GEMM output (tokens).")
 @click.option("--n", "n", type=int, default=_DEFAULT.n, show_default=True,
@@ -71,6 +75,8 @@ def main() -> None:
               help="fp16 (stored fp16, fp32 accumulate) or fp32.")
 @click.option("--device", type=str, default=_DEFAULT.device, show_default=True,
               help="Device preset name (see `t3emu devices`) or a TOML file.")
+@click.option("--split-k", type=int, default=_DEFAULT.split_k, show_default=True,
+              help="WGs per output tile, each over a K slice (split-K GEMM).")
 @click.option("--seed", type=int, default=_DEFAULT.seed, show_default=True)
 @click.option("--values", type=str, default=_DEFAULT.values, show_default=True,
               help=f"Input values: {' or '.join(VALUES)} (int gives bit-exact fp32 checks).")
@@ -82,13 +88,15 @@ def main() -> None:
               help="Include wall-clock stage/DMA events and modelled events in the JSON.")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook: raise@RANK raises an exception in a GEMM stage of RANK.")
-def run(ranks, collective, topology, mode, m, n, k, dtype, device, seed, values, watchdog_s,
-        json_path, record_wall, inject_fault) -> None:
+def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
+        values, watchdog_s, json_path, record_wall, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
-    cfg = RunConfig(ranks, collective, topology, mode, m, n, k, dtype, device, seed, values,
-                    watchdog_s, json_path, record_wall, inject_fault)
+    cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
+                    mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
+                    values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
+                    record_wall=record_wall, inject_fault=inject_fault)
     try:
-        cfg.validate()
+        cfg = cfg.validate()
         from devices.spec import SpecError, load_device
 
         try:
@@ -117,7 +125,7 @@ def run(ranks, collective, topology, mode, m, n, k, dtype, device, seed, values,
 
 def _cfg_args(cfg: RunConfig) -> list[str]:
     args = ["-n", str(cfg.ranks), "--collective", cfg.collective, "--topology", cfg.topology,
-            "--mode", cfg.mode, "--m", str(cfg.m), "--n", str(cfg.n), "--k", str(cfg.k),
+            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m), "--n", str(cfg.n), "--k", str(cfg.k),
             "--dtype", cfg.dtype, "--device", cfg.device, "--seed", str(cfg.seed),
             "--values", cfg.values, "--watchdog-s", str(cfg.watchdog_s)]
     if cfg.json:

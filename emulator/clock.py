@@ -44,24 +44,39 @@ class BandwidthTimeline:
         self._u.insert(i + 1, self._u[i])
         return i + 1
 
-    def reserve(self, ready: float, nbytes: float, cap: float | None = None) -> tuple[float, float]:
+    def reserve(self, ready: float, nbytes: float, cap: float | None = None,
+                ceiling: float | None = None) -> tuple[float, float]:
         """Serve ``nbytes`` from ``ready`` at most at ``cap`` bytes/s; return (start, end)."""
+        start, end, _ = self.fill(ready, nbytes, cap, ceiling)
+        return start, end
+
+    def fill(self, ready: float, nbytes: float, cap: float | None = None,
+             ceiling: float | None = None, until: float = math.inf) -> tuple[float, float, float]:
+        """Serve up to ``nbytes`` in [ready, until): at most ``cap`` bytes/s for this
+        reservation, and only while the total reserved rate stays under ``ceiling``.
+        Returns (start, end, bytes left unserved at ``until``)."""
         if ready < 0 or nbytes < 0:
             raise ValueError(f"{self.name}: negative ready {ready} or bytes {nbytes}")
-        if nbytes == 0:
-            return ready, ready
+        if nbytes == 0 or until <= ready:
+            return ready, ready, float(nbytes)
         cap = self.rate if cap is None else min(cap, self.rate)
+        ceiling = self.rate if ceiling is None else min(ceiling, self.rate)
         if not cap > 0:
             raise ValueError(f"{self.name}: rate cap must be > 0, got {cap}")
-        self.busy_bytes += nbytes
         i = self._split(ready)
+        if until < math.inf:
+            self._split(until)
+            i = bisect.bisect_right(self._t, ready) - 1
         remaining = float(nbytes)
         start = None
         eps = self.rate * 1e-12
         while True:
             t0 = self._t[i]
+            if t0 >= until:
+                self.busy_bytes += nbytes - remaining
+                return (ready if start is None else start), until, remaining
             t1 = self._t[i + 1] if i + 1 < len(self._t) else math.inf
-            avail = min(cap, self.rate - self._u[i])
+            avail = min(cap, ceiling - self._u[i])
             if avail > eps:
                 if start is None:
                     start = t0
@@ -70,7 +85,8 @@ class BandwidthTimeline:
                     if end < t1:
                         self._split(end)
                     self._u[i] += avail
-                    return start, end
+                    self.busy_bytes += nbytes
+                    return start, end, 0.0
                 self._u[i] += avail
                 remaining -= avail * (t1 - t0)
             i += 1
@@ -135,25 +151,54 @@ class Event:
 
 
 class RankClock:
-    """One rank's modelled resources and its log of modelled events."""
+    """One rank's modelled resources and its log of modelled events.
+
+    Links follow the topology: on a ring or a full mesh every destination has
+    its own outgoing link direction (``egress(dst)``) and nothing is shared on
+    the receiving side; behind a switch the rank has one up port shared by all
+    its outgoing transfers and one down port (``ingress``) shared by everything
+    it receives.
+    """
 
     def __init__(self, rank: int, hbm_bw: float, link_bw: float, dma_engines: int,
-                 watchdog_s: float):
+                 watchdog_s: float, switched: bool = False,
+                 peers: frozenset[int] | None = None):
         self.rank = rank
+        self.peers = peers  # ranks a link reaches (None: every rank)
         self.hbm = BandwidthTimeline(f"hbm[{rank}]", hbm_bw)
         self.link_bw = link_bw
+        self.switched = switched
         self.links: dict[int, BandwidthTimeline] = {}
+        self.ingress = BandwidthTimeline(f"port-down[{rank}]", link_bw) if switched else None
         self.cu = SerialResource(f"cu[{rank}]")
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
         self.order = ProgramOrder(f"rank {rank} program order", watchdog_s)
+        self.watchdog_s = watchdog_s
         self.events: list[Event] = []
         self._lock = threading.Lock()
 
+    def new_program(self) -> None:
+        """Start a new program order (one per fused kernel)."""
+        self.order = ProgramOrder(f"rank {self.rank} program order", self.watchdog_s)
+
     def link(self, dst: int) -> BandwidthTimeline:
-        """The outgoing link direction from this rank towards ``dst``."""
-        if dst not in self.links:
-            self.links[dst] = BandwidthTimeline(f"link[{self.rank}->{dst}]", self.link_bw)
-        return self.links[dst]
+        """The outgoing link direction (or, behind a switch, the up port) towards ``dst``."""
+        key = -1 if self.switched else dst
+        if self.peers is not None and dst not in self.peers:
+            raise ValueError(f"rank {self.rank} has no link to rank {dst} "
+                             f"(linked to {sorted(self.peers)})")
+        if key not in self.links:
+            name = f"port-up[{self.rank}]" if self.switched else f"link[{self.rank}->{dst}]"
+            self.links[key] = BandwidthTimeline(name, self.link_bw)
+        return self.links[key]
+
+    def receive(self, t_arrival: float, nbytes: float) -> float:
+        """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less
+        latency) have passed this rank's down port: incoming transfers share it."""
+        if self.ingress is None or nbytes <= 0:
+            return t_arrival
+        start = max(0.0, t_arrival - nbytes / self.ingress.rate)
+        return max(t_arrival, self.ingress.reserve(start, nbytes)[1])
 
     def dma_engine(self) -> SerialResource:
         """The engine that frees first (lowest index on ties): deterministic."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from collectives import COLLECTIVES, MODES, TOPOLOGY_ALGORITHMS
+from collectives import (ALGORITHMS, COLLECTIVE_ALGORITHMS, COLLECTIVES, MODES, TOPOLOGIES,
+                         TOPOLOGY_ALGORITHMS, default_algorithm, modes_for)
 from devices.spec import DTYPES
 
 MAX_DIM = 1 << 20
@@ -25,6 +26,7 @@ class RunConfig:
     ranks: int = 4
     collective: str = "ar"
     topology: str = "ring"
+    algorithm: str | None = None  # None: the topology's default for the collective
     mode: str = "all"
     m: int = 8192
     n: int = 3072
@@ -33,6 +35,7 @@ class RunConfig:
     device: str = "t3-sim"
     seed: int = 0
     values: str = "int"
+    split_k: int = 1
     watchdog_s: float = 60.0
     json: str | None = None
     record_wall: bool = False
@@ -40,16 +43,17 @@ class RunConfig:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return MODES if self.mode == "all" else (self.mode,)
+        return modes_for(self.collective) if self.mode == "all" else (self.mode,)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def validate(self) -> RunConfig:
+        """Check every option; return the config with the algorithm resolved."""
         if not 1 <= self.ranks <= 4096:
             raise ConfigError("-n/--ranks", self.ranks, "an integer from 1 to 4096")
         for opt, val, allowed in (("--collective", self.collective, COLLECTIVES),
-                                  ("--topology", self.topology, tuple(TOPOLOGY_ALGORITHMS)),
+                                  ("--topology", self.topology, TOPOLOGIES),
                                   ("--mode", self.mode, MODES + ("all",)),
                                   ("--dtype", self.dtype, DTYPES),
                                   ("--values", self.values, VALUES)):
@@ -60,10 +64,28 @@ class RunConfig:
                 raise ConfigError(opt, val, f"an integer from 1 to {MAX_DIM}")
         if self.m < self.ranks:
             raise ConfigError("--m", self.m, f"needs at least one row per rank (>= {self.ranks})")
+        algo = self.algorithm or default_algorithm(self.collective, self.topology)
+        if algo not in ALGORITHMS:
+            raise ConfigError("--algorithm", algo, f"allowed: {', '.join(ALGORITHMS)}")
+        if algo not in COLLECTIVE_ALGORITHMS[self.collective]:
+            raise ConfigError("--algorithm", algo, f"--collective {self.collective} runs "
+                              f"{' or '.join(COLLECTIVE_ALGORITHMS[self.collective])}")
+        if algo not in TOPOLOGY_ALGORITHMS[self.topology]:
+            fits = [t for t in TOPOLOGIES if algo in TOPOLOGY_ALGORITHMS[t]]
+            raise ConfigError("--algorithm", algo, f"a {self.topology} topology runs "
+                              f"{' or '.join(TOPOLOGY_ALGORITHMS[self.topology])}; {algo} needs "
+                              f"--topology {' or '.join(fits)}")
+        if self.mode != "all" and self.mode not in modes_for(self.collective):
+            raise ConfigError("--mode", self.mode, f"--collective {self.collective} has "
+                              f"{', '.join(modes_for(self.collective))} (NMC-assisted RS "
+                              f"needs a reduction)")
+        if not 1 <= self.split_k <= min(self.k, 64):
+            raise ConfigError("--split-k", self.split_k,
+                              f"an integer from 1 to min(K, 64) = {min(self.k, 64)}")
         if not self.watchdog_s > 0:
             raise ConfigError("--watchdog-s", self.watchdog_s, "a number of seconds > 0")
         if self.inject_fault is not None:
             kind, _, rank = self.inject_fault.partition("@")
             if kind != "raise" or not rank.isdigit():
                 raise ConfigError("--inject-fault", self.inject_fault, "form raise@RANK")
-        return self
+        return dataclasses.replace(self, algorithm=algo)

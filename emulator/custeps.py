@@ -1,10 +1,12 @@
-"""CU-driven collective kernels (the sequential baselines and the ring all-gather).
+"""CU-driven collective kernels (the sequential baselines, AG after a fused RS).
 
 A collective that runs as its own kernel is a list of ``CuStep``s executed in
-order on the rank's CUs: optionally wait for a received region, read local
-inputs (one copy, or two copies that are added), write the result to a peer's
-or the local HBM, and signal the destination's tracker with the modelled
-arrival time (put-with-signal).
+order on the rank's CUs: optionally wait for received regions, read local
+inputs (one copy, or several copies that are added), write the result to a
+peer's or the local HBM as a store or an update, and signal the destination's
+tracker with the modelled arrival time (put-with-signal). A step marked
+``concurrent`` starts with the step before it (a direct kernel sends to every
+peer at once, each over its own link).
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from emulator.costmodel import CostModel
 @dataclass
 class CuStep:
     name: str
-    stream: str  # "rs" or "ag": the traffic category
-    inputs: list[tuple[str, Region]]  # local regions read; two are added
+    stream: str  # "rs", "ag" or "a2a": the traffic category
+    inputs: list[tuple[str, Region]]  # local regions read; several are added
     out: tuple[str, Region] | None  # destination array region
     dst_rank: int
-    wait: TrackedRegion | None = None  # a region this step must have received first
+    wait: TrackedRegion | None = None  # what this step must have received first
     wait_bytes: int = 0  # bytes that arrived for ``wait`` (landed in this HBM)
+    wait_op: str = "store"  # how they landed (an update costs nmc_update_cost x)
     signal_slots: list[int] = field(default_factory=list)
     signal_elems: list[int] = field(default_factory=list)
+    op: str = "store"  # how ``out`` is written
+    concurrent: bool = False  # starts together with the previous step
 
 
 def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
@@ -36,12 +41,17 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
     """Execute the steps functionally and in modelled time; return the kernel's end."""
     spec = cost.spec
     lat = spec.interconnect.link_latency_s
-    t = max(start, clock.cu.free_at)
+    t = group_start = max(start, clock.cu.free_at)
     for step in steps:
-        ready = t
+        if step.concurrent:
+            ready = group_start
+        else:
+            ready = group_start = t
         if step.wait is not None:
             t_arr = tracker.wait(step.wait, watchdog_s)
-            landed = clock.hbm.reserve(t_arr, step.wait_bytes)[1]
+            t_in = clock.receive(t_arr, step.wait_bytes)
+            landed = clock.hbm.reserve(t_in, cost.update_cost_bytes(step.wait_bytes,
+                                                                   step.wait_op))[1]
             clock.log("hbm", f"{step.name} received data lands", t_arr, landed)
             ready = max(ready, landed)
         read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
@@ -50,19 +60,25 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
         if step.out is not None:
             nbytes = region_elems(step.out[1]) * cost.e
             if step.dst_rank == hbm.rank:
-                end = arrival = clock.hbm.reserve(read_end, nbytes)[1]
+                end = arrival = clock.hbm.reserve(
+                    read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
                 link_end = clock.link(step.dst_rank).reserve(ready, nbytes)[1]
                 clock.log(f"link->{step.dst_rank}", step.name, ready, link_end, bytes=nbytes)
                 end = max(read_end, link_end)
                 arrival = end + lat
         clock.log(step.stream, step.name, ready, end)
-        t = end
+        t = max(t, end) if step.concurrent else end
         # functional part
         data = [hbm.load(name, region, step.stream) for name, region in step.inputs]
         if step.out is not None:
-            value = data[0] if len(data) == 1 else kernels.add(data[0], data[1])
-            hbm.store(step.out[0], step.out[1], value, step.stream, step.dst_rank)
+            value = data[0]
+            for more in data[1:]:
+                value = kernels.add(value, more)
+            if step.op == "update":
+                hbm.update(step.out[0], step.out[1], value, step.stream, step.dst_rank)
+            else:
+                hbm.store(step.out[0], step.out[1], value, step.stream, step.dst_rank)
             if step.signal_slots:
                 tracker.signal(step.dst_rank, step.signal_slots, step.signal_elems, arrival)
     clock.cu.free_at = t

@@ -1,110 +1,159 @@
-"""The producer: a tiled GEMM run as stages of WG tiles, every tile routed through the map.
+"""The producer: a tiled GEMM run as stages of WGs, every tile routed through the map.
 
-The producer knows nothing of collectives. It computes a stage of tiles with
-the numba kernel, then hands each tile to its route: a local store or update
-(signalling the local tracker if the tile is tracked) and/or a fine-grained
-remote store or update into a peer's HBM (put-with-signal). Fusion is entirely
-in the routes, as in T3.
+The producer knows nothing of collectives. It computes a stage of WGs with the
+numba kernel, then hands each WG's tile to its route: a local store or update
+(signalling the local tracker if the tile is tracked) and/or fine-grained
+remote stores or updates into peers' HBM (put-with-signal). A consumer GEMM
+may also be *gated*: a stage waits until the tracker has seen the input
+regions its WGs read (T3's consumer-side use of the tracker). Fusion is
+entirely in the routes and gates, as in T3.
 
 Also here: the modelled timing of the producer's stages and of the DMA queue
-that the map programmed, both reserved through the rank's program order.
+that the maps programmed, both reserved through the rank's program order.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from devices import kernels
 from devices.dma import DmaCommand
 from devices.hbm import Hbm
-from devices.tracker import Tracker
-from emulator.addrmap import CompiledMap, Route
+from devices.tracker import TrackedRegion, Tracker
+from emulator.addrmap import Route, TileSpace
+from emulator.arbitration import CommWindow, Exclusive
 from emulator.clock import RankClock
 from emulator.costmodel import CostModel
 
 
 @dataclass(frozen=True)
 class GemmJob:
-    a: str  # HBM array names
+    a: str  # HBM array names of the inputs
     b: str
-    out: str
-    k: int
-    order: np.ndarray  # tile ids in WG dispatch order
-    stage_size: int  # WG tiles per stage
+    space: TileSpace  # the output buffer's tiles
+    wgs: np.ndarray  # (n, 6): r0, r1, c0, c1, k0, k1 of each WG
+    wg_tile: np.ndarray  # WG -> output tile id
+    order: np.ndarray  # WG ids in dispatch order
+    stage_size: int  # WGs per stage
+    gates: dict[int, list[str]] = field(default_factory=dict)  # stage -> tracked input regions
+    outputs_cached: bool = False  # False: outputs bypass L2 (T3's uncached allocation)
+
+    def stages(self) -> list[np.ndarray]:
+        o = self.order
+        return [o[i : i + self.stage_size] for i in range(0, len(o), self.stage_size)]
+
+    def local_writes(self) -> np.ndarray:
+        """How many WGs write each output tile."""
+        return np.bincount(self.wg_tile, minlength=len(self.space)).astype(np.int64)
 
 
-def stages_of(job: GemmJob) -> list[np.ndarray]:
-    return [job.order[i : i + job.stage_size] for i in range(0, len(job.order), job.stage_size)]
+def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,
+             split: int) -> tuple[np.ndarray, np.ndarray]:
+    """WGs for the given tiles, in that order: ``split`` WGs per tile over K slices."""
+    bounds = [k * j // split for j in range(split + 1)]
+    wgs, wg_tile = [], []
+    for t in tile_ids:
+        r0, r1, c0, c1 = space.region(t)
+        for j in range(split):
+            wgs.append((r0, r1, c0, c1, bounds[j], bounds[j + 1]))
+            wg_tile.append(int(t))
+    return np.array(wgs, np.int64).reshape(-1, 6), np.array(wg_tile, np.int64)
 
 
-def program_order(job: GemmJob, compiled: CompiledMap) -> tuple[list[int], list[DmaCommand]]:
-    """Fix the rank's program order: stage s, then the DMA entries its writes complete.
+def program_order(job: GemmJob, commands: list[DmaCommand], lookahead: int,
+                  nslots: int) -> tuple[list[int], list[DmaCommand]]:
+    """Fix the rank's program order of GEMM stages and DMA queue entries.
 
-    An entry comes right after the stage that makes its last local write, so the
-    traffic it causes is reserved before (and contends with) the next stage.
-    Returns each stage's order index and the commands sorted into queue order.
+    Stage s sits at position s. An entry that gates stage g comes just before
+    it; an entry whose region the producer writes comes after the stage of its
+    last local write plus ``lookahead`` stages (the arbitration policy's); any
+    other entry comes after the last stage. Returns each stage's order index
+    and the commands in queue order (with ``order`` and ``compute_after`` set).
     """
-    stage_of_tile = np.full(len(compiled.routes), -1, np.int64)
-    stages = stages_of(job)
+    stages = job.stages()
+    slot_stage = np.full(nslots, -1, np.int64)
     for s, ids in enumerate(stages):
-        stage_of_tile[ids] = s
+        slots = job.space.slot_base + job.wg_tile[ids]
+        slot_stage[slots] = np.maximum(slot_stage[slots], s)
+    gate_stage: dict[str, int] = {}
+    for g in sorted(job.gates):
+        for name in job.gates[g]:
+            gate_stage.setdefault(name, g)
+    last = len(stages) - 1
     keyed = []
-    for i, cmd in enumerate(compiled.commands):
-        last = int(stage_of_tile[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
-        keyed.append((last if last >= 0 else len(stages), i, cmd))
+    for i, cmd in enumerate(commands):
+        name = cmd.trigger.name
+        written = int(slot_stage[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
+        if name in gate_stage:
+            pos = gate_stage[name] - 0.5
+        elif written >= 0:
+            pos = min(written + lookahead, last) + 0.5
+        else:
+            pos = last + 0.5
+        keyed.append((pos, i, cmd))
     keyed.sort(key=lambda x: (x[0], x[1]))
-    stage_index, commands, idx = [], [], 0
-    pos = 0
-    for s in range(len(stages) + 1):
-        if s < len(stages):
+    items = sorted([(float(s), -1, None) for s in range(len(stages))]
+                   + [(p, i, c) for p, i, c in keyed], key=lambda x: (x[0], x[1]))
+    stage_index, ordered = [], []
+    for idx, (pos, _, cmd) in enumerate(items):
+        if cmd is None:
             stage_index.append(idx)
-            idx += 1
-        while pos < len(keyed) and keyed[pos][0] == s:
-            keyed[pos][2].order = idx
-            commands.append(keyed[pos][2])
-            idx += 1
-            pos += 1
-    return stage_index, commands
+        else:
+            cmd.order = idx
+            cmd.compute_after = pos < last
+            ordered.append(cmd)
+    return stage_index, ordered
 
 
 class GemmProducer:
     def __init__(self, hbm: Hbm, tracker: Tracker, clock: RankClock, cost: CostModel,
-                 job: GemmJob, tiles: np.ndarray, routes: list[Route], stage_index: list[int],
-                 watchdog_s: float, fault_stage: int = -1):
+                 job: GemmJob, routes: dict[int, Route], stage_index: list[int],
+                 stream: str, policy=None, gate_regions: dict[str, TrackedRegion] | None = None,
+                 fault_stage: int = -1):
         self.hbm, self.tracker, self.clock, self.cost = hbm, tracker, clock, cost
-        self.job, self.tiles, self.routes = job, tiles, routes
+        self.job, self.routes = job, routes
         self.stage_index = stage_index
-        self.watchdog_s = watchdog_s
+        self.stream = stream
+        self.policy = policy or Exclusive()
+        self.gate_regions = gate_regions or {}
         self.fault_stage = fault_stage
-        self.tile_done = np.zeros(len(tiles), np.float64)  # modelled local-write time per tile
+        self.slot_done = np.zeros(tracker.nslots, np.float64)  # modelled local-write times
+        self.complete_at: dict[str, float] = {}  # filled by the DMA timing (gates)
         self.wall_events: list[tuple[int, float, float]] = []
-        self.end = 0.0
+        self.start = clock.cu.free_at
+        self.end = self.start
 
     def _time_stage(self, s: int, ids: np.ndarray) -> tuple[float, dict[int, float]]:
         """Reserve stage ``s`` on the CUs, HBM and links; return its end and link arrivals."""
-        clock, cost = self.clock, self.cost
-        routes = [self.routes[i] for i in ids]
-        sc = cost.stage(self.tiles[ids], self.job.k, [r.local_op for r in routes],
-                        [r.remote_rank for r in routes])
+        clock, cost, job = self.clock, self.cost, self.job
+        routes = [self.routes[int(job.wg_tile[w])] for w in ids]
+        sc = cost.stage(job.wgs[ids], [r.local_op for r in routes],
+                        [[t.rank for t in r.targets] for r in routes], self.hbm.rank,
+                        job.outputs_cached)
         start = clock.cu.free_at
+        for name in job.gates.get(s, []):
+            start = max(start, self.complete_at[name])
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
             cap = sc.read_bytes / sc.compute_s if sc.compute_s > 0 else None
             read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap)[1])
         end = clock.hbm.reserve(read_end, sc.write_cost_bytes)[1]
-        arrivals = {}
+        arrivals = {self.hbm.rank: end}
         lat = cost.spec.interconnect.link_latency_s
         for dst, nbytes in sorted(sc.remote_bytes.items()):
             link_end = clock.link(dst).reserve(read_end, nbytes)[1]
             clock.log(f"link->{dst}", f"stage {s} stores", read_end, link_end, bytes=nbytes)
             arrivals[dst] = link_end + lat
             end = max(end, link_end)
+        if s == 0 and end > start:
+            self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)
+                                            / ((end - start) * cost.spec.hbm_bw))
         clock.cu.free_at = end
-        clock.log("gemm", f"stage {s}", start, end, tiles=len(ids), flops=sc.flops,
+        clock.log("gemm", f"stage {s}", start, end, wgs=len(ids), flops=sc.flops,
                   read_bytes=sc.read_bytes, write_bytes=sc.write_bytes)
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals
@@ -112,24 +161,26 @@ class GemmProducer:
     def run(self) -> float:
         job, hbm = self.job, self.hbm
         a, b = hbm.view(job.a), hbm.view(job.b)
-        tm = int((self.tiles[:, 1] - self.tiles[:, 0]).max())
+        tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max()) if len(job.wgs) else 1
         bp = kernels.pack_b(b, self.cost.spec.wg_tile_n)
         buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
-        out_dtype = hbm.specs[job.out].dtype
-        for s, ids in enumerate(stages_of(job)):
+        out_dtype = hbm.specs[job.space.buffer].dtype
+        for s, ids in enumerate(job.stages()):
+            for name in job.gates.get(s, []):  # the tracker releases the WGs that need it
+                self.tracker.wait(self.gate_regions[name], self.clock.watchdog_s)
             with self.clock.order.turn(self.stage_index[s], f"GEMM stage {s}"):
                 end, arrivals = self._time_stage(s, ids)
             w0 = time.perf_counter()
             if s == self.fault_stage:
                 raise RuntimeError(f"injected fault: exception in GEMM stage {s} "
                                    f"on rank {hbm.rank}")
-            kernels.gemm_stage(a, bp, self.tiles[ids], buf)
-            for j, t in enumerate(ids):
-                r0, r1, c0, c1 = (int(x) for x in self.tiles[t])
+            kernels.gemm_stage(a, bp, job.wgs[ids], buf)
+            for j, w in enumerate(ids):
+                r0, r1, c0, c1 = (int(x) for x in job.wgs[w, :4])
                 tile = buf[j, : r1 - r0, : c1 - c0]
                 if out_dtype == np.float16:
                     tile = kernels.f32_to_f16(np.ascontiguousarray(tile))
-                self._route(int(t), (r0, r1, c0, c1), tile, end, arrivals)
+                self._route(int(job.wg_tile[w]), (r0, r1, c0, c1), tile, end, arrivals)
             self.wall_events.append((s, w0, time.perf_counter()))
         self.end = self.clock.cu.free_at
         return self.end
@@ -138,56 +189,63 @@ class GemmProducer:
                arrivals: dict[int, float]) -> None:
         route, hbm = self.routes[t], self.hbm
         elems = [tile.size]
+        buffer = self.job.space.buffer
         if route.local_op != "none":
-            self.tile_done[t] = end
             if route.local_op == "update":
-                hbm.update(self.job.out, region, tile, "gemm")
+                hbm.update(buffer, region, tile, "gemm")
             else:
-                hbm.store(self.job.out, region, tile, "gemm")
-            if route.tracked:
-                self.tracker.signal(hbm.rank, [t], elems, 0.0)
-        if route.remote_rank >= 0:
-            dst = route.remote_rank
-            if route.remote_op == "update":
-                hbm.update(self.job.out, region, tile, "rs", dst)
+                hbm.store(buffer, region, tile, "gemm")
+            if route.slot >= 0:
+                self.slot_done[route.slot] = max(self.slot_done[route.slot], end)
+                self.tracker.signal(hbm.rank, [route.slot], elems, 0.0)
+        for tg in route.targets:
+            stream = "gemm" if tg.rank == hbm.rank else self.stream
+            if tg.op == "update":
+                hbm.update(tg.buffer, tg.region, tile, stream, tg.rank)
             else:
-                hbm.store(self.job.out, region, tile, "rs", dst)
-            self.tracker.signal(dst, [t], elems, arrivals[dst])
+                hbm.store(tg.buffer, tg.region, tile, stream, tg.rank)
+            self.tracker.signal(tg.rank, [tg.slot], elems, arrivals[tg.rank])
 
 
 class DmaTiming:
     """Modelled timing of the DMA queue (and of sink entries), in program order."""
 
-    def __init__(self, clock: RankClock, cost: CostModel, compiled: CompiledMap,
-                 producer: GemmProducer, elem_bytes: int):
-        self.clock, self.cost, self.compiled, self.producer = clock, cost, compiled, producer
-        self.e = elem_bytes
-        self.complete_at: dict[str, float] = {}
+    def __init__(self, clock: RankClock, cost: CostModel, incoming: dict[str, tuple[int, str]],
+                 producer: GemmProducer, policy):
+        self.clock, self.cost, self.incoming, self.producer = clock, cost, incoming, producer
+        self.policy = policy
+        self.complete_at = producer.complete_at
         self.last_end = 0.0
 
     def __call__(self, cmd: DmaCommand, t_remote: float) -> float:
         clock, cost = self.clock, self.cost
         spec = cost.spec
         name = cmd.trigger.name
+        e = cost.e
         with clock.order.turn(cmd.order, f"DMA entry {name}"):
-            t_local = float(self.producer.tile_done[cmd.trigger.slots].max())
-            per_elem, op = self.compiled.incoming[name]
+            window = CommWindow(clock.cu.free_at, cmd.compute_after)
             elems = int(cmd.trigger.thresholds.sum() // max(1, cmd.trigger.meta["after"]))
-            landed = 0.0
-            if per_elem > 0:  # peers' updates land in this HBM from their arrival on
-                nbytes = cost.update_cost_bytes(elems * per_elem * self.e, op)
-                landed = clock.hbm.reserve(t_remote, nbytes, cost.comm_cap)[1]
-                clock.log("hbm", f"{name} remote {op}s land", t_remote, landed)
-            done = max(t_local, landed)
-            self.complete_at[name] = done
-            clock.log("tracker", f"{name} complete", done, done)
-            self.last_end = max(self.last_end, done)
+            if name not in self.complete_at:  # the first command of a trigger sees it land
+                t_local = float(self.producer.slot_done[cmd.trigger.slots].max())
+                per_elem, op = self.incoming[name]
+                landed = 0.0
+                if per_elem > 0:  # peers' writes land in this HBM from their arrival on
+                    nbytes = elems * per_elem * e
+                    t_in = clock.receive(t_remote, nbytes)
+                    landed = self.policy.comm(clock.hbm, t_in, cost.update_cost_bytes(nbytes, op),
+                                              window)
+                    clock.log("hbm", f"{name} remote {op}s land", t_remote, landed)
+                done = max(t_local, landed)
+                self.complete_at[name] = done
+                clock.log("tracker", f"{name} complete", done, done)
+                self.last_end = max(self.last_end, done)
+            done = self.complete_at[name]
             if cmd.src is None:
                 return done
-            nbytes = elems * self.e
+            nbytes = elems * e
             engine = clock.dma_engine()
             t0 = max(done, engine.free_at) + spec.dma_setup_s
-            read_end = clock.hbm.reserve(t0, nbytes, cost.comm_cap)[1]
+            read_end = self.policy.comm(clock.hbm, t0, nbytes, window)
             link_end = clock.link(cmd.dst_rank).reserve(t0, nbytes)[1]
             end = max(read_end, link_end)
             engine.free_at = end

@@ -1,22 +1,24 @@
-"""Independent numerics reference: numpy GEMM per rank, then MPI's own collectives.
+"""Independent numerics reference: numpy GEMMs per rank, then MPI's own collectives.
 
 Nothing here uses the emulator's HBM, maps, tracker or kernels: each rank
-computes its partial output with numpy in fp32 from the same inputs, and MPI's
-``Reduce_scatter`` (chunk counts as the ring uses them) or ``Allreduce`` sums
-the partials. Tolerances (elementwise, u = unit roundoff of the storage dtype):
+computes its producer output with numpy in fp32 from the same inputs, and
+MPI's ``Reduce_scatter`` (chunk counts as the emulator uses them; the block
+form when they are even), ``Allreduce``, ``Allgatherv`` or ``Alltoallv`` moves
+and sums it (for ``ag-gemm`` MPI gathers the input rows first and numpy
+multiplies). Tolerances (elementwise, u = unit roundoff of the storage dtype,
+R = roundings of a stored value: one per write or add, N x S for a reduction
+over N ranks of S split-K WGs, S otherwise):
 
 - integer-valued inputs, fp32: every partial and sum is an integer below 2^24,
   so any summation order is exact: tolerance 0 (bit-exact).
-- integer-valued inputs, fp16: partials are exact in fp32, then rounded to fp16
-  once per device and once per addition: |err| <= (N + 1) u S with
-  S = sum over ranks of |partial| (reduced by MPI as well).
+- integer-valued inputs, fp16: partials are exact in fp32, then rounded to
+  fp16 on every write and add: |err| <= (R + 1) u S with S = the same
+  collective applied to |partial|.
 - normal-valued inputs: the K-sum order also differs (BLAS panels vs numpy):
-  |err| <= (K u32 + (N + 1) u) S' with S' = sum over ranks of |A| |B|.
+  |err| <= (K u32 + (R + 1) u) S' with S' the collective of |A| |B|.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
@@ -39,54 +41,61 @@ def make_inputs(m: int, n: int, k: int, dtype: str, values: str, seed: int,
     return a, b
 
 
-@dataclass
-class Reference:
-    rs: np.ndarray  # this rank's reduced chunk (rows r0:r1)
-    rs_tol: np.ndarray
-    ar: np.ndarray | None  # the whole reduced output (all-reduce only)
-    ar_tol: np.ndarray | None
-
-
 def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: str,
-                      values: str, chunks: list[tuple[int, int]], need_ar: bool) -> Reference:
-    n_world = comm.size
+                      values: str, chunks: list[tuple[int, int]], collective: str,
+                      split: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's expected result (in the layout the emulator checks) and its tolerance."""
+    world, rank = comm.size, comm.rank
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    partial = a32 @ b32
-    if values == "int":
-        mag = np.abs(partial)
+    rows = [r1 - r0 for r0, r1 in chunks]
+    r0, r1 = chunks[rank]
+
+    def apply(x: np.ndarray, mag: bool) -> np.ndarray:
+        """The collective of one rank's producer output (or input, for ag-gemm)."""
+        cols = x.shape[1]
+        if collective == "rs":
+            out = np.empty((r1 - r0, cols), np.float32)
+            if len(set(rows)) == 1:
+                comm.Reduce_scatter_block(x, out, op=MPI.SUM)
+            else:
+                comm.Reduce_scatter(x, out, recvcounts=[n * cols for n in rows], op=MPI.SUM)
+            return out
+        if collective == "ar":
+            out = np.empty_like(x)
+            comm.Allreduce(x, out, op=MPI.SUM)
+            return out
+        if collective in ("ag", "ag-gemm"):
+            out = np.empty((sum(rows), cols), np.float32)
+            counts = [n * cols for n in rows]
+            comm.Allgatherv(np.ascontiguousarray(x), [out, counts, None, MPI.FLOAT])
+            return out
+        if collective == "a2a":
+            out = np.empty((world * (r1 - r0), cols), np.float32)
+            send = [n * cols for n in rows]
+            recv = [(r1 - r0) * cols] * world
+            comm.Alltoallv([np.ascontiguousarray(x), send, None, MPI.FLOAT],
+                           [out, recv, None, MPI.FLOAT])
+            return out
+        raise ValueError(f"unknown collective {collective!r}")
+
+    if collective == "ag-gemm":
+        ref = apply(a32, False) @ b32
+        mag = (apply(np.abs(a32), True) @ np.abs(b32)) if values != "int" else np.abs(ref)
     else:
-        mag = np.abs(a32) @ np.abs(b32)
-    cols = partial.shape[1]
-    counts = [(r1 - r0) * cols for r0, r1 in chunks]
-    r0, r1 = chunks[comm.rank]
-
-    def rs(x: np.ndarray) -> np.ndarray:
-        out = np.empty((r1 - r0, cols), np.float32)
-        comm.Reduce_scatter(x, out, recvcounts=counts, op=MPI.SUM)
-        return out
-
-    def ar(x: np.ndarray) -> np.ndarray:
-        out = np.empty_like(x)
-        comm.Allreduce(x, out, op=MPI.SUM)
-        return out
-
-    u = UNIT_ROUNDOFF[dtype]
-    k = a.shape[1]
-
-    def tol(s: np.ndarray) -> np.ndarray:
+        ref = apply(a32 @ b32, False)
         if values == "int":
-            if dtype == "fp32" and float(comm.allreduce(s.max() if s.size else 0.0, MPI.MAX)) < 2**24:
-                return np.zeros_like(s)
-            return (n_world + 1) * u * s
-        return (k * UNIT_ROUNDOFF["fp32"] + (n_world + 1) * u) * s * 1.01
-
-    ref_rs = rs(partial)
-    tol_rs = tol(rs(mag))
-    if need_ar:
-        ref_ar = ar(partial)
-        tol_ar = tol(ar(mag))
-        return Reference(ref_rs, tol_rs, ref_ar, tol_ar)
-    return Reference(ref_rs, tol_rs, None, None)
+            mag = apply(np.abs(a32 @ b32), True)
+        else:
+            mag = apply(np.abs(a32) @ np.abs(b32), True)
+    u = UNIT_ROUNDOFF[dtype]
+    roundings = world * split if collective in ("rs", "ar") else split
+    if values == "int":
+        top = float(comm.allreduce(float(mag.max()) if mag.size else 0.0, MPI.MAX))
+        if dtype == "fp32" and top < 2**24:
+            return ref, np.zeros_like(ref)
+        return ref, (roundings + 1) * u * mag
+    k = a.shape[1]
+    return ref, (k * UNIT_ROUNDOFF["fp32"] + (roundings + 1) * u) * mag * 1.01
 
 
 def check(result: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool, float, str]:

@@ -2,127 +2,159 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from collectives.ring import ChunkSlots, RingContext, ag_steps, sequential_rs_steps, t3_rs_map
+from collectives.common import Problem
+from collectives.plans import build_plan
 from devices.dma import DmaEngine
 from devices.hbm import KINDS, Hbm
 from devices.spec import DeviceSpec
 from devices.tracker import Tracker
-from emulator.addrmap import AddressMap, tile_grid
+from emulator.arbitration import Exclusive, policy_for
 from emulator.clock import Event, RankClock
 from emulator.config import RunConfig
-from emulator.costmodel import DTYPE_BYTES, CostModel
+from emulator.costmodel import CostModel
 from emulator.custeps import run_steps
-from emulator.producer import DmaTiming, GemmJob, GemmProducer, program_order
+from emulator.plan import GemmPhase, Plan, StepsPhase
+from emulator.producer import DmaTiming, GemmProducer, program_order
 from emulator.reference import NP_DTYPE
 from emulator.runtime import abort
 
-STREAMS = ("gemm", "rs", "ag")
+STREAMS = ("gemm", "rs", "ag", "a2a")
 
 
 @dataclass
 class RankResult:
     mode: str
-    gemm_end: float
-    rs_end: float
-    ag_end: float
-    result: np.ndarray  # the rank's checked output (own chunk for RS, all for AR)
+    phases: dict[str, tuple[float, float]]  # name -> modelled (start, end) on this rank
+    end: float
+    result: np.ndarray  # the rank's checked output
     traffic: np.ndarray  # (world, stream, kind) bytes, every rank's HBM
-    flops: float
     wall_s: float
+    policy: dict = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     wall_events: dict = field(default_factory=dict)
 
 
-def _plan(mode: str, ctx: RingContext, spec: DeviceSpec) -> tuple[AddressMap, np.ndarray]:
-    if mode == "t3":
-        return t3_rs_map(ctx, spec.wg_tile_m, spec.wg_tile_n)
-    # the baseline GEMM knows nothing of chunks: a plain tile grid, row-major WG order
-    tiles = tile_grid([(0, ctx.rows)], ctx.cols, spec.wg_tile_m, spec.wg_tile_n)
-    return AddressMap(ctx.out, tiles, ctx.rank, ctx.world, "store"), np.arange(len(tiles))
+def device_for(spec: DeviceSpec, topology: str) -> DeviceSpec:
+    """The device with the run's topology (the preset's unless ``--topology`` says otherwise)."""
+    return dataclasses.replace(spec, interconnect=dataclasses.replace(spec.interconnect,
+                                                                      topology=topology))
+
+
+def problem(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
+    return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, device_for(spec, cfg.topology),
+                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k)
+
+
+class _Clocks:
+    """The rank's modelled clocks by name: one chained timeline, or one per isolated run."""
+
+    def __init__(self, p: Problem, watchdog_s: float):
+        self.p, self.watchdog_s = p, watchdog_s
+        topo = p.spec.interconnect.topology
+        self.switched = topo == "switch"
+        self.peers = frozenset({p.left, p.right}) if topo == "ring" else None
+        self.by_name: dict[str, RankClock] = {}
+
+    def __getitem__(self, name: str) -> RankClock:
+        if name not in self.by_name:
+            s = self.p.spec
+            self.by_name[name] = RankClock(self.p.rank, s.hbm_bw, s.interconnect.link_bw,
+                                           s.dma_engines, self.watchdog_s, self.switched,
+                                           self.peers)
+        return self.by_name[name]
 
 
 def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray,
              b: np.ndarray, mode: str) -> RankResult:
-    world, rank = comm.size, comm.rank
-    m, k = a.shape
-    ncols = b.shape[1]
-    dt = NP_DTYPE[cfg.dtype]
-    e = DTYPE_BYTES[cfg.dtype]
-    ctx = RingContext(rank, world, m, ncols)
-    amap, order = _plan(mode, ctx, spec)
-    compiled = amap.compile()
-    slots = ChunkSlots(len(amap.tiles), world)
-    layout = [("A", (m, k), dt), ("B", (k, ncols), dt), ("C", (m, ncols), dt)]
-    if mode == "sequential" and world > 1:
-        layout.append(("R", (m, ncols), dt))
-    hbm = Hbm(comm, layout, STREAMS)
-    tracker = Tracker(comm, slots.total, slots.name)
-    try:
-        hbm.view("A")[:] = a  # inputs are resident before the operation starts
-        hbm.view("B")[:] = b
-        clock = RankClock(rank, spec.hbm_bw, spec.interconnect.link_bw, spec.dma_engines,
-                          cfg.watchdog_s)
-        cost = CostModel(spec, cfg.dtype)
-        job = GemmJob("A", "B", "C", k, order, spec.wgs_per_stage)
-        stage_index, commands = program_order(job, compiled)
-        fault_stage = -1
-        if cfg.inject_fault and int(cfg.inject_fault.split("@")[1]) == rank:
-            fault_stage = min(1, len(stage_index) - 1)
-        producer = GemmProducer(hbm, tracker, clock, cost, job, amap.tiles, compiled.routes,
-                                stage_index, cfg.watchdog_s, fault_stage)
-        comm.Barrier()
-        w0 = time.perf_counter()
-        dma = None
-        if mode == "t3":
-            timing = DmaTiming(clock, cost, compiled, producer, e)
-            dma = DmaEngine(hbm, tracker, commands, timing, cfg.watchdog_s,
-                            on_error=lambda exc: abort(exc, "DMA engine: "))
-            dma.start()
-            gemm_end = producer.run()
-            dma.join()
-            rs_end = max(gemm_end, timing.last_end)
+    p = problem(comm, cfg, spec)
+    plan = build_plan(p, cfg.collective, cfg.algorithm, mode)
+    compiled = {id(ph): [m.compile() for m in ph.maps] for ph in plan.phases
+                if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
+    hbm = Hbm(comm, plan.layout, STREAMS)
+    tracker = Tracker(comm, plan.slots.total, plan.slots.name)
+    for name, data in (("A", a), ("B", b)):  # inputs are resident before the operation
+        array, row = plan.inputs[name]
+        hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
+    cost = CostModel(p.spec, cfg.dtype)
+    clocks = _Clocks(p, cfg.watchdog_s)
+    fault_rank = int(cfg.inject_fault.split("@")[1]) if cfg.inject_fault else -1
+    lat = p.spec.interconnect.link_latency_s
+    times: dict[str, tuple[float, float]] = {}
+    policy_info: dict = {}
+    wall_events: dict = {}
+    comm.Barrier()
+    w0 = time.perf_counter()
+    for idx, ph in enumerate(plan.phases):
+        if plan.isolated and idx:
+            hbm.win.Sync()
+            comm.Barrier()  # isolated runs: the previous run is over everywhere
+        clock = clocks[ph.clock]
+        start = max([clock.cu.free_at] + [times[n][1] for n in ph.after])
+        if isinstance(ph, StepsPhase):
+            if ph.credit is not None:
+                for r in ph.credit.notify:
+                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1], start + lat)
+                start = max(start, tracker.wait(ph.credit.region, cfg.watchdog_s))
+            end = run_steps(ph.steps, hbm, tracker, clock, cost, cfg.watchdog_s, start)
         else:
-            gemm_end = producer.run()
-            rs_end = run_steps(sequential_rs_steps(ctx, slots, e), hbm, tracker, clock, cost,
-                               cfg.watchdog_s, gemm_end)
-        ag_end = rs_end
-        if cfg.collective == "ar" and world > 1:
-            lat = spec.interconnect.link_latency_s
-            tracker.signal(ctx.right, [slots.ag_credit], [1], rs_end + lat)
-            ag_end = run_steps(ag_steps(ctx, slots, e), hbm, tracker, clock, cost,
-                               cfg.watchdog_s, rs_end)
-        hbm.win.Sync()
-        comm.Barrier()
-        wall = time.perf_counter() - w0
-        c = hbm.view("C")
-        if cfg.collective == "ar":
-            result = c.copy()
-        else:
-            r0, r1 = ctx.chunk(rank)
-            result = c[r0:r1].copy()
-        traffic = hbm.traffic_by_rank()
-        flops = 2.0 * m * ncols * k
-        wall_events = {}
-        if cfg.record_wall:
-            wall_events = {"stages": producer.wall_events,
-                           "dma": dma.wall_events if dma is not None else []}
-    except BaseException:
-        # the job aborts; freeing the windows here would pull memory from under the DMA thread
-        raise
+            fault = 1 if (fault_rank == p.rank and idx == 0) else -1
+            end, policy, walls = _run_gemm(ph, compiled[id(ph)], mode, hbm, tracker, clock,
+                                           cost, start, fault, cfg)
+            if ph.fused:
+                policy_info = policy.describe()
+                wall_events = walls
+        times[ph.name] = (start, end)
+    hbm.win.Sync()
+    comm.Barrier()
+    wall = time.perf_counter() - w0
+    result = np.concatenate([hbm.view(buf, region).astype(np.float32)
+                             for buf, region in plan.result], axis=0)
+    traffic = hbm.traffic_by_rank()
+    events = [ev for c in clocks.by_name.values() for ev in c.events]
     tracker.free()
     hbm.free()
-    return RankResult(mode, gemm_end, rs_end, ag_end, result, traffic, flops, wall,
-                      clock.events, wall_events)
+    return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
+                      policy_info, events, wall_events if cfg.record_wall else {})
+
+
+def _run_gemm(ph: GemmPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
+              clock: RankClock, cost: CostModel, start: float, fault_stage: int,
+              cfg: RunConfig):
+    clock.new_program()
+    clock.cu.free_at = start
+    routes = compiled[0].routes
+    commands = [c for cm in compiled for c in cm.commands]
+    incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
+    policy = policy_for(mode) if ph.fused else Exclusive()
+    stage_index, commands = program_order(ph.job, commands, policy.lookahead, tracker.nslots)
+    gates = {c.trigger.name: c.trigger for c in commands}
+    producer = GemmProducer(hbm, tracker, clock, cost, ph.job, routes, stage_index, ph.stream,
+                            policy, gates, fault_stage)
+    for slots, elems in ph.preload:  # resident inputs: written before the phase starts
+        producer.slot_done[slots] = start
+        tracker.signal(hbm.rank, slots, elems, start)
+    if not commands:
+        return producer.run(), policy, {}
+    timing = DmaTiming(clock, cost, incoming, producer, policy)
+    dma = DmaEngine(hbm, tracker, commands, timing, cfg.watchdog_s,
+                    on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream)
+    dma.start()
+    gemm_end = producer.run()
+    dma.join()
+    walls = {"stages": producer.wall_events, "dma": dma.wall_events}
+    return max(gemm_end, timing.last_end), policy, walls
 
 
 def categories(traffic: np.ndarray) -> dict[str, int]:
-    """T3's six DRAM categories from (stream, kind) counts of one HBM (or a sum)."""
+    """DRAM bytes by T3's categories (GEMM, RS, AG reads and writes; plus A2A) from
+    (stream, kind) counts of one HBM (or a sum); updates count as writes."""
     out = {}
     for s, stream in enumerate(STREAMS):
         out[f"{stream}_read"] = int(traffic[s, KINDS.index("read")])

@@ -33,26 +33,44 @@ def _fmt_bytes(n: float) -> str:
 def summary_table(doc: dict) -> str:
     lines = []
     cfg = doc["config"]
-    lines.append(f"t3emu: {cfg['collective'].upper()} on a {cfg['topology']} of "
-                 f"{doc['world_size']} x {doc['device']['name']}, per-device GEMM "
-                 f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}")
-    head = f"{'mode':<11} {'modelled':>11} {'speedup':>8}  {'phases':<38} {'DRAM':>11}  " \
+    lines.append(f"t3emu: {cfg['collective'].upper()} ({cfg['algorithm']}) on a "
+                 f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}, "
+                 f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
+                 + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else ""))
+    head = f"{'mode':<13} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
            f"{'numerics':<22} {'wall':>7}"
     lines.append(head)
     lines.append("-" * len(head))
     for run in doc["runs"]:
-        phases = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in run["phases"].items()) + " us"
+        phases = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in run["phases"].items())
         verdict = ("PASS" if run["numerics_pass"] else "FAIL") + f" (max err {run['max_abs_error']:.3g})"
         sp = run.get("speedup_vs_sequential")
-        lines.append(f"{run['mode']:<11} {run['modelled_time_s'] * 1e6:>8.1f} us "
-                     f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<38} "
+        lines.append(f"{run['mode']:<13} {run['modelled_time_s'] * 1e6:>8.1f} us "
+                     f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
                      f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
                      f"{run['wall_time_s']:>6.2f}s")
     lb = doc["lower_bounds_s"]
-    lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, RS on the links "
-                 f"{lb['rs_link'] * 1e6:.1f} us; modelled times are deterministic, wall time is "
-                 f"this host's")
+    lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
+                 f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
+                 f"isolated runs; modelled times are deterministic, wall time is this host's")
     return "\n".join(lines)
+
+
+def lower_bounds(cfg: RunConfig, spec, world: int, chunks) -> dict[str, float]:
+    """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
+    every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1)."""
+    from emulator.costmodel import DTYPE_BYTES
+
+    e = DTYPE_BYTES[cfg.dtype]
+    rows_min = min(r1 - r0 for r0, r1 in chunks)
+    others = (cfg.m - rows_min) * e
+    moved = {"rs": others * cfg.n, "ag": others * cfg.n, "ar": 2 * others * cfg.n,
+             "a2a": others * cfg.n, "ag-gemm": others * cfg.k}[cfg.collective]
+    links = {"ring": min(2, world - 1), "full-mesh": world - 1, "switch": 1}[cfg.topology]
+    rows = rows_min if cfg.collective == "ag" else cfg.m
+    return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
+            "collective_link": moved / (max(links, 1) * spec.interconnect.link_bw)
+            if world > 1 else 0.0}
 
 
 def main(cfg: RunConfig) -> int:
@@ -69,11 +87,10 @@ def main(cfg: RunConfig) -> int:
 def _main(cfg: RunConfig) -> int:
     from mpi4py import MPI
 
-    from collectives.ring import ring_chunks
+    from collectives.common import ring_chunks
     from devices.spec import load_device
-    from emulator.costmodel import DTYPE_BYTES
     from emulator.reference import check, compute_reference, make_inputs
-    from emulator.runner import categories, run_mode
+    from emulator.runner import categories, device_for, run_mode
     from emulator.runtime import warm_kernels
 
     comm = MPI.COMM_WORLD
@@ -82,39 +99,33 @@ def _main(cfg: RunConfig) -> int:
         sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
     if cfg.m < world:
         raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
-    spec = load_device(cfg.device)
+    spec = device_for(load_device(cfg.device), cfg.topology)
     warm_kernels(comm)
-    a, b = make_inputs(cfg.m, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
     chunks = ring_chunks(cfg.m, world)
-    ref = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, cfg.collective == "ar")
+    own = chunks[rank][1] - chunks[rank][0]
+    rows = own if cfg.collective in ("ag", "ag-gemm") else cfg.m
+    a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+    ref, tol = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, cfg.collective,
+                                 cfg.split_k)
     runs = []
     any_fail = False
     for mode in cfg.modes:
         res = run_mode(comm, cfg, spec, a, b, mode)
-        if cfg.collective == "ar":
-            ok, err, note = check(res.result, ref.ar, ref.ar_tol)
-        else:
-            ok, err, note = check(res.result, ref.rs, ref.rs_tol)
+        ok, err, note = check(res.result, ref, tol)
         all_ok = comm.allreduce(ok, MPI.LAND)
         any_fail = any_fail or not all_ok
         errs = comm.gather(err, root=0)
         notes = comm.gather(note, root=0)
-        ends = comm.gather((res.gemm_end, res.rs_end, res.ag_end), root=0)
+        times = comm.gather(res.phases, root=0)
         walls = comm.gather(res.wall_s, root=0)
         events = comm.gather([(ev.track, ev.name, ev.start, ev.end) for ev in res.events]
                              if cfg.record_wall else None, root=0)
         wall_events = comm.gather(res.wall_events, root=0)
         if rank == 0:
-            gemm_end = max(x[0] for x in ends)
-            rs_end = max(x[1] for x in ends)
-            ag_end = max(x[2] for x in ends)
-            total = ag_end if cfg.collective == "ar" else rs_end
-            if mode == "sequential":
-                phases = {"gemm": gemm_end, "rs": rs_end - gemm_end}
-            else:
-                phases = {"gemm+rs": rs_end}
-            if cfg.collective == "ar":
-                phases["ag"] = ag_end - rs_end
+            names = list(times[0])
+            windows = {n: (max(t[n][0] for t in times), max(t[n][1] for t in times))
+                       for n in names}
+            total = max(w[1] for w in windows.values())
             per_rank = [categories(res.traffic[r]) for r in range(world)]
             totals = {key: sum(p[key] for p in per_rank) for key in per_rank[0]}
             nan = any(e != e for e in errs)
@@ -124,11 +135,12 @@ def _main(cfg: RunConfig) -> int:
                 "max_abs_error": float("nan") if nan else float(max(errs)),
                 "numerics_notes": [f"rank {r}: {n}" for r, n in enumerate(notes) if n],
                 "modelled_time_s": total,
-                "phases": phases,
-                "gemm_end_s": gemm_end,
-                "rank_end_s": [x[2] if cfg.collective == "ar" else x[1] for x in ends],
+                "phases": {n: w[1] - w[0] for n, w in windows.items()},
+                "phase_windows_s": windows,
+                "rank_end_s": [max(e for _, e in t.values()) for t in times],
                 "dram_bytes": totals,
                 "dram_bytes_per_rank": per_rank,
+                "arbitration": res.policy,
                 "wall_time_s": max(walls),
             }
             if cfg.record_wall:
@@ -140,17 +152,11 @@ def _main(cfg: RunConfig) -> int:
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == "sequential"), None)
     for run in runs:
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
-    e = DTYPE_BYTES[cfg.dtype]
-    out_bytes = cfg.m * cfg.n * e
-    own_min = min(r1 - r0 for r0, r1 in chunks) * cfg.n * e
     doc = {
         "config": cfg.to_dict(),
         "world_size": world,
         "device": spec.to_dict(),
-        "lower_bounds_s": {
-            "gemm_compute": 2.0 * cfg.m * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
-            "rs_link": (out_bytes - own_min) / spec.interconnect.link_bw,
-        },
+        "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         "runs": runs,
         "created_unix": time.time(),
     }

@@ -34,20 +34,36 @@ def test_gemm_stage_matches_numpy_on_uneven_tiles(dtype):
     m, n, k, tm, tn = 301, 259, 97, 64, 48
     a = rng.integers(-3, 4, (m, k)).astype(dtype)
     b = rng.integers(-3, 4, (k, n)).astype(dtype)
-    tiles = np.array([(r, min(r + tm, m), c, min(c + tn, n))
+    tiles = np.array([(r, min(r + tm, m), c, min(c + tn, n), 0, k)
                       for r in range(0, m, tm) for c in range(0, n, tn)], np.int64)
     out = np.full((len(tiles), tm, tn), np.nan, np.float32)
     kernels.gemm_stage(a, kernels.pack_b(b, tn), tiles, out)
     ref = a.astype(np.float32) @ b.astype(np.float32)
-    for i, (r0, r1, c0, c1) in enumerate(tiles):
+    for i, (r0, r1, c0, c1, _, _) in enumerate(tiles):
         assert np.array_equal(out[i, : r1 - r0, : c1 - c0], ref[r0:r1, c0:c1]), i
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_split_k_wgs_sum_to_the_tile(dtype):
+    """Split-K: three WGs each sum their K slice; their partial tiles add up to the tile."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3, 4, (70, 50)).astype(dtype)
+    b = rng.integers(-3, 4, (50, 40)).astype(dtype)
+    tiles = np.array([(0, 64, 0, 32, k0, k1) for k0, k1 in ((0, 17), (17, 34), (34, 50))],
+                     np.int64)
+    out = np.empty((3, 64, 32), np.float32)
+    kernels.gemm_stage(a, kernels.pack_b(b, 32), tiles, out)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    assert np.array_equal(out[1], a32[0:64, 17:34] @ b32[17:34, 0:32])
+    assert np.array_equal(out.sum(axis=0), (a32 @ b32)[0:64, 0:32])
 
 
 def test_gemm_stage_float_values_close_to_numpy():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((130, 70)).astype(np.float32)
     b = rng.standard_normal((70, 90)).astype(np.float32)
-    tiles = np.array([[0, 64, 0, 64], [64, 128, 64, 90], [128, 130, 0, 64]], np.int64)
+    tiles = np.array([[0, 64, 0, 64, 0, 70], [64, 128, 64, 90, 0, 70], [128, 130, 0, 64, 0, 70]],
+                     np.int64)
     out = np.empty((3, 64, 64), np.float32)
     kernels.gemm_stage(a, kernels.pack_b(b, 64), tiles, out)
     ref = a @ b
@@ -70,8 +86,8 @@ def test_wrappers_reject_bad_shapes_and_dtypes():
     bp = kernels.pack_b(np.ones((5, 4), np.float32), 2)
     out = np.empty((1, 4, 2), np.float32)
     with pytest.raises(ValueError, match="K mismatch"):
-        kernels.gemm_stage(a, bp, np.array([[0, 4, 0, 2]], np.int64), out)
+        kernels.gemm_stage(a, bp, np.array([[0, 4, 0, 2, 0, 3]], np.int64), out)
     with pytest.raises(ValueError, match="float16 or float32"):
         kernels.pack_b(np.ones((3, 3), np.float64), 2)
     with pytest.raises(ValueError, match="tiles must be int64"):
-        kernels.gemm_stage(np.ones((4, 5), np.float32), bp, np.array([[0, 4, 0, 2]], np.int32), out)
+        kernels.gemm_stage(np.ones((4, 5), np.float32), bp, np.array([[0, 4, 0, 2, 0, 5]], np.int32), out)

@@ -1,0 +1,100 @@
+"""What every collective builder shares: the problem on one rank, chunks, tile spaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from devices.spec import DeviceSpec
+from emulator.addrmap import AddressMap, TileSpace, tile_grid
+from emulator.plan import Slots
+from emulator.producer import GemmJob, make_wgs
+
+
+def ring_chunks(rows: int, world: int) -> list[tuple[int, int]]:
+    """Row ranges of the N chunks (the first rows % N chunks get one row more)."""
+    base, extra = divmod(rows, world)
+    bounds = [0]
+    for c in range(world):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    return [(bounds[c], bounds[c + 1]) for c in range(world)]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One rank's view of a collective: output M x N (chunked by rows), K, split-K."""
+
+    rank: int
+    world: int
+    m: int
+    n: int
+    k: int
+    spec: DeviceSpec
+    dtype: object  # numpy dtype of the stored data
+    split: int = 1  # WGs per output tile (split-K)
+
+    @property
+    def left(self) -> int:
+        return (self.rank - 1) % self.world
+
+    @property
+    def right(self) -> int:
+        return (self.rank + 1) % self.world
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        return ring_chunks(self.m, self.world)
+
+    @property
+    def max_chunk(self) -> int:
+        return max(r1 - r0 for r0, r1 in self.chunks)
+
+    def chunk(self, c: int) -> tuple[int, int]:
+        return self.chunks[c % self.world]
+
+    def chunk_region(self, c: int, cols: int | None = None) -> tuple[int, int, int, int]:
+        r0, r1 = self.chunk(c)
+        return (r0, r1, 0, self.n if cols is None else cols)
+
+    def chunk_elems(self, c: int) -> int:
+        r0, r1 = self.chunk(c)
+        return (r1 - r0) * self.n
+
+    def slot_region(self, sender: int, owner: int) -> tuple[int, int, int, int]:
+        """Rows of ``sender``'s block in ``owner``'s receive buffer (world x max chunk rows)."""
+        rows = self.chunk(owner)[1] - self.chunk(owner)[0]
+        base = sender * self.max_chunk
+        return (base, base + rows, 0, self.n)
+
+    @property
+    def stage_size(self) -> int:
+        return self.spec.wgs_per_stage
+
+    @property
+    def others(self) -> list[int]:
+        """Peers in staggered order: rank+1, rank+2, ... (rank itself excluded)."""
+        return [(self.rank + s) % self.world for s in range(1, self.world)]
+
+    def space(self, slots: Slots, buffer: str, row_blocks, cols: int | None = None,
+              tile_n: int | None = None) -> TileSpace:
+        tiles = tile_grid(list(row_blocks), self.n if cols is None else cols,
+                          self.spec.wg_tile_m, tile_n or self.spec.wg_tile_n)
+        return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
+
+    def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
+             cached: bool = False) -> GemmJob:
+        wgs, wg_tile = make_wgs(space, tile_ids, self.k, self.split)
+        return GemmJob(a, "B", space, wgs, wg_tile, np.arange(len(wgs)), self.stage_size,
+                       gates or {}, cached)
+
+    def producer_op(self) -> str:
+        return "update" if self.split > 1 else "store"
+
+
+def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[GemmJob, AddressMap]:
+    """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
+    space = p.space(slots, "C", rows or [(0, p.m)])
+    job = p.gemm(space, range(len(space)), a=a, cached=True)
+    amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes())
+    return job, amap

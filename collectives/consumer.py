@@ -1,0 +1,58 @@
+"""Consumer-side fusion: an all-gather feeding a GEMM (T3: "the tracker can instead count
+arrivals of an input region and release the WGs that need it").
+
+Rank i holds rows chunk i of the input A (M x K) and its own B (K x N); the
+consumer GEMM computes C = A @ B once all of A has been gathered into the
+buffer AG. Fused form, only through the map over AG (one tile = up to
+``wg_tile_m`` rows x all K columns):
+- the rank's own rows are resident at time 0 (signalled to the tracker) and
+  ``dma_map``-ped to the next ranks (ring: to i-1, forwarded hop by hop;
+  direct: to every peer at once), as stores;
+- every arriving input tile is tracked (after = 1) and, on a ring, DMA'd on
+  unless this is its last stop;
+- the GEMM's WGs walk the chunks in arrival order (own, i+1, i+2, ...) and a
+  stage is released by the tracker when the input tiles its WGs read are in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collectives.common import Problem
+from emulator.addrmap import AddressMap
+from emulator.plan import Slots
+from emulator.producer import GemmJob
+
+
+def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[GemmJob, list[AddressMap],
+                                                              list[tuple[list[int], list[int]]]]:
+    """The gated consumer GEMM, its maps (C's, then AG's) and the resident-input signals."""
+    n, i = p.world, p.rank
+    aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
+    own = aspace.tiles_in(p.chunk_region(i, p.k))
+    writes = np.zeros(len(aspace), np.int64)
+    writes[own] = 1
+    amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store")
+    if n > 1:
+        for t in own:
+            amap.dma_map(aspace.region(t), p.left if algorithm == "ring" else p.others,
+                         op="store", after=1)
+    for c in p.others:
+        for t in aspace.tiles_in(p.chunk_region(c, p.k)):
+            if algorithm == "ring" and c != p.left:
+                amap.dma_map(aspace.region(t), p.left, op="store", after=1)
+            else:
+                amap.track(aspace.region(t), after=1)
+    cspace = p.space(slots, "C", p.chunks)
+    order = [t for c in [i] + p.others for t in cspace.tiles_in(p.chunk_region(c))]
+    job = p.gemm(cspace, order, a="AG")
+    gates: dict[int, list[str]] = {}
+    for s, ids in enumerate(job.stages()):
+        rows = sorted({(int(w[0]), int(w[1])) for w in job.wgs[ids]})
+        gates[s] = [f"AG{[r0, r1, 0, p.k]}" for r0, r1 in rows]
+    job = GemmJob(job.a, job.b, job.space, job.wgs, job.wg_tile, job.order, job.stage_size,
+                  gates, job.outputs_cached)
+    cmap = AddressMap(cspace, i, n, p.producer_op(), job.local_writes())
+    preload = [([aspace.slot(t) for t in own],
+                [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
+    return job, [cmap, amap], preload

@@ -1,0 +1,127 @@
+"""Memory-controller arbitration between the compute and the communication stream.
+
+The HBM is a ``BandwidthTimeline``: reservations made earlier in a rank's
+program order keep their bandwidth, later ones get what is left (a fluid model
+of the DRAM queues). A policy decides two things for the communication stream
+(DMA reads, NMC updates and stores landing from peers):
+
+- ``lookahead``: how many GEMM stages are reserved before the DMA entries a
+  stage triggers. 0 puts them ahead of the next stage (they compete with it as
+  equals); 1 reserves the next stage first (compute first).
+- ``comm(...)``: how the stream may use the bandwidth that is left.
+
+Policies (T3, "Memory-controller arbitration"):
+
+``RoundRobin`` (used by ``t3``): two streams alternate, falling back to the
+other when one is empty. Fluid form: while a later GEMM stage exists, the
+communication stream gets at most ``share`` (1/2) of the bandwidth and compute
+the rest; once compute is done, communication takes all of it.
+
+``Mca`` (used by ``t3-mca``): compute first; communication is issued only while
+DRAM queue occupancy is under a threshold; communication that has waited too
+long is issued anyway; the stream drains at kernel end. Fluid form:
+- compute first: lookahead 1 (stage s+1 is reserved before the entries stage s
+  triggered);
+- occupancy threshold T (5, 10, 30 requests or no limit): a DRAM queue served
+  as an M/M/1 queue holds T requests on average at utilisation T/(T+1), so
+  communication may only fill the bandwidth up to a ceiling of T/(T+1) of the
+  peak (no limit: up to the peak). T is chosen from the GEMM's memory
+  intensity seen in its first stage, before any communication (utilisation
+  u1 = its DRAM bytes / (its duration x peak)): u1 >= 0.75 -> 5, >= 0.5 -> 10,
+  >= 0.25 -> 30, else no limit (ASSUMPTION: T3 names the four thresholds but
+  not the intensity bands; we split the range evenly);
+- anti-starvation: a request waits at most until the end of the stage that was
+  given priority over it (the starvation limit is one stage); after that it is
+  served at the round-robin share;
+- drain: with no later stage, communication takes the whole bandwidth.
+
+``Exclusive``: no compute runs alongside (a kernel of its own, or an isolated
+ideal run): the stream takes what it needs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from emulator.clock import BandwidthTimeline
+
+
+@dataclass
+class CommWindow:
+    """Where a communication request sits relative to the compute stream."""
+
+    deadline: float = 0.0  # end of the stages given priority over it (MCA)
+    compute_after: bool = False  # a later GEMM stage will compete for the HBM
+
+
+class Exclusive:
+    name = "exclusive"
+    lookahead = 0
+
+    def observe_first_stage(self, utilisation: float) -> None:
+        pass
+
+    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
+             window: CommWindow) -> float:
+        return hbm.reserve(ready, nbytes)[1]
+
+    def describe(self) -> dict:
+        return {"policy": self.name}
+
+
+class RoundRobin(Exclusive):
+    name = "round-robin"
+
+    def __init__(self, share: float = 0.5):
+        self.share = share
+
+    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
+             window: CommWindow) -> float:
+        cap = self.share * hbm.rate if window.compute_after else None
+        return hbm.reserve(ready, nbytes, cap)[1]
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "comm_share": self.share}
+
+
+MCA_THRESHOLDS = ((0.75, 5), (0.5, 10), (0.25, 30))  # (first-stage utilisation >=, T)
+
+
+class Mca(RoundRobin):
+    name = "mca"
+    lookahead = 1
+
+    def __init__(self, share: float = 0.5):
+        super().__init__(share)
+        self.threshold: float = math.inf
+        self.first_stage_utilisation: float | None = None
+
+    def observe_first_stage(self, utilisation: float) -> None:
+        if self.first_stage_utilisation is not None:
+            return
+        self.first_stage_utilisation = utilisation
+        self.threshold = next((t for u, t in MCA_THRESHOLDS if utilisation >= u), math.inf)
+
+    @property
+    def ceiling_fraction(self) -> float:
+        t = self.threshold
+        return 1.0 if math.isinf(t) else t / (t + 1.0)
+
+    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
+             window: CommWindow) -> float:
+        start, end, left = hbm.fill(ready, nbytes, ceiling=self.ceiling_fraction * hbm.rate,
+                                    until=max(ready, window.deadline))
+        if left <= 0:
+            return end
+        return super().comm(hbm, max(ready, window.deadline), left, window)
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "comm_share": self.share,
+                "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
+                "first_stage_utilisation": self.first_stage_utilisation,
+                "ceiling_fraction": self.ceiling_fraction}
+
+
+def policy_for(mode: str) -> Exclusive:
+    return Mca() if mode == "t3-mca" else RoundRobin() if mode == "t3" else Exclusive()
