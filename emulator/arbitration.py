@@ -6,9 +6,9 @@ of the DRAM queues). A policy decides two things for the communication stream
 (DMA reads, NMC updates and stores landing from peers):
 
 - ``lookahead``: how many GEMM stages are reserved before the DMA entries a
-  stage triggers. 0 puts them ahead of the next stage (they compete with it as
-  equals); 1 reserves the next stage first (compute first).
-- ``comm(...)``: how the stream may use the bandwidth that is left.
+  stage triggers (0 for both policies here: entries are reserved ahead of the
+  next stage, so their share below is what they get while it runs);
+- ``comm(...)``: the rate the stream may take while compute runs.
 
 Policies (T3, "Memory-controller arbitration"):
 
@@ -20,20 +20,23 @@ the rest; once compute is done, communication takes all of it.
 ``Mca`` (used by ``t3-mca``): compute first; communication is issued only while
 DRAM queue occupancy is under a threshold; communication that has waited too
 long is issued anyway; the stream drains at kernel end. Fluid form:
-- compute first: lookahead 1 (stage s+1 is reserved before the entries stage s
-  triggered);
 - occupancy threshold T (5, 10, 30 requests or no limit): a DRAM queue served
   as an M/M/1 queue holds T requests on average at utilisation T/(T+1), so
-  communication may only fill the bandwidth up to a ceiling of T/(T+1) of the
-  peak (no limit: up to the peak). T is chosen from the GEMM's memory
-  intensity seen in its first stage, before any communication (utilisation
-  u1 = its DRAM bytes / (its duration x peak)): u1 >= 0.75 -> 5, >= 0.5 -> 10,
-  >= 0.25 -> 30, else no limit (ASSUMPTION: T3 names the four thresholds but
-  not the intensity bands; we split the range evenly);
-- anti-starvation: a request waits at most until the end of the stage that was
-  given priority over it (the starvation limit is one stage); after that it is
-  served at the round-robin share;
+  the total may only reach a ceiling of T/(T+1) of the peak while
+  communication is admitted (no limit: the peak);
+- T is chosen from the GEMM's memory intensity seen in its first stage, before
+  any communication: utilisation u1 = its DRAM bytes / (its duration x peak);
+  u1 >= 0.75 -> 5, >= 0.5 -> 10, >= 0.25 -> 30, else no limit (ASSUMPTION:
+  T3 names the four thresholds but not the intensity bands; we split the
+  range evenly);
+- compute first: while a later GEMM stage runs, communication gets what the
+  GEMM leaves under the ceiling, (T/(T+1) - u1) of the peak, using the
+  intensity MCA measured;
+- anti-starvation: never less than 1/(T+1) of the peak (at least one request
+  in T+1 is communication);
 - drain: with no later stage, communication takes the whole bandwidth.
+So a light GEMM lets communication use more than round-robin's half, and a
+memory-bound GEMM keeps nearly all of the bandwidth.
 
 ``Exclusive``: no compute runs alongside (a kernel of its own, or an isolated
 ideal run): the stream takes what it needs.
@@ -51,7 +54,6 @@ from emulator.clock import BandwidthTimeline
 class CommWindow:
     """Where a communication request sits relative to the compute stream."""
 
-    deadline: float = 0.0  # end of the stages given priority over it (MCA)
     compute_after: bool = False  # a later GEMM stage will compete for the HBM
 
 
@@ -90,10 +92,9 @@ MCA_THRESHOLDS = ((0.75, 5), (0.5, 10), (0.25, 30))  # (first-stage utilisation 
 
 class Mca(RoundRobin):
     name = "mca"
-    lookahead = 1
 
-    def __init__(self, share: float = 0.5):
-        super().__init__(share)
+    def __init__(self):
+        super().__init__()
         self.threshold: float = math.inf
         self.first_stage_utilisation: float | None = None
 
@@ -108,19 +109,24 @@ class Mca(RoundRobin):
         t = self.threshold
         return 1.0 if math.isinf(t) else t / (t + 1.0)
 
+    @property
+    def comm_fraction(self) -> float:
+        """Communication's share of the peak while a GEMM stage runs."""
+        floor = 0.0 if math.isinf(self.threshold) else 1.0 / (self.threshold + 1.0)
+        u1 = self.first_stage_utilisation or 0.0
+        return min(1.0, max(floor, self.ceiling_fraction - u1))
+
     def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
              window: CommWindow) -> float:
-        start, end, left = hbm.fill(ready, nbytes, ceiling=self.ceiling_fraction * hbm.rate,
-                                    until=max(ready, window.deadline))
-        if left <= 0:
-            return end
-        return super().comm(hbm, max(ready, window.deadline), left, window)
+        if not window.compute_after:
+            return hbm.reserve(ready, nbytes)[1]  # drain
+        return hbm.reserve(ready, nbytes, self.comm_fraction * hbm.rate)[1]
 
     def describe(self) -> dict:
-        return {"policy": self.name, "comm_share": self.share,
+        return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
                 "first_stage_utilisation": self.first_stage_utilisation,
-                "ceiling_fraction": self.ceiling_fraction}
+                "ceiling_fraction": self.ceiling_fraction, "comm_fraction": self.comm_fraction}
 
 
 def policy_for(mode: str) -> Exclusive:

@@ -200,6 +200,11 @@ class RankClock:
         start = max(0.0, t_arrival - nbytes / self.ingress.rate)
         return max(t_arrival, self.ingress.reserve(start, nbytes)[1])
 
+    def streamed_from(self, t_arrival: float, nbytes: float) -> float:
+        """When data whose last byte arrived at ``t_arrival`` began to arrive: it streams in
+        at the link (or port) rate, and lands in the HBM as it comes."""
+        return max(0.0, t_arrival - nbytes / self.link_bw)
+
     def dma_engine(self) -> SerialResource:
         """The engine that frees first (lowest index on ties): deterministic."""
         return min(self.dma, key=lambda e: e.free_at)

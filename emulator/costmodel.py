@@ -28,8 +28,10 @@ Link transfer of B bytes: B / L on the sender's outgoing link (behind a
 switch: its up port, then the receiver's down port), arrival = end + lat.
 DMA command: ``dma_setup_s``, then the source read (B at the HBM) and the link
 transfer stream concurrently; the engine is busy until both end.
-Writes landing from peers are charged to the receiver's HBM from their arrival
-(``nmc_update_cost`` x B for updates, B for stores).
+Writes landing from peers are charged to the receiver's HBM as they stream in,
+from (arrival - B / L) on (``nmc_update_cost`` x B for updates, B for stores);
+the data is usable when both the last byte has arrived and the HBM has
+absorbed it.
 CU-driven collective step (baseline kernels): reads of its inputs at the HBM
 and the link transfer stream concurrently; a local result is written after
 the reads.

@@ -50,10 +50,10 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
         if step.wait is not None:
             t_arr = tracker.wait(step.wait, watchdog_s)
             t_in = clock.receive(t_arr, step.wait_bytes)
-            landed = clock.hbm.reserve(t_in, cost.update_cost_bytes(step.wait_bytes,
-                                                                   step.wait_op))[1]
+            landed = clock.hbm.reserve(clock.streamed_from(t_in, step.wait_bytes),
+                                       cost.update_cost_bytes(step.wait_bytes, step.wait_op))[1]
             clock.log("hbm", f"{step.name} received data lands", t_arr, landed)
-            ready = max(ready, landed)
+            ready = max(ready, t_in, landed)
         read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end

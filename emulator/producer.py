@@ -223,7 +223,7 @@ class DmaTiming:
         name = cmd.trigger.name
         e = cost.e
         with clock.order.turn(cmd.order, f"DMA entry {name}"):
-            window = CommWindow(clock.cu.free_at, cmd.compute_after)
+            window = CommWindow(cmd.compute_after)
             elems = int(cmd.trigger.thresholds.sum() // max(1, cmd.trigger.meta["after"]))
             if name not in self.complete_at:  # the first command of a trigger sees it land
                 t_local = float(self.producer.slot_done[cmd.trigger.slots].max())
@@ -232,8 +232,9 @@ class DmaTiming:
                 if per_elem > 0:  # peers' writes land in this HBM from their arrival on
                     nbytes = elems * per_elem * e
                     t_in = clock.receive(t_remote, nbytes)
-                    landed = self.policy.comm(clock.hbm, t_in, cost.update_cost_bytes(nbytes, op),
-                                              window)
+                    landed = max(t_in, self.policy.comm(
+                        clock.hbm, clock.streamed_from(t_in, nbytes),
+                        cost.update_cost_bytes(nbytes, op), window))
                     clock.log("hbm", f"{name} remote {op}s land", t_remote, landed)
                 done = max(t_local, landed)
                 self.complete_at[name] = done

@@ -110,6 +110,7 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
             if ph.fused:
                 policy_info = policy.describe()
                 wall_events = walls
+        clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
         times[ph.name] = (start, end)
     hbm.win.Sync()
     comm.Barrier()
