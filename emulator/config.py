@@ -64,6 +64,12 @@ class RunConfig:
                 raise ConfigError(opt, val, f"an integer from 1 to {MAX_DIM}")
         if self.m < self.ranks:
             raise ConfigError("--m", self.m, f"needs at least one row per rank (>= {self.ranks})")
+        if not any(a in TOPOLOGY_ALGORITHMS[self.topology]
+                   for a in COLLECTIVE_ALGORITHMS[self.collective]):
+            fits = [t for t in TOPOLOGIES if any(a in TOPOLOGY_ALGORITHMS[t] for a in
+                                                 COLLECTIVE_ALGORITHMS[self.collective])]
+            raise ConfigError("--topology", self.topology, f"--collective {self.collective} "
+                              f"needs --topology {' or '.join(fits)}")
         algo = self.algorithm or default_algorithm(self.collective, self.topology)
         if algo not in ALGORITHMS:
             raise ConfigError("--algorithm", algo, f"allowed: {', '.join(ALGORITHMS)}")

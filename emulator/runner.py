@@ -136,6 +136,8 @@ def _run_gemm(ph: GemmPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
     policy = policy_for(mode) if ph.fused else Exclusive()
     stage_index, commands = program_order(ph.job, commands, policy.lookahead, tracker.nslots)
     gates = {c.trigger.name: c.trigger for c in commands}
+    if fault_stage >= 0:
+        fault_stage = min(fault_stage, len(stage_index) - 1)
     producer = GemmProducer(hbm, tracker, clock, cost, ph.job, routes, stage_index, ph.stream,
                             policy, gates, fault_stage)
     for slots, elems in ph.preload:  # resident inputs: written before the phase starts

@@ -1,67 +1,127 @@
-"""The address-space map's routing and the program order derived from it."""
+"""The address-space map's routing, the collectives' maps and the program order."""
 
 import numpy as np
 import pytest
 
-from collectives.ring import RingContext, ring_chunks, t3_rs_map
-from emulator.addrmap import AddressMap, MapError, tile_grid
-from emulator.producer import GemmJob, program_order
+from collectives import direct, ring
+from collectives.common import Problem, ring_chunks
+from devices.spec import load_device
+from emulator.addrmap import AddressMap, MapError, TileSpace, tile_grid
+from emulator.plan import Slots
+from emulator.producer import GemmJob, make_wgs, program_order
+
+SPEC = load_device("t3-sim")
+
+
+def problem(rank, world, m=517, n=300, k=129, split=1):
+    return Problem(rank, world, m, n, k, SPEC, np.dtype(np.float16), split)
 
 
 def test_ring_chunks_cover_rows_unevenly():
     assert ring_chunks(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
 
 
-def test_t3_map_routes_each_ring_step():
-    ctx = RingContext(rank=1, world=4, rows=517, cols=300)
-    amap, order = t3_rs_map(ctx, 128, 128)
+def _chunk_of(p, space, t):
+    return next(c for c in range(p.world) if p.chunk(c)[0] <= space.tiles[t][0] < p.chunk(c)[1])
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_ring_rs_map_routes_each_ring_step(split):
+    p = problem(1, 4, split=split)
+    job, amap = ring.rs_map(p, Slots())
     compiled = amap.compile()
-    tiles = amap.tiles
-    chunk_of = lambda t: next(c for c in range(4) if ctx.chunk(c)[0] <= tiles[t][0] < ctx.chunk(c)[1])
-    # WG order walks chunks 2, 3, 0, 1 (staggered by rank)
-    assert [chunk_of(t) for t in order][:: len(order) // 4] == [2, 3, 0, 1]
-    for t, route in enumerate(compiled.routes):
-        c = chunk_of(t)
-        if c == 2:  # stage 1: remote updates straight into rank 0, nothing written locally
-            assert (route.local_op, route.remote_rank, route.remote_op) == ("none", 0, "update")
+    space = amap.space
+    chunks = [_chunk_of(p, space, t) for t in job.wg_tile]
+    # WG order walks chunks 2, 3, 0, 1 (staggered by rank), split WGs per tile
+    assert chunks[:: len(chunks) // 4] == [2, 3, 0, 1]
+    assert (np.bincount(job.wg_tile) == split).all()
+    for t, route in compiled.routes.items():
+        if _chunk_of(p, space, t) == 2:  # stage 1: remote updates into rank 0 only
+            assert route.local_op == "none" and [(g.rank, g.op) for g in route.targets] == \
+                [(0, "update")]
         else:
-            assert route.local_op == "update" and route.tracked and route.remote_rank == -1
+            assert route.local_op == "update" and route.slot >= 0 and not route.targets
     dma = [c for c in compiled.commands if c.src is not None]
-    sinks = [c for c in compiled.commands if c.src is None]
-    assert all(c.dst_rank == 0 and c.op == "update" for c in dma)
-    assert all((c.trigger.thresholds == 2 * np.array(c.dst_elems)).all() for c in dma)
-    assert sum(len(c.trigger.slots) for c in sinks) == sum(chunk_of(t) == 1 for t in range(len(tiles)))
+    # thresholds follow from the split degree: S local WGs + S remote WGs (stage 2) or 1 DMA
+    for c in dma:
+        chunk = _chunk_of(p, space, int(c.trigger.slots[0]))
+        after = 2 * split if chunk == 3 else split + 1
+        assert c.dst_rank == 0 and c.op == "update"
+        assert (c.trigger.thresholds == after * np.array(c.dst_elems)).all()
+        assert compiled.incoming[c.trigger.name][0] == after - split
 
 
-def test_map_refuses_double_and_misaligned_regions():
-    tiles = tile_grid([(0, 10)], 8, 4, 4)
-    amap = AddressMap("C", tiles, rank=0, world=2)
+def test_direct_maps_send_every_slice_to_its_owner():
+    p = problem(0, 3)
+    job, amap = direct.rs_map(p, Slots())
+    compiled = amap.compile()
+    for t, route in compiled.routes.items():
+        owner = _chunk_of(p, amap.space, t)
+        assert [g.rank for g in route.targets] == ([] if owner == 0 else [owner])
+    (sink,) = compiled.commands
+    assert sink.src is None and compiled.incoming[sink.trigger.name][0] == 2
+    # direct AG: stored locally and multicast to every peer
+    job, amap = direct.ag_map(p, Slots())
+    routes = amap.compile().routes
+    assert {r.local_op for r in routes.values()} == {"store"}
+    assert all([g.rank for g in r.targets] == [1, 2] for r in routes.values())
+
+
+def test_a2a_map_writes_nothing_locally_but_into_the_receive_blocks():
+    p = problem(1, 3)
+    job, (amap, xmap) = direct.a2a_map(p, Slots())
+    for t, route in amap.compile().routes.items():
+        owner = _chunk_of(p, amap.space, t)
+        (g,) = route.targets
+        assert route.local_op == "none" and g.rank == owner and g.buffer == "X"
+        assert p.slot_region(1, owner)[0] <= g.region[0] < p.slot_region(1, owner)[1]
+    assert len(xmap.compile().commands) > 0  # receivers track the peers' blocks
+
+
+def _space(rows=10, cols=8, tm=4, tn=4):
+    return TileSpace("C", tile_grid([(0, rows)], cols, tm, tn), 0)
+
+
+def test_map_refuses_wrong_maps_when_built():
+    amap = AddressMap(_space(), rank=0, world=2)
     amap.dma_map((0, 4, 0, 8), 1)
     with pytest.raises(MapError, match="mapped twice"):
         amap.remote_map((0, 4, 0, 4), 1)
     with pytest.raises(MapError, match="whole tiles"):
         amap.track((0, 3, 0, 4))
-    with pytest.raises(MapError, match="own rank"):
+    with pytest.raises(MapError, match="onto itself"):
         amap.remote_map((4, 8, 0, 4), 0)
     with pytest.raises(MapError, match="outside"):
         amap.remote_map((4, 8, 0, 4), 5)
+    with pytest.raises(MapError, match="shape"):
+        amap.remote_map((4, 8, 0, 4), 1, to=_space(), to_region=(0, 4, 0, 8))
+    split = AddressMap(_space(), 0, 2, "update", np.full(6, 2))
+    with pytest.raises(MapError, match="below the producer's own 2 writes"):
+        split.dma_map((4, 8, 0, 8), 1, after=1)
 
 
 def test_unmapped_tiles_keep_the_producer_op():
-    tiles = tile_grid([(0, 8)], 8, 4, 4)
-    compiled = AddressMap("C", tiles, 0, 1, "store").compile()
-    assert all(r.local_op == "store" and not r.tracked for r in compiled.routes)
+    compiled = AddressMap(_space(8), 0, 1, "store").compile()
+    assert all(r.local_op == "store" and r.slot < 0 for r in compiled.routes.values())
     assert compiled.commands == []
 
 
-def test_program_order_puts_entries_after_the_stage_of_their_last_write():
-    tiles = tile_grid([(0, 8)], 8, 4, 4)  # 4 tiles
-    amap = AddressMap("C", tiles, 0, 2, "update")
+def test_program_order_places_entries_by_last_write_and_by_gate():
+    space = _space(8)  # 4 tiles
+    amap = AddressMap(space, 0, 2, "update")
     amap.dma_map((0, 8, 0, 4), 1)  # tiles 0 and 2
     amap.track((0, 4, 4, 8))  # tile 1
     amap.track((4, 8, 4, 8))  # tile 3
-    job = GemmJob("A", "B", "C", 1, np.array([0, 1, 2, 3]), stage_size=2)
-    stage_index, commands = program_order(job, amap.compile())
+    wgs, wg_tile = make_wgs(space, [0, 1, 2, 3], 5, 1)
+    job = GemmJob("A", "B", space, wgs, wg_tile, np.arange(4), stage_size=2)
+    stage_index, commands = program_order(job, amap.compile().commands, 0, 4)
     # stage 0 = tiles 0,1 -> track tile 1; stage 1 = tiles 2,3 -> dma (0,2), track tile 3
     assert stage_index == [0, 2]
     assert [(c.order, list(c.trigger.slots)) for c in commands] == [(1, [1]), (3, [0, 2]), (4, [3])]
+    assert [c.compute_after for c in commands] == [True, False, False]
+    # a consumer gate pulls its entry before the stage that needs it
+    gated = GemmJob("A", "B", space, wgs, wg_tile, np.arange(4), 2,
+                    gates={1: [commands[2].trigger.name]})
+    stage_index, commands = program_order(gated, amap.compile().commands, 0, 4)
+    assert [c.order for c in commands if list(c.trigger.slots) == [3]] == [2]
+    assert stage_index == [0, 3]
