@@ -17,6 +17,10 @@ nodes it is an RMA window (``Win.Allocate``). Accesses:
 Every byte is counted by the HBM it lands in (target rank), stream (producer
 or collective) and kind (read, write, update), so data movement is measured
 from the operations that ran.
+
+Timing-only runs (``payload=False``) allocate no arrays: the same operations
+are issued and counted with the same sizes, but no data moves, so paper-scale
+shapes cost only the protocol (tracker signals, DMA triggers, modelled time).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from devices import kernels
 
 Region = tuple[int, int, int, int]  # (row0, row1, col0, col1) of a 2-D array
 KINDS = ("read", "write", "update")
@@ -72,8 +75,9 @@ class Hbm:
     """One rank's HBM. ``layout`` is the list of (name, shape, dtype) to malloc."""
 
     def __init__(self, comm: MPI.Intracomm, layout: Iterable[tuple[str, tuple[int, int], object]],
-                 streams: Iterable[str]):
+                 streams: Iterable[str], payload: bool = True):
         self.comm = comm
+        self.payload = payload
         self.rank = comm.rank
         self.streams = tuple(streams)
         self.specs: dict[str, ArraySpec] = {}
@@ -86,7 +90,7 @@ class Hbm:
             self.specs[name] = spec
             offset += (spec.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         self.nbytes = offset
-        size = max(self.nbytes, _ALIGN) + _N_LOCKS * 8
+        size = (max(self.nbytes, _ALIGN) if payload else _ALIGN) + _N_LOCKS * 8
         info = MPI.Info.Create()
         info.Set("alloc_shared_noncontig", "true")
         self.win, mem = allocate_window(comm, size, info)
@@ -97,7 +101,7 @@ class Hbm:
         self.arrays: dict[str, np.ndarray] = {
             s.name: raw[s.offset : s.offset + s.nbytes].view(s.dtype).reshape(s.shape)
             for s in self.specs.values()
-        }
+        } if payload else {}
         self._types: dict[tuple, MPI.Datatype] = {}
         # traffic[target_rank, stream, kind] in bytes, counted at the HBM the access lands in
         self.traffic = np.zeros((comm.size, len(self.streams), len(KINDS)), np.int64)
@@ -115,11 +119,16 @@ class Hbm:
         return total
 
     # ------------------------------------------------------------ addressing
-    def _target(self, name: str, region: Region) -> tuple[int, int, MPI.Datatype]:
+    def _check(self, name: str, region: Region) -> ArraySpec:
         spec = self.specs[name]
         r0, r1, c0, c1 = region
         if not (0 <= r0 < r1 <= spec.shape[0] and 0 <= c0 < c1 <= spec.shape[1]):
             raise ValueError(f"region {region} outside {name}{spec.shape}")
+        return spec
+
+    def _target(self, name: str, region: Region) -> tuple[int, int, MPI.Datatype]:
+        spec = self._check(name, region)
+        r0, r1, c0, c1 = region
         key = (spec.dtype, r1 - r0, c1 - c0, spec.shape[1])
         dt = self._types.get(key)
         if dt is None:
@@ -130,32 +139,46 @@ class Hbm:
 
     def view(self, name: str, region: Region | None = None) -> np.ndarray:
         """The local array (or a region of it); reading it is not counted, use ``load``."""
+        if not self.payload:
+            raise RuntimeError(f"HBM array {name!r}: a timing-only run holds no data")
         a = self.arrays[name]
         if region is None:
             return a
         return a[region[0] : region[1], region[2] : region[3]]
 
     # ------------------------------------------------------------ operations
-    def load(self, name: str, region: Region, stream: str) -> np.ndarray:
-        """Read a region of the local HBM (a contiguous copy)."""
+    def _nbytes(self, name: str, region: Region) -> int:
+        return region_elems(region) * self._check(name, region).dtype.itemsize
+
+    def load(self, name: str, region: Region, stream: str) -> np.ndarray | None:
+        """Read a region of the local HBM (a contiguous copy; None in a timing-only run)."""
+        if not self.payload:
+            self.count(self.rank, stream, "read", self._nbytes(name, region))
+            return None
         self.win.Sync()
         data = np.ascontiguousarray(self.view(name, region))
         self.count(self.rank, stream, "read", data.nbytes)
         return data
 
-    def store(self, name: str, region: Region, data: np.ndarray, stream: str,
+    def store(self, name: str, region: Region, data: np.ndarray | None, stream: str,
               rank: int | None = None) -> None:
         """Plain write of ``data`` into ``rank``'s array region (default: local); flushed."""
         rank = self.rank if rank is None else rank
+        if not self.payload:
+            self.count(rank, stream, "write", self._nbytes(name, region))
+            return
         data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
         self.win.Put(data, rank, target=self._target(name, region))
         self.win.Flush(rank)
         self.count(rank, stream, "write", data.nbytes)
 
-    def update(self, name: str, region: Region, data: np.ndarray, stream: str,
+    def update(self, name: str, region: Region, data: np.ndarray | None, stream: str,
                rank: int | None = None) -> None:
         """Op-and-store add of ``data`` into ``rank``'s array region, atomically; flushed."""
         rank = self.rank if rank is None else rank
+        if not self.payload:
+            self.count(rank, stream, "update", self._nbytes(name, region))
+            return
         spec = self.specs[name]
         data = np.ascontiguousarray(data, dtype=spec.dtype)
         target = self._target(name, region)
@@ -184,6 +207,8 @@ class Hbm:
             cur = np.empty_like(data)
             self.win.Get(cur, rank, target=target)
             self.win.Flush(rank)
+            from devices import kernels  # numba: imported only by runs that move data
+
             self.win.Put(kernels.add(cur, data), rank, target=target)
             self.win.Flush(rank)
         finally:

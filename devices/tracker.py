@@ -50,21 +50,41 @@ class Tracker:
         self._counts = raw[: 8 * n].view(np.int64)
         self._times = raw[8 * n :].view(np.float64)
         self._time_base = 8 * n
-        self._one = np.empty(1, np.int64)
-        self._t = np.empty(1, np.float64)
         comm.Barrier()
         self.win.Lock_all()
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
                t_arrival: float) -> None:
-        """The signal half of put-with-signal: merge the arrival time (MAX), then add counts."""
-        t = np.array([t_arrival], np.float64)
-        for s in slots:
-            self.win.Accumulate(t, target, target=self._time_base + 8 * int(s), op=MPI.MAX)
-        self.win.Flush(target)
-        for s, e in zip(slots, elems):
-            self.win.Accumulate(np.array([e], np.int64), target, target=8 * int(s), op=MPI.SUM)
-        self.win.Flush(target)
+        """The signal half of put-with-signal: merge the arrival time (MAX), then add counts.
+
+        One ``MPI_Accumulate`` per half, whatever the number of slots: an indexed
+        target datatype addresses them all (a DMA entry or a GEMM stage signals
+        many slots of one destination at once)."""
+        n = len(slots)
+        if n == 0:
+            return
+        if n == 1:
+            s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
+            self.win.Accumulate(np.array([t_arrival], np.float64), target,
+                                target=self._time_base + 8 * s, op=MPI.MAX)
+            self.win.Flush(target)
+            self.win.Accumulate(np.array([elems[0]], np.int64), target, target=8 * s,
+                                op=MPI.SUM)
+            self.win.Flush(target)
+            return
+        disp = np.asarray(slots, np.int64)
+        times = np.full(n, t_arrival, np.float64)
+        counts = np.ascontiguousarray(elems, dtype=np.int64)
+        t_type = MPI.DOUBLE.Create_indexed_block(1, (disp + self._time_base // 8).tolist()).Commit()
+        c_type = MPI.INT64_T.Create_indexed_block(1, disp.tolist()).Commit()
+        try:
+            self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type), op=MPI.MAX)
+            self.win.Flush(target)
+            self.win.Accumulate([counts, MPI.INT64_T], target, target=(0, 1, c_type), op=MPI.SUM)
+            self.win.Flush(target)
+        finally:
+            t_type.Free()
+            c_type.Free()
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         self.win.Sync()

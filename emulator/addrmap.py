@@ -78,11 +78,15 @@ class TileSpace:
 
     def tiles_in(self, region: Region) -> list[int]:
         """Tile ids exactly covering ``region``; MapError if it cuts a tile."""
+        exact = self._index.get(tuple(int(x) for x in region))
+        if exact is not None:  # the common case: a map entry per tile
+            return [exact]
         r0, r1, c0, c1 = region
         t = self.tiles
         inside = (t[:, 0] >= r0) & (t[:, 1] <= r1) & (t[:, 2] >= c0) & (t[:, 3] <= c1)
         ids = np.flatnonzero(inside).tolist()
-        if not ids or sum(region_elems(self.region(i)) for i in ids) != region_elems(region):
+        covered = int(((t[ids, 1] - t[ids, 0]) * (t[ids, 3] - t[ids, 2])).sum()) if ids else 0
+        if covered != region_elems(region):
             raise MapError(f"region {region} of {self.buffer} is not a union of whole tiles")
         return ids
 

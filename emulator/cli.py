@@ -64,7 +64,8 @@ def main() -> None:
               help=f"{' or '.join(ALGORITHMS)}; default: ring on a ring, direct otherwise "
                    f"(a2a is direct only).")
 @click.option("--mode", type=str, default=_DEFAULT.mode, show_default=True,
-              help=f"{', '.join(MODES)}, or all (ideal-rs-nmc: rs and ar only).")
+              help=f"{', '.join(MODES)}, all, or a comma-separated list "
+                   f"(ideal-rs-nmc: rs and ar only).")
 @click.option("--m", "m", type=int, default=_DEFAULT.m, show_default=True,
               help="Rows of each device's GEMM output (tokens).")
 @click.option("--n", "n", type=int, default=_DEFAULT.n, show_default=True,
@@ -84,17 +85,24 @@ def main() -> None:
               help="Abort the job if a wait sees no completion for this long (wall seconds).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the results as JSON here.")
+@click.option("--timing-only", is_flag=True,
+              help="Run the same schedule, maps, tracker and DMA protocol without payloads "
+                   "(no numerics check): paper-scale shapes in seconds, same modelled times.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a Chrome/Perfetto trace (modelled time, one process per rank) here.")
 @click.option("--record-wall", is_flag=True, hidden=True,
               help="Include wall-clock stage/DMA events and modelled events in the JSON.")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook: raise@RANK raises an exception in a GEMM stage of RANK.")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
-        values, watchdog_s, json_path, record_wall, inject_fault) -> None:
+        values, watchdog_s, json_path, timing_only, trace_path, record_wall,
+        inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
                     mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
-                    record_wall=record_wall, inject_fault=inject_fault)
+                    timing_only=timing_only, trace=trace_path, record_wall=record_wall,
+                    inject_fault=inject_fault)
     try:
         cfg = cfg.validate()
         from devices.spec import SpecError, load_device
@@ -109,32 +117,104 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sp
         from emulator.worker import main as worker_main
 
         sys.exit(worker_main(cfg))
+    sys.exit(0 if launch(cfg) == 0 else 1)
+
+
+def launch(cfg: RunConfig, **popen) -> int:
+    """Run ``cfg`` as an MPI job of ``cfg.ranks`` ranks; return mpiexec's exit code."""
     from emulator.runtime import pin_threads
 
     env = pin_threads(dict(os.environ))
-    # compile the kernels once here, so ranks only load numba's cache
-    os.environ.update({k: env[k] for k in ("NUMBA_CACHE_DIR",)})
-    from devices import kernels
+    if not cfg.timing_only:  # compile the kernels once here, so ranks only load numba's cache
+        os.environ.update({k: env[k] for k in ("NUMBA_CACHE_DIR",)})
+        from devices import kernels
 
-    kernels.warm_up()
-    argv = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+        kernels.warm_up()
+    argv = [find_mpiexec(), "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
             "emulator.cli", "run", *_cfg_args(cfg)]
-    proc = subprocess.run(argv, env=env)
-    sys.exit(0 if proc.returncode == 0 else 1)
+    return subprocess.run(argv, env=env, **popen).returncode
 
 
 def _cfg_args(cfg: RunConfig) -> list[str]:
     args = ["-n", str(cfg.ranks), "--collective", cfg.collective, "--topology", cfg.topology,
-            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m), "--n", str(cfg.n), "--k", str(cfg.k),
+            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m),
+            "--n", str(cfg.n), "--k", str(cfg.k),
             "--dtype", cfg.dtype, "--device", cfg.device, "--seed", str(cfg.seed),
             "--values", cfg.values, "--watchdog-s", str(cfg.watchdog_s)]
     if cfg.json:
         args += ["--json", cfg.json]
+    if cfg.timing_only:
+        args.append("--timing-only")
+    if cfg.trace:
+        args += ["--trace", cfg.trace]
     if cfg.record_wall:
         args.append("--record-wall")
     if cfg.inject_fault:
         args += ["--inject-fault", cfg.inject_fault]
     return args
+
+
+@main.command()
+@click.argument("scenario")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Results directory (results.csv, results.json, points/, logs/); rerun with "
+                   "the same directory to resume.")
+@click.option("--timing-only", is_flag=True,
+              help="Timing-only runs (same modelled times, no numerics): paper scale in minutes.")
+@click.option("--watchdog-s", type=float, default=_DEFAULT.watchdog_s, show_default=True,
+              help="Per-run watchdog (wall seconds without progress before a job is aborted).")
+def sweep(scenario, out_dir, timing_only, watchdog_s) -> None:
+    """Run every point of SCENARIO (a name under run/, or a .toml path) in every configuration."""
+    from pathlib import Path
+
+    from emulator.scenario import ScenarioError, load_scenario
+    from emulator.sweep import run_sweep
+
+    if not watchdog_s > 0:
+        _fail_usage(ConfigError("--watchdog-s", watchdog_s, "a number of seconds > 0"))
+    out = Path(out_dir)
+    try:
+        sc = load_scenario(scenario)
+        out.mkdir(parents=True, exist_ok=True)
+        if not os.access(out, os.W_OK):
+            raise ScenarioError(f"--out {out_dir}: directory is not writable")
+    except (ScenarioError, OSError) as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    try:
+        rc = run_sweep(sc, out, timing_only, watchdog_s)
+    except ScenarioError as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo(f"\nt3emu: sweep interrupted; finished points are in {out}; rerun the same "
+                   f"command to resume", err=True)
+        sys.exit(130)
+    sys.exit(rc)
+
+
+@main.command()
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--timeline", type=str, default=None,
+              help="Point for the per-rank timeline figure, e.g. 'T-NLG FC-2 TP8' "
+                   "(default: the first point with the fewest ranks).")
+@click.option("--no-figures", is_flag=True, help="Print the tables only.")
+def report(out_dir, timeline, no_figures) -> None:
+    """Print a sweep's tables (speedups, DRAM traffic, end-to-end) and write PNG figures."""
+    from pathlib import Path
+
+    from emulator.report import figures, load, text_report
+    from emulator.scenario import ScenarioError
+
+    try:
+        doc = load(Path(out_dir))
+        click.echo(text_report(doc))
+        if not no_figures:
+            for path in figures(doc, Path(out_dir), timeline):
+                click.echo(f"figure: {path}")
+    except ScenarioError as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
 
 
 @main.command()

@@ -38,12 +38,16 @@ class RunConfig:
     split_k: int = 1
     watchdog_s: float = 60.0
     json: str | None = None
+    timing_only: bool = False  # same schedule and protocol, no payload, no numerics check
+    trace: str | None = None  # Chrome/Perfetto trace JSON path
     record_wall: bool = False
     inject_fault: str | None = None  # test hook: "raise@RANK"
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return modes_for(self.collective) if self.mode == "all" else (self.mode,)
+        if self.mode == "all":
+            return modes_for(self.collective)
+        return tuple(m.strip() for m in self.mode.split(","))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -54,7 +58,6 @@ class RunConfig:
             raise ConfigError("-n/--ranks", self.ranks, "an integer from 1 to 4096")
         for opt, val, allowed in (("--collective", self.collective, COLLECTIVES),
                                   ("--topology", self.topology, TOPOLOGIES),
-                                  ("--mode", self.mode, MODES + ("all",)),
                                   ("--dtype", self.dtype, DTYPES),
                                   ("--values", self.values, VALUES)):
             if val not in allowed:
@@ -81,10 +84,18 @@ class RunConfig:
             raise ConfigError("--algorithm", algo, f"a {self.topology} topology runs "
                               f"{' or '.join(TOPOLOGY_ALGORITHMS[self.topology])}; {algo} needs "
                               f"--topology {' or '.join(fits)}")
-        if self.mode != "all" and self.mode not in modes_for(self.collective):
-            raise ConfigError("--mode", self.mode, f"--collective {self.collective} has "
-                              f"{', '.join(modes_for(self.collective))} (NMC-assisted RS "
-                              f"needs a reduction)")
+        if self.mode != "all":
+            modes = self.modes
+            for mode in modes:
+                if mode not in MODES:
+                    raise ConfigError("--mode", self.mode, f"allowed: {', '.join(MODES)}, all, "
+                                      f"or a comma-separated list")
+                if mode not in modes_for(self.collective):
+                    raise ConfigError("--mode", self.mode, f"--collective {self.collective} has "
+                                      f"{', '.join(modes_for(self.collective))} (NMC-assisted "
+                                      f"RS needs a reduction)")
+            if len(set(modes)) != len(modes):
+                raise ConfigError("--mode", self.mode, "a mode is listed twice")
         if not 1 <= self.split_k <= min(self.k, 64):
             raise ConfigError("--split-k", self.split_k,
                               f"an integer from 1 to min(K, 64) = {min(self.k, 64)}")

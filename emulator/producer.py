@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from devices import kernels
 from devices.dma import DmaCommand
 from devices.hbm import Hbm
 from devices.tracker import TrackedRegion, Tracker
@@ -160,11 +159,14 @@ class GemmProducer:
 
     def run(self) -> float:
         job, hbm = self.job, self.hbm
-        a, b = hbm.view(job.a), hbm.view(job.b)
-        tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max()) if len(job.wgs) else 1
-        bp = kernels.pack_b(b, self.cost.spec.wg_tile_n)
-        buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
-        out_dtype = hbm.specs[job.space.buffer].dtype
+        if hbm.payload:
+            from devices import kernels  # numba: only runs that compute import it
+
+            a, b = hbm.view(job.a), hbm.view(job.b)
+            tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max()) if len(job.wgs) else 1
+            bp = kernels.pack_b(b, self.cost.spec.wg_tile_n)
+            buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
+            out_dtype = hbm.specs[job.space.buffer].dtype
         for s, ids in enumerate(job.stages()):
             for name in job.gates.get(s, []):  # the tracker releases the WGs that need it
                 self.tracker.wait(self.gate_regions[name], self.clock.watchdog_s)
@@ -174,21 +176,34 @@ class GemmProducer:
             if s == self.fault_stage:
                 raise RuntimeError(f"injected fault: exception in GEMM stage {s} "
                                    f"on rank {hbm.rank}")
-            kernels.gemm_stage(a, bp, job.wgs[ids], buf)
+            if hbm.payload:
+                kernels.gemm_stage(a, bp, job.wgs[ids], buf)
+            signals: dict[tuple[int, float], dict[int, int]] = {}
             for j, w in enumerate(ids):
                 r0, r1, c0, c1 = (int(x) for x in job.wgs[w, :4])
-                tile = buf[j, : r1 - r0, : c1 - c0]
-                if out_dtype == np.float16:
-                    tile = kernels.f32_to_f16(np.ascontiguousarray(tile))
-                self._route(int(job.wg_tile[w]), (r0, r1, c0, c1), tile, end, arrivals)
+                tile = None  # timing-only: the same routes, no data
+                if hbm.payload:
+                    tile = buf[j, : r1 - r0, : c1 - c0]
+                    if out_dtype == np.float16:
+                        tile = kernels.f32_to_f16(np.ascontiguousarray(tile))
+                self._route(int(job.wg_tile[w]), (r0, r1, c0, c1), tile, end, arrivals, signals)
+            for (rank, t_arrival), counts in signals.items():  # one signal per destination
+                self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
             self.wall_events.append((s, w0, time.perf_counter()))
         self.end = self.clock.cu.free_at
         return self.end
 
-    def _route(self, t: int, region, tile: np.ndarray, end: float,
-               arrivals: dict[int, float]) -> None:
+    def _route(self, t: int, region, tile: np.ndarray | None, end: float,
+               arrivals: dict[int, float], signals: dict) -> None:
+        """Write one WG's tile where its route says; add its tracker signals to ``signals``
+        ((rank, arrival) -> {slot: element-updates}), sent once the stage's tiles are out."""
         route, hbm = self.routes[t], self.hbm
-        elems = [tile.size]
+        elems = (region[1] - region[0]) * (region[3] - region[2])
+
+        def signal(rank: int, slot: int, t_arrival: float) -> None:
+            counts = signals.setdefault((rank, t_arrival), {})
+            counts[slot] = counts.get(slot, 0) + elems
+
         buffer = self.job.space.buffer
         if route.local_op != "none":
             if route.local_op == "update":
@@ -197,14 +212,14 @@ class GemmProducer:
                 hbm.store(buffer, region, tile, "gemm")
             if route.slot >= 0:
                 self.slot_done[route.slot] = max(self.slot_done[route.slot], end)
-                self.tracker.signal(hbm.rank, [route.slot], elems, 0.0)
+                signal(hbm.rank, route.slot, 0.0)
         for tg in route.targets:
             stream = "gemm" if tg.rank == hbm.rank else self.stream
             if tg.op == "update":
                 hbm.update(tg.buffer, tg.region, tile, stream, tg.rank)
             else:
                 hbm.store(tg.buffer, tg.region, tile, stream, tg.rank)
-            self.tracker.signal(tg.rank, [tg.slot], elems, arrivals[tg.rank])
+            signal(tg.rank, tg.slot, arrivals[tg.rank])
 
 
 class DmaTiming:

@@ -33,7 +33,7 @@ class RankResult:
     mode: str
     phases: dict[str, tuple[float, float]]  # name -> modelled (start, end) on this rank
     end: float
-    result: np.ndarray  # the rank's checked output
+    result: np.ndarray | None  # the rank's checked output (None: a timing-only run)
     traffic: np.ndarray  # (world, stream, kind) bytes, every rank's HBM
     wall_s: float
     policy: dict = field(default_factory=dict)
@@ -71,17 +71,20 @@ class _Clocks:
         return self.by_name[name]
 
 
-def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray,
-             b: np.ndarray, mode: str) -> RankResult:
+def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
+             b: np.ndarray | None, mode: str) -> RankResult:
+    """Run one mode. ``a``/``b`` None: a timing-only run (same protocol, no payload)."""
     p = problem(comm, cfg, spec)
     plan = build_plan(p, cfg.collective, cfg.algorithm, mode)
     compiled = {id(ph): [m.compile() for m in ph.maps] for ph in plan.phases
                 if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
-    hbm = Hbm(comm, plan.layout, STREAMS)
+    payload = a is not None
+    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload)
     tracker = Tracker(comm, plan.slots.total, plan.slots.name)
     for name, data in (("A", a), ("B", b)):  # inputs are resident before the operation
-        array, row = plan.inputs[name]
-        hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
+        if payload:
+            array, row = plan.inputs[name]
+            hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(p.spec, cfg.dtype)
     clocks = _Clocks(p, cfg.watchdog_s)
     fault_rank = int(cfg.inject_fault.split("@")[1]) if cfg.inject_fault else -1
@@ -116,7 +119,7 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
     comm.Barrier()
     wall = time.perf_counter() - w0
     result = np.concatenate([hbm.view(buf, region).astype(np.float32)
-                             for buf, region in plan.result], axis=0)
+                             for buf, region in plan.result], axis=0) if payload else None
     traffic = hbm.traffic_by_rank()
     events = [ev for c in clocks.by_name.values() for ev in c.events]
     tracker.free()

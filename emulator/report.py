@@ -1,0 +1,338 @@
+"""``t3emu report``: the tables and figures a reader of the T3 paper looks for.
+
+From a sweep directory's ``results.json``:
+- per-sub-layer speedup of every configuration over sequential, with the
+  geomean and max per configuration;
+- DRAM traffic per GPU by T3's categories (GEMM, RS and AG reads and writes)
+  for sequential and the fused configurations, and its reduction;
+- an end-to-end estimate per model and TP degree (method below);
+- PNG figures (matplotlib): speedup bars, stacked DRAM bars, a per-rank timeline.
+
+End-to-end method (stated in the output as well). T3 scales a measured
+per-layer breakdown by the sub-layer speedups; we have no measured breakdown,
+so we model one. A transformer layer in Megatron tensor parallelism runs 12
+GEMMs per iteration: forward, input gradient and weight gradient of QKV (3H
+outputs), OP (H), FC-1 (4H) and FC-2 (H <- 4H). Four of them carry an
+all-reduce and are the sweep's sub-layers (OP and FC-2 forward, FC-1 and IP
+input gradients): their modelled time per configuration comes from the sweep.
+The other eight have the same FLOPs as their forward GEMM and run at the FLOP
+rate the sequential configuration's GEMM phases achieved on that model and TP
+degree. Attention scores, softmax, layer norms and the optimizer are left out,
+so the estimate is an upper bound on the end-to-end gain. It needs all four
+sub-layers of a model, so scenarios that list only FC-2 and OP get none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from emulator.scenario import ScenarioError, geomean
+
+FUSED_ORDER = ("sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc")
+DRAM_CATS = (("gemm_read", "GEMM reads"), ("gemm_write", "GEMM writes"),
+             ("rs_read", "RS reads"), ("rs_write", "RS writes"), ("ag_read", "AG reads"),
+             ("ag_write", "AG writes"), ("a2a_read", "A2A reads"), ("a2a_write", "A2A writes"))
+# flops of a layer's linear GEMMs relative to T x H x H / TP (x2 for multiply-add):
+# QKV 3, OP 1, FC-1 4, FC-2 4; each has forward, input-gradient and weight-gradient GEMMs.
+_LINEAR = {"QKV": 3, "OP": 1, "FC-1": 4, "FC-2": 4}
+_AR_GEMMS = {"OP", "FC-2", "FC-1", "IP"}  # IP is QKV's input gradient
+E2E_METHOD = ("end-to-end: per layer, the 4 AR sub-layers (OP, FC-2 fwd; FC-1, IP bwd) take "
+              "their modelled times; the other 8 GEMMs (fwd QKV, FC-1; input-gradient OP, "
+              "FC-2; 4 weight gradients) run at the FLOP rate of the sequential GEMM phases; "
+              "attention, norms and optimizer are left out (an upper bound on the gain)")
+
+
+def load(out: Path) -> dict:
+    path = Path(out) / "results.json"
+    if not path.is_file():
+        raise ScenarioError(f"{path} not found: run `t3emu sweep SCENARIO --out {out}` first")
+    doc = json.loads(path.read_text())
+    if not doc.get("points"):
+        raise ScenarioError(f"{path} holds no finished point yet")
+    return doc
+
+
+def modes_of(doc: dict) -> list[str]:
+    return [m for m in FUSED_ORDER if m in doc["modes"]] + \
+        [m for m in doc["modes"] if m not in FUSED_ORDER]
+
+
+def _runs(pt: dict) -> dict[str, dict]:
+    return {r["mode"]: r for r in pt["runs"]}
+
+
+def _label(pt: dict, with_device: bool = False) -> str:
+    s = f"{pt['model']} {pt['sublayer']} TP{pt['tp']}"
+    return s + f" {pt['device']}" if with_device else s
+
+
+def speedup_table(doc: dict) -> tuple[str, dict[str, list[float]]]:
+    modes = [m for m in modes_of(doc) if m != "sequential"]
+    rows = [("sub-layer", "M x N x K", "sequential us", *modes)]
+    per_mode: dict[str, list[float]] = defaultdict(list)
+    for pt in doc["points"]:
+        runs = _runs(pt)
+        seq = runs.get("sequential")
+        if seq is None:
+            continue
+        cells = []
+        for m in modes:
+            sp = seq["modelled_time_s"] / runs[m]["modelled_time_s"] if m in runs else None
+            if sp is not None:
+                per_mode[m].append(sp)
+            cells.append(f"{sp:.3f}x" if sp else "-")
+        rows.append((_label(pt), f"{pt['m']}x{pt['n']}x{pt['k']}",
+                     f"{seq['modelled_time_s'] * 1e6:.1f}", *cells))
+    rows.append(("geomean", "", "", *(f"{geomean(per_mode[m]):.3f}x" if per_mode[m] else "-"
+                                     for m in modes)))
+    rows.append(("max", "", "", *(f"{max(per_mode[m]):.3f}x" if per_mode[m] else "-"
+                                 for m in modes)))
+    return _grid(rows, rule_before=len(rows) - 2), per_mode
+
+
+def _mb(nbytes: float) -> str:
+    mb = nbytes / 1e6
+    return f"{mb:,.0f}" if mb >= 100 else f"{mb:.1f}"
+
+
+def dram_table(doc: dict) -> str:
+    modes = [m for m in ("sequential", "t3", "t3-mca") if m in doc["modes"]]
+    cats = [(c, name) for c, name in DRAM_CATS
+            if any(r["dram_bytes"].get(c, 0) for pt in doc["points"] for r in pt["runs"])]
+    rows = [("sub-layer", "config", *(name for _, name in cats), "total", "vs sequential")]
+    reductions: dict[str, list[float]] = defaultdict(list)
+    for pt in doc["points"]:
+        runs = _runs(pt)
+        base = sum(runs["sequential"]["dram_bytes"].values()) if "sequential" in runs else None
+        for m in modes:
+            if m not in runs:
+                continue
+            d = runs[m]["dram_bytes"]
+            tp = pt["tp"]
+            total = sum(d.values())
+            rel = ""
+            if base and m != "sequential":
+                reductions[m].append(1 - total / base)
+                rel = f"-{(1 - total / base) * 100:.1f}%"
+            rows.append((_label(pt) if m == modes[0] else "", m,
+                         *(_mb(d.get(c, 0) / tp) for c, _ in cats), _mb(total / tp), rel))
+    lines = [_grid(rows), "MB per GPU (the sum over the TP GPUs / TP); updates count as writes."]
+    for m, vals in reductions.items():
+        lines.append(f"DRAM traffic reduction of {m} vs sequential: mean "
+                     f"{sum(vals) / len(vals) * 100:.1f}%, max {max(vals) * 100:.1f}%")
+    return "\n".join(lines)
+
+
+def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
+    by_case: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for pt in doc["points"]:
+        by_case[(pt["model"], pt["tp"], pt["device"])][pt["sublayer"]] = pt
+    modes = modes_of(doc)
+    out = []
+    for (model, tp, device), subs in by_case.items():
+        if set(subs) != _AR_GEMMS or not all("sequential" in _runs(p) for p in subs.values()):
+            continue
+        any_pt = next(iter(subs.values()))
+        t, h = any_pt["m"], any_pt["n"]
+        unit = 2.0 * t * h * h / tp  # FLOPs of a T x H x H/TP GEMM
+        flops = gemm_s = 0.0
+        for p in subs.values():
+            seq = _runs(p)["sequential"]
+            g = seq["phases"].get("gemm")
+            if g:
+                flops += 2.0 * p["m"] * p["n"] * p["k"]
+                gemm_s += g
+        rate = flops / gemm_s
+        # the 8 GEMMs without an AR: fwd QKV, fwd FC-1, dgrad OP, dgrad FC-2, 4 wgrads
+        other_units = (_LINEAR["QKV"] + _LINEAR["FC-1"] + _LINEAR["OP"] + _LINEAR["FC-2"]
+                       + sum(_LINEAR.values()))
+        other_s = other_units * unit / rate
+        row = {"model": model, "tp": tp, "device": device, "other_gemms_s": other_s}
+        for m in modes:
+            if all(m in _runs(p) for p in subs.values()):
+                row[m] = other_s + sum(_runs(p)[m]["modelled_time_s"] for p in subs.values())
+        out.append(row)
+    if not out:
+        return None, out
+    rows = [("model", "TP", "layer (seq) us", "AR sub-layers share",
+             *(m for m in modes if m != "sequential"))]
+    for r in out:
+        seq = r["sequential"]
+        rows.append((r["model"], str(r["tp"]), f"{seq * 1e6:.0f}",
+                     f"{(seq - r['other_gemms_s']) / seq * 100:.0f}%",
+                     *(f"{seq / r[m]:.3f}x" if m in r else "-" for m in modes
+                       if m != "sequential")))
+    return _grid(rows) + "\n" + E2E_METHOD, out
+
+
+def _grid(rows: list[tuple], rule_before: int | None = None) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    lines = [fmt(rows[0]), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    for i, r in enumerate(rows[1:], start=1):
+        if rule_before is not None and i == rule_before:
+            lines.append("-" * len(lines[1]))
+        lines.append(fmt(r))
+    return "\n".join(lines)
+
+
+def text_report(doc: dict) -> str:
+    kind = "timing-only" if doc["timing_only"] else "numeric"
+    n_runs = sum(len(p["runs"]) for p in doc["points"])
+    verdicts = defaultdict(int)
+    for p in doc["points"]:
+        for r in p["runs"]:
+            verdicts[r["numerics"]] += 1
+    parts = [f"t3emu report: scenario {doc['scenario']} ({kind}), {len(doc['points'])} points, "
+             f"{n_runs} runs, {doc['collective'].upper()} on a {doc['topology']}, "
+             f"{doc['dtype']}; numerics: "
+             + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())),
+             "", "Speedup over sequential (modelled time, per sub-layer)"]
+    table, _ = speedup_table(doc)
+    parts += [table, "", "DRAM traffic by category"]
+    parts.append(dram_table(doc))
+    e2e, _ = end_to_end(doc)
+    parts += ["", "End-to-end estimate per layer"]
+    parts.append(e2e if e2e else "none: needs OP, FC-2, FC-1 and IP of a model (" +
+                 E2E_METHOD + ")")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------- figures
+_COLORS = {"sequential": "#7f7f7f", "t3": "#1f77b4", "t3-mca": "#2ca02c",
+           "ideal-overlap": "#ff7f0e", "ideal-rs-nmc": "#d62728"}
+_CAT_COLORS = {"gemm_read": "#1f77b4", "gemm_write": "#aec7e8", "rs_read": "#d62728",
+               "rs_write": "#ff9896", "ag_read": "#2ca02c", "ag_write": "#98df8a",
+               "a2a_read": "#9467bd", "a2a_write": "#c5b0d5"}
+_PHASE_COLORS = {"gemm": "#1f77b4", "rs": "#d62728", "gemm+rs": "#9467bd", "ag": "#2ca02c",
+                 "gemm+ag": "#17becf", "a2a": "#8c564b", "gemm+a2a": "#e377c2",
+                 "ag+gemm": "#bcbd22"}
+
+
+def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    pts = [p for p in doc["points"] if "sequential" in _runs(p)]
+    modes = [m for m in modes_of(doc) if m != "sequential"]
+    title = f"{doc['scenario']}: {doc['collective'].upper()} on a {doc['topology']}, " \
+            f"{doc['dtype']}, device {', '.join(sorted({p['device'] for p in pts}))}"
+
+    # 1. speedup bars
+    fig, ax = plt.subplots(figsize=(min(16.0, max(8.0, 0.6 * len(pts) + 3)), 5.0))
+    width = 0.8 / max(1, len(modes))
+    for j, m in enumerate(modes):
+        xs, ys = [], []
+        for i, p in enumerate(pts):
+            r = _runs(p)
+            if m in r:
+                xs.append(i + (j - (len(modes) - 1) / 2) * width)
+                ys.append(r["sequential"]["modelled_time_s"] / r[m]["modelled_time_s"])
+        ax.bar(xs, ys, width, label=m, color=_COLORS.get(m))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(pts)))
+    ax.set_xticklabels([_label(p) for p in pts], rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("speedup over sequential (x)")
+    ax.set_title(f"Sub-layer speedup — {title}", fontsize=10)
+    lo = min([0.9] + [b.get_height() for b in ax.patches])
+    ax.set_ylim(max(0.0, lo - 0.1), None)
+    ax.legend(title="configuration", fontsize=8, ncol=min(4, len(modes)), loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "speedup.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    written.append(path)
+
+    # 2. stacked DRAM traffic, normalised to sequential
+    dmodes = [m for m in ("sequential", "t3", "t3-mca") if m in doc["modes"]]
+    cats = [c for c, _ in DRAM_CATS
+            if any(r["dram_bytes"].get(c, 0) for p in pts for r in p["runs"])]
+    fig, ax = plt.subplots(figsize=(min(16.0, max(8.0, 0.6 * len(pts) + 3)), 5.4))
+    width = 0.8 / len(dmodes)
+    for i, p in enumerate(pts):
+        r = _runs(p)
+        base = sum(r["sequential"]["dram_bytes"].values())
+        for j, m in enumerate(dmodes):
+            if m not in r:
+                continue
+            x = i + (j - (len(dmodes) - 1) / 2) * width
+            bottom = 0.0
+            for c in cats:
+                v = r[m]["dram_bytes"].get(c, 0) / base
+                ax.bar(x, v, width * 0.95, bottom=bottom, color=_CAT_COLORS[c],
+                       edgecolor="white", linewidth=0.3)
+                bottom += v
+            ax.text(x, bottom + 0.01, {"sequential": "S", "t3": "T", "t3-mca": "M"}.get(m, m),
+                    ha="center", va="bottom", fontsize=6)
+    names = dict(DRAM_CATS)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_CAT_COLORS[c]) for c in cats]
+    ax.legend(handles, [names[c] for c in cats], fontsize=8, ncol=len(cats), loc="upper center",
+              bbox_to_anchor=(0.5, -0.28))
+    ax.set_xticks(range(len(pts)))
+    ax.set_xticklabels([_label(p) for p in pts], rotation=40, ha="right", fontsize=8)
+    ax.set_ylabel("DRAM accesses (sequential = 1)")
+    ax.set_title(f"DRAM traffic by category, bars S = sequential, T = t3, M = t3-mca — "
+                 f"{doc['scenario']}", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "dram_traffic.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    written.append(path)
+
+    # 3. per-rank timeline of one point
+    pt = next((p for p in pts if p["key"] == timeline_point or _label(p) == timeline_point),
+              None) if timeline_point else None
+    if timeline_point and pt is None:
+        raise ScenarioError(f"--timeline {timeline_point!r}: no such point (e.g. "
+                            f"{_label(pts[0])!r})")
+    pt = pt or max(pts, key=lambda p: (p["tp"] <= 8, -p["tp"]))
+    runs = [r for r in pt["runs"] if r.get("rank_phases_s")]
+    tp = pt["tp"]
+    fig, ax = plt.subplots(figsize=(10, 0.9 + 0.16 * tp * len(runs) + 0.25 * len(runs)))
+    y = 0
+    yt, yl = [], []
+    seen = set()
+    for r in reversed(runs):
+        for rank in reversed(range(tp)):
+            phases = sorted(r["rank_phases_s"][rank].items(), key=lambda kv: kv[1][0])
+            lanes: list[float] = []  # end of the last phase in each lane (overlap -> lanes)
+            placed = []
+            for name, (s, e) in phases:
+                lane = next((i for i, end in enumerate(lanes) if end <= s), len(lanes))
+                if lane < len(lanes):
+                    lanes[lane] = e
+                else:
+                    lanes.append(e)
+                placed.append((name, s, e, lane))
+            h = 0.8 / max(1, len(lanes))
+            for name, s, e, lane in placed:
+                lab = name if name not in seen else None
+                seen.add(name)
+                ax.barh(y + 0.4 - h * (lane + 0.5), (e - s) * 1e6, left=s * 1e6, height=h,
+                        color=_PHASE_COLORS.get(name, "#7f7f7f"), label=lab)
+            if rank in (0, tp - 1) or tp <= 8:
+                yt.append(y)
+                yl.append(f"{r['mode']} · rank {rank}" if rank == 0 else f"rank {rank}")
+            y += 1
+        y += 1.5
+    ax.set_yticks(yt)
+    ax.set_yticklabels(yl, fontsize=7)
+    ax.set_xlabel("modelled time (us)")
+    ax.set_title(f"Per-rank timeline — {_label(pt, True)} (M={pt['m']} N={pt['n']} K={pt['k']})",
+                 fontsize=10)
+    ax.legend(title="kernel", fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path = out / "timeline.png"
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    written.append(path)
+    return written

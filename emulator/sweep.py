@@ -1,0 +1,167 @@
+"""``t3emu sweep``: run every point of a scenario, keep every finished point.
+
+Each point is one MPI job (``t3emu run`` with TP ranks and the scenario's
+modes) writing its JSON to ``DIR/points/``; its output goes to ``DIR/logs/``.
+After each point ``results.json`` and ``results.csv`` are rewritten atomically
+(temporary file + rename), so an interrupted sweep (Ctrl-C, SIGKILL, a crash)
+leaves complete files holding every point finished so far. Rerunning the same
+command skips the points already in ``results.json`` (or whose point JSON was
+written just before the interruption) and runs the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from emulator.config import RunConfig
+from emulator.files import write_json_atomic, write_text_atomic
+from emulator.scenario import Point, Scenario, ScenarioError
+
+CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_write",
+              "a2a_read", "a2a_write")
+CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", "collective",
+               "topology", "dtype", "mode", "modelled_time_s", "speedup_vs_sequential",
+               "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
+               "max_abs_error", "wall_time_s")
+RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
+            "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
+            "wall_time_s")
+
+
+def _file_key(point: Point) -> str:
+    return point.key.replace("/", "__")
+
+
+def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
+                 watchdog_s: float) -> RunConfig:
+    return RunConfig(ranks=p.tp, collective=sc.collective, topology=sc.topology,
+                     mode=",".join(sc.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
+                     device=p.device, watchdog_s=watchdog_s,
+                     json=str(out / "points" / f"{_file_key(p)}.json"),
+                     timing_only=timing_only).validate()
+
+
+def _header(sc: Scenario, timing_only: bool) -> dict:
+    return {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
+            "timing_only": timing_only, "device": sc.device, "collective": sc.collective,
+            "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes)}
+
+
+def _record(p: Point, doc: dict) -> dict:
+    return {"key": p.key, "model": p.model, "sublayer": p.sublayer, "direction": p.direction,
+            "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device, "layers": p.layers,
+            "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
+            "lower_bounds_s": doc["lower_bounds_s"],
+            "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
+
+
+def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
+    """A point JSON left by an earlier run of the same point (same shape, modes, kind)."""
+    c = doc.get("config", {})
+    return (all(c.get(k) == getattr(cfg, k) for k in ("ranks", "collective", "topology", "mode",
+                                                        "m", "n", "k", "dtype", "device",
+                                                        "timing_only"))
+            and len(doc.get("runs", [])) == len(cfg.modes))
+
+
+def csv_text(header: dict, points: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for pt in points:
+        for r in pt["runs"]:
+            dram = r["dram_bytes"]
+            w.writerow([pt["model"], pt["sublayer"], pt["direction"], pt["tp"], pt["m"], pt["n"],
+                        pt["k"], pt["device"], header["collective"], header["topology"],
+                        header["dtype"], r["mode"], repr(r["modelled_time_s"]),
+                        "" if r["speedup_vs_sequential"] is None
+                        else repr(r["speedup_vs_sequential"]),
+                        sum(dram.values()), *(dram.get(c, 0) for c in CATEGORIES),
+                        r["numerics"], "" if r["max_abs_error"] is None else r["max_abs_error"],
+                        f"{r['wall_time_s']:.3f}"])
+    return buf.getvalue()
+
+
+def load_results(out: Path) -> dict | None:
+    path = out / "results.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:  # cannot happen with atomic writes unless edited
+        raise ScenarioError(f"{path} is not valid JSON ({exc}); move it away to start over")
+
+
+def save(out: Path, header: dict, points: list[dict]) -> None:
+    write_json_atomic(out / "results.json", {**header, "points": points})
+    write_text_atomic(out / "results.csv", csv_text(header, points))
+
+
+def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> int:
+    """Run the scenario's missing points; return 0 if every point finished and passed."""
+    from emulator.cli import launch
+
+    header = _header(sc, timing_only)
+    prior = load_results(out)
+    done: dict[str, dict] = {}
+    if prior is not None:
+        for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes"):
+            if prior.get(key) != header[key]:
+                raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
+                                    f"{header[key]!r}; use another --out directory")
+        done = {pt["key"]: pt for pt in prior["points"]}
+    (out / "points").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+
+    def ordered() -> list[dict]:
+        return [done[p.key] for p in sc.points if p.key in done]
+
+    todo = []
+    for p in sc.points:
+        if p.key in done:
+            continue
+        cfg = point_config(sc, p, out, timing_only, watchdog_s)
+        path = Path(cfg.json)
+        if path.exists():  # finished just before an interruption: keep it
+            doc = json.loads(path.read_text())
+            if _matches(p, cfg, doc):
+                done[p.key] = _record(p, doc)
+                continue
+        todo.append((p, cfg))
+    save(out, header, ordered())
+    kind = "timing-only" if timing_only else "numeric"
+    click.echo(f"sweep {sc.name}: {len(sc.points)} points x {len(sc.modes)} configurations "
+               f"({kind}); {len(sc.points) - len(todo)} already done in {out}", err=True)
+    failed: list[str] = []
+    t0 = time.monotonic()
+    with click.progressbar(todo, label="points", file=sys.stderr, show_pos=True,
+                           show_eta=True, item_show_func=lambda x: x[0].label() if x else "",
+                           width=24) as bar:
+        for p, cfg in bar:
+            path = Path(cfg.json)
+            path.unlink(missing_ok=True)
+            log = out / "logs" / f"{_file_key(p)}.log"
+            with open(log, "w") as fh:
+                rc = launch(cfg, stdout=fh, stderr=fh)
+            if not path.exists():
+                failed.append(f"{p.label()}: the job failed (exit {rc}), see {log}")
+                continue
+            doc = json.loads(path.read_text())
+            done[p.key] = _record(p, doc)
+            save(out, header, ordered())
+            bad = [r["mode"] for r in doc["runs"] if r["numerics"] == "fail"]
+            if bad:
+                failed.append(f"{p.label()}: numerics FAIL in {', '.join(bad)}, see {log}")
+    wall = time.monotonic() - t0
+    click.echo(f"sweep {sc.name}: {len(done)}/{len(sc.points)} points in {out / 'results.csv'}"
+               f" ({len(todo)} run now in {wall:.0f} s)", err=True)
+    for line in failed:
+        click.echo(f"t3emu: {line}", err=True)
+    return 1 if failed else 0
