@@ -76,10 +76,27 @@ class Problem:
         """Peers in staggered order: rank+1, rank+2, ... (rank itself excluded)."""
         return [(self.rank + s) % self.world for s in range(1, self.world)]
 
+    @property
+    def tile_n(self) -> int:
+        """Width of the WG tiles of chunk-aligned outputs.
+
+        A chunk thinner than a WG tile (T3's big models at TP 32: 2048 tokens / 32
+        = 64 rows against 128-row tiles) is tiled with wider tiles of about the
+        same area, w = wg_tile_n x ceil(wg_tile_m / rows), as a BLAS picks a
+        wider macro tile for a short matrix. With 64 x 128 tiles the staggered
+        GEMM would run twice the WGs and read every B column panel twice as
+        often as the baseline's 128 x 128 grid; with 64 x 256 it reads B as
+        often as the baseline does. One width per problem (from the thinnest
+        chunk), so every rank's spaces have the same tiles.
+        """
+        rows = min(r1 - r0 for r0, r1 in self.chunks)
+        tm, tn = self.spec.wg_tile_m, self.spec.wg_tile_n
+        return tn if rows >= tm else tn * -(-tm // rows)
+
     def space(self, slots: Slots, buffer: str, row_blocks, cols: int | None = None,
               tile_n: int | None = None) -> TileSpace:
         tiles = tile_grid(list(row_blocks), self.n if cols is None else cols,
-                          self.spec.wg_tile_m, tile_n or self.spec.wg_tile_n)
+                          self.spec.wg_tile_m, tile_n or self.tile_n)
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
     def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
@@ -94,7 +111,7 @@ class Problem:
 
 def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[GemmJob, AddressMap]:
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
-    space = p.space(slots, "C", rows or [(0, p.m)])
+    space = p.space(slots, "C", rows or [(0, p.m)], tile_n=p.spec.wg_tile_n)
     job = p.gemm(space, range(len(space)), a=a, cached=True)
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes())
     return job, amap

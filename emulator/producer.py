@@ -164,7 +164,8 @@ class GemmProducer:
 
             a, b = hbm.view(job.a), hbm.view(job.b)
             tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max()) if len(job.wgs) else 1
-            bp = kernels.pack_b(b, self.cost.spec.wg_tile_n)
+            tiles = job.space.tiles  # B panels as wide as the space's (uniform) tile grid
+            bp = kernels.pack_b(b, int((tiles[:, 3] - tiles[:, 2]).max()) if len(tiles) else 1)
             buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
             out_dtype = hbm.specs[job.space.buffer].dtype
         for s, ids in enumerate(job.stages()):

@@ -108,13 +108,13 @@ def _typed(where: str, doc: dict, schema: dict) -> None:
     if unknown:
         raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)} "
                             f"(allowed: {', '.join(schema)})")
-    missing = [k for k in schema if k not in doc and k != "description"]
-    if missing:
-        raise ScenarioError(f"{where}: missing key(s) {', '.join(missing)}")
     for key, typ in schema.items():
         if key in doc and not (isinstance(doc[key], typ) and not isinstance(doc[key], bool)):
             raise ScenarioError(f"{where}: {key} must be a {typ.__name__}, "
                                 f"got {doc[key]!r}")
+    missing = [k for k in schema if k not in doc and k != "description"]
+    if missing:
+        raise ScenarioError(f"{where}: missing key(s) {', '.join(missing)}")
 
 
 def find_scenario(name_or_path: str) -> Path:

@@ -1,0 +1,62 @@
+"""Numeric and timing-only runs of every supported combination give the same model.
+
+For each (collective, algorithm, topology) the real worker runs every mode twice,
+once moving data and once without payloads; rank 0 compares the two JSON
+documents: modelled times, phase windows on every rank, DRAM bytes by rank and
+category, and the arbitration choice must be identical (not approximately).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from mpi4py import MPI
+
+from collectives import COLLECTIVES, TOPOLOGIES, supported
+from emulator.config import RunConfig
+from emulator.worker import _main
+
+SHAPE = dict(m=517, n=300, k=129)
+SAME = ("modelled_time_s", "phases", "phase_windows_s", "rank_phases_s", "rank_end_s",
+        "dram_bytes", "dram_bytes_per_rank", "arbitration")
+
+
+def main(out: Path) -> int:
+    comm = MPI.COMM_WORLD
+    checked = 0
+    i = 0
+    for collective in COLLECTIVES:
+        for topology in TOPOLOGIES:
+            for algorithm in ("ring", "direct"):
+                if not supported(collective, algorithm, topology):
+                    continue
+                i += 1
+                docs = []
+                for timing_only in (False, True):
+                    path = out / f"{collective}-{algorithm}-{topology}-{int(timing_only)}.json"
+                    cfg = RunConfig(ranks=comm.size, collective=collective, topology=topology,
+                                    algorithm=algorithm, dtype="fp32" if i % 2 else "fp16",
+                                    split_k=2 if topology == "full-mesh" else 1,
+                                    watchdog_s=60, json=str(path), timing_only=timing_only,
+                                    **SHAPE).validate()
+                    if _main(cfg) != 0:
+                        print(f"TIMING FAIL run {collective} {algorithm} {topology}", flush=True)
+                        return 1
+                    docs.append(path)
+                if comm.rank == 0:
+                    numeric, timing = (json.loads(p.read_text()) for p in docs)
+                    for a, b in zip(numeric["runs"], timing["runs"], strict=True):
+                        assert a["numerics"] == "pass" and b["numerics"] == "timing-only"
+                        for key in SAME:
+                            if a[key] != b[key]:
+                                print(f"TIMING DIFFER {collective} {algorithm} {topology} "
+                                      f"{a['mode']} {key}: {a[key]} != {b[key]}", flush=True)
+                                return 1
+                        checked += 1
+    if comm.rank == 0:
+        print(f"TIMING SAME {checked} runs on {comm.size} ranks", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

@@ -1,0 +1,198 @@
+"""Scenarios, sweeps (atomic results, resume after SIGKILL), reports, figures, traces."""
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator.scenario import ScenarioError, gemm_shape, load_scenario
+from emulator.sweep import CSV_COLUMNS
+from tests import conftest
+from tests.conftest import ROOT, run_cli
+
+TINY = ROOT / "tests" / "data" / "tiny.toml"
+
+
+def test_t3_paper_scenario_shapes_follow_the_rules():
+    sc = load_scenario("t3-paper")
+    pts = {p.key: p for p in sc.points}
+    # Mega-GPT-2 and T-NLG: 4 sub-layers x TP 8, 16; GPT-3, PALM, MT-NLG: 2 x TP 32
+    assert len(pts) == 2 * 4 * 2 + 3 * 2
+    assert set(sc.modes) == {"sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc"}
+    tnlg = pts["T-NLG/FC-2/tp8/t3-sim"]
+    assert (tnlg.m, tnlg.n, tnlg.k, tnlg.direction) == (8192, 4256, 4 * 4256 // 8, "fwd")
+    ip = pts["Mega-GPT-2/IP/tp16/t3-sim"]
+    assert (ip.m, ip.n, ip.k, ip.direction) == (16384, 3072, 3 * 3072 // 16, "bwd")
+    op = pts["GPT-3/OP/tp32/t3-sim"]
+    assert (op.m, op.n, op.k) == (2048, 12288, 12288 // 32)
+    big = load_scenario("t3-2x-cu")
+    assert {p.device for p in big.points} == {"t3-sim-2x-cu"}
+    assert sorted((p.model, p.sublayer, p.tp) for p in big.points) == sorted(
+        (p.model, p.sublayer, p.tp) for p in sc.points if p.tp == 32)
+
+
+def test_gemm_shape_rules():
+    sc = load_scenario(str(TINY))
+    model = sc.models[0]
+    assert gemm_shape(model, "OP", 2) == (512, 512, 256)
+    assert gemm_shape(model, "FC-1", 4) == (512, 512, 512)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("name = \"x\"\nmodels = [", "malformed TOML"),
+    ("name = 1", "name must be a str"),
+    ("name = \"x\"\ncolour = \"red\"", "unknown key(s) colour"),
+    ("name = \"x\"", "missing key(s)"),
+])
+def test_bad_scenario_files_are_refused(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_scenario(str(path))
+    proc = run_cli(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_model_values_are_refused(tmp_path):
+    text = TINY.read_text().replace("hidden = 512", "hidden = 0")
+    path = tmp_path / "zero.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=r"models\[0\]: hidden = 0 must be >= 1"):
+        load_scenario(str(path))
+    with pytest.raises(ScenarioError, match="unknown scenario 'nope'"):
+        load_scenario("nope")
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_sweep_writes_results_and_report_draws_figures(tmp_path):
+    out = tmp_path / "sweep"
+    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    sc = load_scenario(str(TINY))
+    rows = _rows(out)
+    assert len(rows) == len(sc.points) * len(sc.modes)
+    assert tuple(rows[0]) == CSV_COLUMNS
+    for key in ("model", "sublayer", "tp", "m", "n", "k", "device", "mode", "modelled_time_s",
+                "speedup_vs_sequential", "dram_bytes_total", "numerics"):
+        assert key in rows[0]
+    assert {r["numerics"] for r in rows} == {"timing-only"}
+    seq = {(r["model"], r["sublayer"], r["tp"]): float(r["modelled_time_s"])
+           for r in rows if r["mode"] == "sequential"}
+    for r in rows:  # the speedup column is the ratio of the time columns
+        ratio = seq[(r["model"], r["sublayer"], r["tp"])] / float(r["modelled_time_s"])
+        assert float(r["speedup_vs_sequential"]) == pytest.approx(ratio, rel=1e-12)
+        cats = sum(int(r[c]) for c in CSV_COLUMNS if c.startswith("dram_") and c != "dram_bytes_total")
+        assert int(r["dram_bytes_total"]) == cats > 0
+    doc = json.loads((out / "results.json").read_text())
+    assert [p["key"] for p in doc["points"]] == [p.key for p in sc.points]
+
+    rep = run_cli(["report", str(out)], timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    text = rep.stdout
+    for needle in ("Speedup over sequential", "geomean", "max", "DRAM traffic by category",
+                   "GEMM reads", "RS reads", "reduction of t3 vs sequential",
+                   "End-to-end estimate", "Tiny-A", "upper bound"):
+        assert needle in text, needle
+    # the geomean row is the geometric mean of the t3 column
+    t3 = [seq[(r["model"], r["sublayer"], r["tp"])] / float(r["modelled_time_s"])
+          for r in rows if r["mode"] == "t3"]
+    geo = float(next(line for line in text.splitlines() if line.startswith("geomean"))
+                .split()[1].rstrip("x"))
+    assert geo == pytest.approx(math.exp(sum(math.log(x) for x in t3) / len(t3)), abs=5e-4)
+    for name in ("speedup.png", "dram_traffic.png", "timeline.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+
+
+def test_numeric_sweep_checks_numerics(tmp_path):
+    text = TINY.read_text().replace("tp = [2, 4]", "tp = [2]").replace(
+        'sublayers = ["OP", "FC-2", "FC-1", "IP"]', 'sublayers = ["OP"]')
+    text = text[: text.index("[[models]]\nname = \"Tiny-B\"")]
+    path = tmp_path / "one.toml"
+    path.write_text(text)
+    proc = run_cli(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {r["numerics"] for r in _rows(tmp_path / "o")} == {"pass"}
+    # the same directory cannot mix numeric and timing-only results
+    mixed = run_cli(["sweep", str(path), "--out", str(tmp_path / "o"), "--timing-only"],
+                    timeout=60)
+    assert mixed.returncode == 2 and "timing_only" in mixed.stderr
+
+
+def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path):
+    out = tmp_path / "sweep"
+    argv = [sys.executable, "-m", "emulator.cli", "sweep", str(TINY), "--out", str(out),
+            "--timing-only"]
+    proc = subprocess.Popen(argv, env=conftest.test_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    results = out / "results.json"
+    deadline = time.monotonic() + 120
+    finished = []
+    try:
+        while time.monotonic() < deadline:
+            if results.exists():
+                finished = json.loads(results.read_text())["points"]
+                if len(finished) >= 3:
+                    break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep, mpiexec and every rank
+        proc.wait(timeout=30)
+    assert len(finished) >= 3, "the sweep did not get going"
+    kept = json.loads(results.read_text())["points"]  # still valid JSON after SIGKILL
+    assert len(kept) >= len(finished)
+    stamps = {p["key"]: (out / "points" / (p["key"].replace("/", "__") + ".json")).stat().st_mtime_ns
+              for p in kept}
+    sc = load_scenario(str(TINY))
+    assert len(kept) < len(sc.points), "killed too late to test a resume"
+    again = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(kept)} already done" in again.stderr or \
+        f"{len(kept) + 1} already done" in again.stderr  # +1: a point JSON written at the kill
+    doc = json.loads(results.read_text())
+    assert [p["key"] for p in doc["points"]] == [p.key for p in sc.points]  # none lost or twice
+    for key, stamp in stamps.items():  # finished points were not run again
+        path = out / "points" / (key.replace("/", "__") + ".json")
+        assert path.stat().st_mtime_ns == stamp, key
+    assert len(_rows(out)) == len(sc.points) * len(sc.modes)
+
+
+def test_trace_is_a_perfetto_json_with_tracks_per_rank(tmp_path):
+    trace = tmp_path / "t.json"
+    proc = run_cli(["run", "-n", "3", "--m", "600", "--n", "512", "--k", "128", "--mode",
+                    "sequential,t3", "--timing-only", "--trace", str(trace),
+                    "--json", str(tmp_path / "r.json")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(procs.values()) == sorted(f"rank {r} · {m}" for r in range(3)
+                                            for m in ("sequential", "t3"))
+    threads = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+    t3_pid = next(p for p, n in procs.items() if n == "rank 0 · t3")
+    names = {n for p, n in threads if p == t3_pid}
+    assert {"GEMM stages", "DMA engine", "tracker triggers", "AG kernel (CUs)"} <= names
+    assert any(n.startswith("link to rank") for n in names)
+    result = json.loads((tmp_path / "r.json").read_text())
+    end_us = max(r["modelled_time_s"] for r in result["runs"]) * 1e6
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] > 0 and 0 <= e["ts"] and e["ts"] + e["dur"] <= end_us * (1 + 1e-9)
+        elif e["ph"] == "i":  # zero-length events: tracker triggers, data already landed
+            assert 0 <= e["ts"] <= end_us * (1 + 1e-9)
+    stages = [e for e in events if e["pid"] == t3_pid and e.get("cat") == "gemm" and e["ph"] == "X"]
+    assert stages and all(e["name"].startswith("stage ") for e in stages)
+    triggers = [e for e in events if e["pid"] == t3_pid and e.get("cat") == "tracker"]
+    assert triggers and all(e["name"].endswith("complete") for e in triggers)
