@@ -115,7 +115,7 @@ def dram_table(doc: dict) -> str:
             rel = ""
             if base and m != "sequential":
                 reductions[m].append(1 - total / base)
-                rel = f"-{(1 - total / base) * 100:.1f}%"
+                rel = f"{(total / base - 1) * 100:+.1f}%"
             rows.append((_label(pt) if m == modes[0] else "", m,
                          *(_mb(d.get(c, 0) / tp) for c, _ in cats), _mb(total / tp), rel))
     lines = [_grid(rows), "MB per GPU (the sum over the TP GPUs / TP); updates count as writes."]
@@ -212,6 +212,18 @@ _PHASE_COLORS = {"gemm": "#1f77b4", "rs": "#d62728", "gemm+rs": "#9467bd", "ag":
                  "ag+gemm": "#bcbd22"}
 
 
+def _point_axis(ax, pts: list[dict]) -> None:
+    ax.set_xticks(range(len(pts)))
+    ax.set_xticklabels([_label(p) for p in pts], rotation=40, ha="right", fontsize=8)
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Path]:
     import matplotlib
 
@@ -236,19 +248,14 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
                 ys.append(r["sequential"]["modelled_time_s"] / r[m]["modelled_time_s"])
         ax.bar(xs, ys, width, label=m, color=_COLORS.get(m))
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(pts)))
-    ax.set_xticklabels([_label(p) for p in pts], rotation=40, ha="right", fontsize=8)
+    _point_axis(ax, pts)
     ax.set_ylabel("speedup over sequential (x)")
     ax.set_title(f"Sub-layer speedup — {title}", fontsize=10)
     lo = min([0.9] + [b.get_height() for b in ax.patches])
     ax.set_ylim(max(0.0, lo - 0.1), None)
     ax.legend(title="configuration", fontsize=8, ncol=min(4, len(modes)), loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "speedup.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, out / "speedup.png"))
 
     # 2. stacked DRAM traffic, normalised to sequential
     dmodes = [m for m in ("sequential", "t3", "t3-mca") if m in doc["modes"]]
@@ -275,17 +282,12 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     handles = [plt.Rectangle((0, 0), 1, 1, color=_CAT_COLORS[c]) for c in cats]
     ax.legend(handles, [names[c] for c in cats], fontsize=8, ncol=len(cats), loc="upper center",
               bbox_to_anchor=(0.5, -0.28))
-    ax.set_xticks(range(len(pts)))
-    ax.set_xticklabels([_label(p) for p in pts], rotation=40, ha="right", fontsize=8)
+    _point_axis(ax, pts)
     ax.set_ylabel("DRAM accesses (sequential = 1)")
     ax.set_title(f"DRAM traffic by category, bars S = sequential, T = t3, M = t3-mca — "
                  f"{doc['scenario']}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "dram_traffic.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, out / "dram_traffic.png"))
 
     # 3. per-rank timeline of one point
     pt = next((p for p in pts if p["key"] == timeline_point or _label(p) == timeline_point),
@@ -330,9 +332,5 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
                  fontsize=10)
     ax.legend(title="kernel", fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    path = out / "timeline.png"
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    written.append(path)
+    written.append(_save(plt, fig, out / "timeline.png"))
     return written
