@@ -28,7 +28,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from emulator.scenario import ScenarioError, geomean
+from emulator.scenario import SUBLAYERS, ScenarioError, geomean
 
 FUSED_ORDER = ("sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc")
 DRAM_CATS = (("gemm_read", "GEMM reads"), ("gemm_write", "GEMM writes"),
@@ -37,7 +37,6 @@ DRAM_CATS = (("gemm_read", "GEMM reads"), ("gemm_write", "GEMM writes"),
 # flops of a layer's linear GEMMs relative to T x H x H / TP (x2 for multiply-add):
 # QKV 3, OP 1, FC-1 4, FC-2 4; each has forward, input-gradient and weight-gradient GEMMs.
 _LINEAR = {"QKV": 3, "OP": 1, "FC-1": 4, "FC-2": 4}
-_AR_GEMMS = {"OP", "FC-2", "FC-1", "IP"}  # IP is QKV's input gradient
 E2E_METHOD = ("end-to-end: per layer, the 4 AR sub-layers (OP, FC-2 fwd; FC-1, IP bwd) take "
               "their modelled times; the other 8 GEMMs (fwd QKV, FC-1; input-gradient OP, "
               "FC-2; 4 weight gradients) run at the FLOP rate of the sequential GEMM phases; "
@@ -132,7 +131,7 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
     modes = modes_of(doc)
     out = []
     for (model, tp, device), subs in by_case.items():
-        if set(subs) != _AR_GEMMS or not all("sequential" in _runs(p) for p in subs.values()):
+        if set(subs) != set(SUBLAYERS) or not all("sequential" in _runs(p) for p in subs.values()):
             continue
         any_pt = next(iter(subs.values()))
         t, h = any_pt["m"], any_pt["n"]
@@ -146,8 +145,8 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
                 gemm_s += g
         rate = flops / gemm_s
         # the 8 GEMMs without an AR: fwd QKV, fwd FC-1, dgrad OP, dgrad FC-2, 4 wgrads
-        other_units = (_LINEAR["QKV"] + _LINEAR["FC-1"] + _LINEAR["OP"] + _LINEAR["FC-2"]
-                       + sum(_LINEAR.values()))
+        # (every linear layer's forward + input gradient: one of each; weight gradients: all)
+        other_units = 2 * sum(_LINEAR.values())
         other_s = other_units * unit / rate
         row = {"model": model, "tp": tp, "device": device, "other_gemms_s": other_s}
         for m in modes:
