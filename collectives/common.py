@@ -113,5 +113,6 @@ def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[GemmJ
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
     space = p.space(slots, "C", rows or [(0, p.m)], tile_n=p.spec.wg_tile_n)
     job = p.gemm(space, range(len(space)), a=a, cached=True)
-    amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes())
+    amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
+                      local_ok=True)
     return job, amap

@@ -37,6 +37,9 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[GemmJob, list[Add
         for t in own:
             amap.dma_map(aspace.region(t), p.left if algorithm == "ring" else p.others,
                          op="store", after=1)
+    else:  # one rank: its own rows are the whole input; tracked so the gates see them
+        for t in own:
+            amap.track(aspace.region(t), after=1)
     for c in p.others:
         for t in aspace.tiles_in(p.chunk_region(c, p.k)):
             if algorithm == "ring" and c != p.left:
@@ -52,7 +55,7 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[GemmJob, list[Add
         gates[s] = [f"AG{[r0, r1, 0, p.k]}" for r0, r1 in rows]
     job = GemmJob(job.a, job.b, job.space, job.wgs, job.wg_tile, job.order, job.stage_size,
                   gates, job.outputs_cached)
-    cmap = AddressMap(cspace, i, n, p.producer_op(), job.local_writes())
+    cmap = AddressMap(cspace, i, n, p.producer_op(), job.local_writes(), local_ok=True)
     preload = [([aspace.slot(t) for t in own],
                 [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
     return job, [cmap, amap], preload

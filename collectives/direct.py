@@ -46,6 +46,8 @@ def ag_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
     amap = AddressMap(space, p.rank, p.world, op, job.local_writes(), incoming_op=op)
     if p.world > 1:
         amap.remote_map(p.chunk_region(p.rank), p.others, op=op, keep_local=True)
+    else:
+        amap.local(p.chunk_region(p.rank))
     for c in p.others:
         amap.track(p.chunk_region(c), after=p.split)
     return job, amap
@@ -70,6 +72,7 @@ def a2a_map(p: Problem, slots: Slots) -> tuple[GemmJob, list[AddressMap]]:
     xmap = AddressMap(mine, p.rank, p.world, op, np.zeros(len(mine), np.int64), incoming_op=op)
     for s in p.others:
         xmap.track(p.slot_region(s, p.rank), after=p.split)
+    xmap.local(p.slot_region(p.rank, p.rank))  # its own block: written by its own GEMM
     return job, [amap, xmap]
 
 

@@ -59,6 +59,7 @@ def ag_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
     op = p.producer_op()
     amap = AddressMap(space, i, n, op, job.local_writes(), incoming_op=op)
     if n == 1:
+        amap.local(p.chunk_region(i))
         return job, amap
     amap.remote_map(p.chunk_region(i), p.left, op=op, keep_local=True)
     for c in p.others:

@@ -44,7 +44,8 @@ Timing = Callable[[DmaCommand, float], float]
 class DmaEngine:
     def __init__(self, hbm: Hbm, tracker: Tracker, commands: list[DmaCommand], timing: Timing,
                  watchdog_s: float, on_error: Callable[[BaseException], None], stream: str = "rs",
-                 fault: Callable[[DmaCommand], str] | None = None):
+                 fault: Callable[[DmaCommand], str] | None = None,
+                 status: Callable[[str, bool], None] | None = None):
         self.hbm = hbm
         self.tracker = tracker
         self.commands = commands
@@ -53,6 +54,7 @@ class DmaEngine:
         self.on_error = on_error
         self.stream = stream
         self.fault = fault
+        self.status = status or (lambda label, waiting: None)  # (what it does, is it a wait)
         self.wall_events: list[tuple[str, float, float]] = []
         self._next = 0
         self._thread = threading.Thread(target=self._run, name=f"dma-r{hbm.rank}", daemon=True)
@@ -70,11 +72,15 @@ class DmaEngine:
         try:
             for i, cmd in enumerate(self.commands):
                 self._next = i
+                self.status(f"DMA entry {i}/{len(self.commands)} waits for {cmd.trigger.name} "
+                            f"({cmd.trigger.label})", True)
                 t_remote = self.tracker.wait(cmd.trigger, self.watchdog_s, self.pending)
                 t_arrival = self.timing(cmd, t_remote)
                 if cmd.src is None:
                     continue
                 w0 = time.perf_counter()
+                self.status(f"DMA entry {i}/{len(self.commands)} moves {cmd.trigger.name} to "
+                            f"rank {cmd.dst_rank}", False)
                 data = self.hbm.load(cmd.buffer, cmd.src, self.stream)
                 action = self.fault(cmd) if self.fault else ""
                 if action != "drop":
@@ -86,6 +92,7 @@ class DmaEngine:
                 self.tracker.signal(cmd.dst_rank, cmd.dst_slots, cmd.dst_elems, t_arrival)
                 self.wall_events.append((cmd.trigger.name, w0, time.perf_counter()))
             self._next = len(self.commands)
+            self.status("DMA queue finished", True)
         except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
             self.on_error(exc)
 

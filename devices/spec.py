@@ -34,6 +34,13 @@ class InterconnectSpec:
     topology: str
     link_bw: float  # bytes/s per direction of one link
     link_latency_s: float
+    links: int = 7  # peer links (or switch ports) per device
+
+    def links_needed(self, world: int) -> int:
+        """Links each device of a ``world``-GPU job uses on this topology."""
+        if world <= 1:
+            return 0
+        return {"ring": min(2, world - 1), "full-mesh": world - 1, "switch": 1}[self.topology]
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ _SCHEMA: dict[str, dict[str, tuple[type, float, str]]] = {
         "topology": (str, 1, "topology"),
         "link_gb_per_s_per_direction": (float, 1e9, "link_bw"),
         "link_latency_ns": (float, 1e-9, "link_latency_s"),
+        "links": (int, 1, "links"),
     },
 }
 _TOP_KEYS = {"name", "description"}
@@ -165,6 +173,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
             topology=values["topology"],
             link_bw=values["link_bw"],
             link_latency_s=values["link_latency_s"],
+            links=values["links"],
         ),
         source=source,
     )

@@ -12,13 +12,17 @@ its tiles, identical on every rank, so a sender can name a receiver's slots):
   every element has seen ``k`` writes (the producer's own and the peers'), the
   DMA engine sends it to each destination as ``op``;
 - ``track(region, after=k)``: tracked, nothing forwarded (a finished chunk, or
-  an input region a consumer waits for).
+  an input region a consumer waits for);
+- ``local(region)``: written here with the producer's op, untracked (data that
+  has nowhere to go: a one-rank job's chunk, an all-to-all block to itself).
 
-Unmapped tiles are written locally with the producer's own op. Regions are
-rectangles made of whole tiles. A tile may be mapped at most once; a region
-that cuts a tile, a rank outside the job, a destination region of another
-shape, or ``after`` smaller than the producer's own writes raise ``MapError``
-when the map is built, before anything runs.
+A collective's map must place every tile of its space exactly once. A map built
+with ``local_ok=True`` (a GEMM with no collective, a consumer's own output)
+writes its unmapped tiles locally with the producer's own op. Regions are
+rectangles made of whole tiles. A tile mapped twice or never (without
+``local_ok``), a region that cuts a tile, a rank outside the job, a destination
+region of another shape, or ``after`` smaller than the producer's own writes
+raise ``MapError`` when the map is built, before anything runs.
 """
 
 from __future__ import annotations
@@ -137,7 +141,8 @@ class AddressMap:
     tile t (0: the producer never writes it; S for a split-K GEMM)."""
 
     def __init__(self, space: TileSpace, rank: int, world: int, producer_op: str = "store",
-                 local_writes: np.ndarray | None = None, incoming_op: str = "update"):
+                 local_writes: np.ndarray | None = None, incoming_op: str = "update",
+                 local_ok: bool = False):
         if producer_op not in OPS:
             raise MapError(f"producer op {producer_op!r} not in {OPS}")
         self.space = space
@@ -145,6 +150,7 @@ class AddressMap:
         self.world = world
         self.producer_op = producer_op
         self.incoming_op = incoming_op
+        self.local_ok = local_ok
         self.local_writes = (np.ones(len(space), np.int64) if local_writes is None
                              else np.asarray(local_writes, np.int64))
         self._owner: dict[int, int] = {}
@@ -217,6 +223,11 @@ class AddressMap:
     def track(self, region: Region, after: int = 1) -> None:
         self._add(_Entry("track", region, self.tiles_in(region), (), "update", after))
 
+    def local(self, region: Region) -> None:
+        """The region stays here, written with the producer's op, untracked (a one-rank
+        collective's own chunk, an all-to-all's block to itself)."""
+        self._add(_Entry("local", region, self.tiles_in(region), (), self.producer_op))
+
     # ---------------------------------------------------------------- compiling
     def _dst_tiles(self, entry: _Entry) -> tuple[TileSpace, list[int]]:
         """The destination space and, per source tile, the destination tile."""
@@ -231,7 +242,12 @@ class AddressMap:
         return space, out
 
     def compile(self) -> CompiledMap:
-        """Per-tile routes and the DMA queue entries."""
+        """Per-tile routes and the DMA queue entries; MapError if a tile is never mapped."""
+        if not self.local_ok and len(self._owner) < len(self.space):
+            never = [t for t in range(len(self.space)) if t not in self._owner]
+            raise MapError(f"rank {self.rank}: {len(never)} tile(s) of {self.buffer} never "
+                           f"mapped, e.g. {self.space.region(never[0])}: a collective's map "
+                           f"must place every tile (local_ok=True keeps unmapped tiles local)")
         routes: dict[int, Route] = {}
         written = np.flatnonzero(self.local_writes > 0)
         for t in written:
@@ -240,6 +256,8 @@ class AddressMap:
         incoming: dict[str, tuple[int, str]] = {}
         for entry in self.entries:
             space, dst_tiles = self._dst_tiles(entry)
+            if entry.kind == "local":
+                continue  # the default route: a local write with the producer's op
             if entry.kind == "remote":
                 for t, dt in zip(entry.tiles, dst_tiles):
                     if self.local_writes[t] == 0:

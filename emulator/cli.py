@@ -9,45 +9,41 @@ commands, so ``--help`` is instant and needs no MPI.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 
 import click
 
 from collectives import ALGORITHMS, COLLECTIVES, MODES, TOPOLOGIES
 from emulator.config import VALUES, ConfigError, RunConfig
+from emulator.launcher import launch, preflight, ranks_on_this_host, under_mpi
 
-_MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID",
-            "MV2_COMM_WORLD_SIZE")
 _DEFAULT = RunConfig()
 
 
-def under_mpi() -> bool:
-    return any(k in os.environ for k in _MPI_ENV)
-
-
-def find_mpiexec() -> str:
-    """``$T3EMU_MPIEXEC``, else the mpiexec next to this Python (the mpich wheel), else PATH."""
-    override = os.environ.get("T3EMU_MPIEXEC")
-    if override:
-        return override
-    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if os.path.exists(local):
-        return local
-    found = shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        raise click.ClickException("no mpiexec found: install the 'mpich' wheel or set "
-                                   "T3EMU_MPIEXEC to your MPI launcher")
-    return found
-
-
-def _fail_usage(exc: ConfigError) -> None:
+def _fail_usage(exc: Exception) -> None:
     click.echo(f"t3emu: error: {exc}", err=True)
     sys.exit(2)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """click's usage errors as one line on stderr (exit 2), like the emulator's own checks;
+    Ctrl-C exits 130 without a traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        try:
+            rc = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            msg = " ".join(exc.format_message().split())
+            click.echo(f"t3emu: error: {msg[0].lower() + msg[1:] if msg else msg}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("t3emu: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rc if isinstance(rc, int) else 0)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="t3emu")
 def main() -> None:
     """Distributed emulator of multi-GPU systems: one emulated GPU per MPI rank."""
@@ -103,55 +99,21 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sp
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
                     inject_fault=inject_fault)
-    try:
-        cfg = cfg.validate()
-        from devices.spec import SpecError, load_device
+    from emulator.files import OutputError
 
-        try:
-            load_device(device)
-        except SpecError as exc:
-            raise ConfigError("--device", device, str(exc)) from None
-    except ConfigError as exc:
-        _fail_usage(exc)
-    if under_mpi():
+    mpi = under_mpi()
+    try:  # under mpiexec every rank checks the same options; memory is checked per node
+        cfg = preflight(cfg, 0 if mpi else ranks_on_this_host(cfg))
+    except (ConfigError, OutputError) as exc:
+        if not mpi or os.environ.get("PMI_RANK", "0") == "0":
+            _fail_usage(exc)
+        sys.exit(2)
+    if mpi:
         from emulator.worker import main as worker_main
 
         sys.exit(worker_main(cfg))
-    sys.exit(0 if launch(cfg) == 0 else 1)
-
-
-def launch(cfg: RunConfig, **popen) -> int:
-    """Run ``cfg`` as an MPI job of ``cfg.ranks`` ranks; return mpiexec's exit code."""
-    from emulator.runtime import pin_threads
-
-    env = pin_threads(dict(os.environ))
-    if not cfg.timing_only:  # compile the kernels once here, so ranks only load numba's cache
-        os.environ.update({k: env[k] for k in ("NUMBA_CACHE_DIR",)})
-        from devices import kernels
-
-        kernels.warm_up()
-    argv = [find_mpiexec(), "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
-            "emulator.cli", "run", *_cfg_args(cfg)]
-    return subprocess.run(argv, env=env, **popen).returncode
-
-
-def _cfg_args(cfg: RunConfig) -> list[str]:
-    args = ["-n", str(cfg.ranks), "--collective", cfg.collective, "--topology", cfg.topology,
-            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m),
-            "--n", str(cfg.n), "--k", str(cfg.k),
-            "--dtype", cfg.dtype, "--device", cfg.device, "--seed", str(cfg.seed),
-            "--values", cfg.values, "--watchdog-s", str(cfg.watchdog_s)]
-    if cfg.json:
-        args += ["--json", cfg.json]
-    if cfg.timing_only:
-        args.append("--timing-only")
-    if cfg.trace:
-        args += ["--trace", cfg.trace]
-    if cfg.record_wall:
-        args.append("--record-wall")
-    if cfg.inject_fault:
-        args += ["--inject-fault", cfg.inject_fault]
-    return args
+    rc = launch(cfg)
+    sys.exit(rc if rc in (0, 2) else 1)  # 2: refused inside the job (memory of a node)
 
 
 @main.command()
@@ -170,22 +132,19 @@ def sweep(scenario, out_dir, timing_only, watchdog_s) -> None:
     from emulator.scenario import ScenarioError, load_scenario
     from emulator.sweep import run_sweep
 
-    if not watchdog_s > 0:
-        _fail_usage(ConfigError("--watchdog-s", watchdog_s, "a number of seconds > 0"))
+    from emulator.config import MAX_WATCHDOG_S
+    from emulator.files import OutputError, check_output_dir
+
+    if not 0 < watchdog_s <= MAX_WATCHDOG_S:
+        _fail_usage(ConfigError("--watchdog-s", watchdog_s,
+                                f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}"))
     out = Path(out_dir)
     try:
         sc = load_scenario(scenario)
-        out.mkdir(parents=True, exist_ok=True)
-        if not os.access(out, os.W_OK):
-            raise ScenarioError(f"--out {out_dir}: directory is not writable")
-    except (ScenarioError, OSError) as exc:
-        click.echo(f"t3emu: error: {exc}", err=True)
-        sys.exit(2)
-    try:
+        check_output_dir(out, "--out", len(sc.points) * (2 << 20))
         rc = run_sweep(sc, out, timing_only, watchdog_s)
-    except ScenarioError as exc:
-        click.echo(f"t3emu: error: {exc}", err=True)
-        sys.exit(2)
+    except (ScenarioError, OutputError) as exc:
+        _fail_usage(exc)
     except KeyboardInterrupt:
         click.echo(f"\nt3emu: sweep interrupted; finished points are in {out}; rerun the same "
                    f"command to resume", err=True)

@@ -82,6 +82,9 @@ class BandwidthTimeline:
                     start = t0
                 if avail * (t1 - t0) >= remaining:
                     end = t0 + remaining / avail
+                    if end <= t0:  # less than one ulp of t0: nothing left to reserve
+                        self.busy_bytes += nbytes
+                        return start, t0, 0.0
                     if end < t1:
                         self._split(end)
                     self._u[i] += avail

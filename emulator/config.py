@@ -10,7 +10,22 @@ from collectives import (ALGORITHMS, COLLECTIVE_ALGORITHMS, COLLECTIVES, MODES, 
 from devices.spec import DTYPES
 
 MAX_DIM = 1 << 20
+MAX_SEED = 2**63 - 1
+MAX_WATCHDOG_S = 86400.0
 VALUES = ("int", "normal")
+# test hooks of --inject-fault KIND@RANK (the reliability tests and the README table)
+FAULTS = {
+    "raise": "an exception in a GEMM stage",
+    "raise-dma": "an exception in the DMA engine thread",
+    "kill": "SIGKILL of the rank's own process in a GEMM stage",
+    "stall": "the rank stops making progress in a GEMM stage",
+    "drop-dma": "the first DMA transfer carrying data is not written (its signal still is)",
+    "double-dma": "the first DMA update is applied twice",
+    "nan-input": "a NaN in the rank's input A",
+    "overflow": "the first row of the rank's A at half the dtype's largest value (outputs "
+                "overflow to Inf)",
+}
+NEEDS_NUMERICS = ("drop-dma", "double-dma", "nan-input", "overflow")  # only the numerics check sees them
 
 
 class ConfigError(ValueError):
@@ -41,7 +56,7 @@ class RunConfig:
     timing_only: bool = False  # same schedule and protocol, no payload, no numerics check
     trace: str | None = None  # Chrome/Perfetto trace JSON path
     record_wall: bool = False
-    inject_fault: str | None = None  # test hook: "raise@RANK"
+    inject_fault: str | None = None  # test hook "KIND@RANK", see FAULTS
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -99,10 +114,84 @@ class RunConfig:
         if not 1 <= self.split_k <= min(self.k, 64):
             raise ConfigError("--split-k", self.split_k,
                               f"an integer from 1 to min(K, 64) = {min(self.k, 64)}")
-        if not self.watchdog_s > 0:
-            raise ConfigError("--watchdog-s", self.watchdog_s, "a number of seconds > 0")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError("--seed", self.seed, f"an integer from 0 to {MAX_SEED}")
+        if not 0 < self.watchdog_s <= MAX_WATCHDOG_S:  # also refuses nan and inf
+            raise ConfigError("--watchdog-s", self.watchdog_s,
+                              f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}")
         if self.inject_fault is not None:
-            kind, _, rank = self.inject_fault.partition("@")
-            if kind != "raise" or not rank.isdigit():
-                raise ConfigError("--inject-fault", self.inject_fault, "form raise@RANK")
+            kind, rank = self.fault
+            if kind not in FAULTS or not 0 <= rank < self.ranks:
+                raise ConfigError("--inject-fault", self.inject_fault,
+                                  f"KIND@RANK with KIND one of {', '.join(FAULTS)} and RANK "
+                                  f"from 0 to {self.ranks - 1}")
+            if kind in NEEDS_NUMERICS and self.timing_only:
+                raise ConfigError("--inject-fault", self.inject_fault,
+                                  "corrupts data, which only a numeric run checks; drop "
+                                  "--timing-only")
         return dataclasses.replace(self, algorithm=algo)
+
+    @property
+    def fault(self) -> tuple[str, int]:
+        """(kind, rank) of ``--inject-fault``; ("", -1) without one."""
+        if not self.inject_fault:
+            return "", -1
+        kind, _, rank = self.inject_fault.partition("@")
+        return kind, int(rank) if rank.isdigit() else -1
+
+    def check_device(self, spec) -> None:
+        """The options against the device: enough links for the topology at this size."""
+        ic = dataclasses.replace(spec.interconnect, topology=self.topology)
+        need = ic.links_needed(self.ranks)
+        if need > ic.links:
+            most = ic.links + 1 if self.topology == "full-mesh" else 1
+            raise ConfigError("-n/--ranks", self.ranks,
+                              f"a {self.topology} of {self.ranks} GPUs needs {need} links per "
+                              f"GPU; device {spec.name} has {ic.links}, so at most {most} "
+                              f"GPUs (use --topology switch or ring, or a device file with "
+                              f"more links)")
+
+    def memory_per_rank(self, spec) -> int:
+        """A conservative estimate of one rank's peak host memory in bytes (measured: a
+        numeric rank holds its inputs, the HBM buffers, the reference and tolerance; a
+        timing-only rank about 6 KB of plan and tracker state per output tile)."""
+        if self.timing_only:
+            tiles = -(-self.m // spec.wg_tile_m) * -(-self.n // spec.wg_tile_n)
+            if self.collective == "ag-gemm":
+                tiles += -(-self.m // spec.wg_tile_m) * -(-self.k // spec.wg_tile_n)
+            return (64 << 20) + 8192 * tiles
+        e = 2 if self.dtype == "fp16" else 4
+        out = self.m * self.n + (self.m * self.k if self.collective == "ag-gemm" else 0)
+        rows = -(-self.m // self.ranks) if self.collective in ("ag", "ag-gemm") else self.m
+        return (200 << 20) + out * (24 + 4 * e) + 3 * e * (rows * self.k + self.k * self.n)
+
+    def check_memory(self, spec, ranks_here: int, available: int | None) -> None:
+        """Refuse a run whose ``ranks_here`` ranks on this host would not fit in memory."""
+        if available is None:
+            return
+        need = self.memory_per_rank(spec) * ranks_here
+        if need > available:
+            what = "--m/--n/--k" if self.memory_per_rank(spec) > available // 4 else "-n/--ranks"
+            value = (f"{self.m}/{self.n}/{self.k}" if what == "--m/--n/--k" else self.ranks)
+            hint = "" if self.timing_only else "; --timing-only needs far less"
+            raise ConfigError(what, value,
+                              f"{ranks_here} ranks need about {need / 2**30:.1f} GiB of host "
+                              f"memory, this host has {available / 2**30:.1f} GiB available"
+                              f"{hint}")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this host can still give (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from devices.hbm import Hbm, Region, region_elems
 from devices.tracker import TrackedRegion, Tracker
+from emulator import watchdog
 from emulator.clock import RankClock
 from emulator.costmodel import CostModel
 
@@ -47,7 +48,10 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
         else:
             ready = group_start = t
         if step.wait is not None:
+            watchdog.post("compute", f"CU kernel step {step.name} waits for {step.wait.name}",
+                          waiting=True)
             t_arr = tracker.wait(step.wait, watchdog_s)
+            watchdog.post("compute", f"CU kernel step {step.name}")
             t_in = clock.receive(t_arr, step.wait_bytes)
             landed = clock.hbm.reserve(clock.streamed_from(t_in, step.wait_bytes),
                                        cost.update_cost_bytes(step.wait_bytes, step.wait_op))[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -26,3 +27,37 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def write_json_atomic(path: str | Path, doc: dict, indent: int | None = 2) -> None:
     write_text_atomic(path, json.dumps(doc, indent=indent))
+
+
+class OutputError(OSError):
+    """An output location that cannot take the results; the message names the option."""
+
+
+def check_output_dir(directory: str | Path, option: str, need_bytes: int,
+                     shown: str | Path | None = None) -> None:
+    """Before a run: ``directory`` exists (created if missing) and takes a file, with at least
+    ``need_bytes`` free, so finished results are not lost to a full or read-only disk."""
+    d = Path(directory)
+    shown = str(directory if shown is None else shown)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".t3emu-probe.", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise OutputError(f"invalid value for {option}: {shown!r} (cannot write in "
+                          f"{str(d)!r}: {exc.strerror or exc})") from None
+    free = shutil.disk_usage(d).free
+    if free < need_bytes:
+        raise OutputError(f"invalid value for {option}: {shown!r} (only "
+                          f"{free / 2**20:.1f} MiB free on its file system; the results need "
+                          f"about {need_bytes / 2**20:.0f} MiB)")
+
+
+def check_output_file(path: str | Path, option: str, need_bytes: int) -> None:
+    """``path`` can be written atomically: not a directory, its directory writable with room."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"invalid value for {option}: {str(path)!r} (a directory; give a "
+                          f"file path)")
+    check_output_dir(p.parent, option, need_bytes, shown=path)

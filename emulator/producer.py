@@ -22,6 +22,7 @@ import numpy as np
 from devices.dma import DmaCommand
 from devices.hbm import Hbm
 from devices.tracker import TrackedRegion, Tracker
+from emulator import faults, watchdog
 from emulator.addrmap import Route, TileSpace
 from emulator.arbitration import CommWindow, Exclusive
 from emulator.clock import RankClock
@@ -111,14 +112,15 @@ class GemmProducer:
     def __init__(self, hbm: Hbm, tracker: Tracker, clock: RankClock, cost: CostModel,
                  job: GemmJob, routes: dict[int, Route], stage_index: list[int],
                  stream: str, policy=None, gate_regions: dict[str, TrackedRegion] | None = None,
-                 fault_stage: int = -1):
+                 fault: tuple[str, int] = ("", -1), label: str = "GEMM"):
         self.hbm, self.tracker, self.clock, self.cost = hbm, tracker, clock, cost
         self.job, self.routes = job, routes
         self.stage_index = stage_index
         self.stream = stream
         self.policy = policy or Exclusive()
         self.gate_regions = gate_regions or {}
-        self.fault_stage = fault_stage
+        self.fault_kind, self.fault_stage = fault
+        self.label = label
         self.slot_done = np.zeros(tracker.nslots, np.float64)  # modelled local-write times
         self.complete_at: dict[str, float] = {}  # filled by the DMA timing (gates)
         self.wall_events: list[tuple[int, float, float]] = []
@@ -168,15 +170,19 @@ class GemmProducer:
             bp = kernels.pack_b(b, int((tiles[:, 3] - tiles[:, 2]).max()) if len(tiles) else 1)
             buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
             out_dtype = hbm.specs[job.space.buffer].dtype
+        nstages = len(self.stage_index)
         for s, ids in enumerate(job.stages()):
+            where = f"{self.label} GEMM stage {s}/{nstages}"
             for name in job.gates.get(s, []):  # the tracker releases the WGs that need it
+                watchdog.post("compute", f"{where} waits for {name}", waiting=True)
                 self.tracker.wait(self.gate_regions[name], self.clock.watchdog_s)
+            watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
             with self.clock.order.turn(self.stage_index[s], f"GEMM stage {s}"):
                 end, arrivals = self._time_stage(s, ids)
+            watchdog.post("compute", where)
             w0 = time.perf_counter()
             if s == self.fault_stage:
-                raise RuntimeError(f"injected fault: exception in GEMM stage {s} "
-                                   f"on rank {hbm.rank}")
+                faults.in_stage(self.fault_kind, where, hbm.rank)
             if hbm.payload:
                 kernels.gemm_stage(a, bp, job.wgs[ids], buf)
             signals: dict[tuple[int, float], dict[int, int]] = {}
@@ -238,6 +244,7 @@ class DmaTiming:
         spec = cost.spec
         name = cmd.trigger.name
         e = cost.e
+        watchdog.post("dma", f"DMA entry {name}: its turn in program order", waiting=True)
         with clock.order.turn(cmd.order, f"DMA entry {name}"):
             window = CommWindow(cmd.compute_after)
             elems = int(cmd.trigger.thresholds.sum() // max(1, cmd.trigger.meta["after"]))

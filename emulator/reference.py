@@ -103,7 +103,10 @@ def check(result: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool, f
     res = result.astype(np.float32)
     finite = np.isfinite(res)
     if not finite.all():
-        return False, float("nan"), f"{int((~finite).sum())} non-finite output values"
+        nan = int(np.isnan(res).sum())
+        return False, float("nan"), (f"output has {nan} NaN and {int((~finite).sum()) - nan} "
+                                     f"Inf values" + (" (the reference is not finite either)"
+                                                      if not np.isfinite(ref).all() else ""))
     err = np.abs(res - ref)
     max_err = float(err.max()) if err.size else 0.0
     bad = int((err > tol).sum())

@@ -20,9 +20,10 @@ from emulator.clock import Event, RankClock
 from emulator.config import RunConfig
 from emulator.costmodel import CostModel
 from emulator.custeps import run_steps
-from emulator.plan import GemmPhase, Plan, StepsPhase
+from emulator.plan import GemmPhase, StepsPhase
 from emulator.producer import DmaTiming, GemmProducer, program_order
 from emulator.reference import NP_DTYPE
+from emulator import faults, watchdog
 from emulator.runtime import abort
 
 STREAMS = ("gemm", "rs", "ag", "a2a")
@@ -74,11 +75,13 @@ class _Clocks:
 def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
              b: np.ndarray | None, mode: str) -> RankResult:
     """Run one mode. ``a``/``b`` None: a timing-only run (same protocol, no payload)."""
+    watchdog.post("compute", f"{mode}: building the plan and maps")
     p = problem(comm, cfg, spec)
     plan = build_plan(p, cfg.collective, cfg.algorithm, mode)
     compiled = {id(ph): [m.compile() for m in ph.maps] for ph in plan.phases
                 if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
     payload = a is not None
+    watchdog.wait_all(comm, f"{mode}: allocation of the HBM and tracker windows", cfg.watchdog_s)
     hbm = Hbm(comm, plan.layout, STREAMS, payload=payload)
     tracker = Tracker(comm, plan.slots.total, plan.slots.name)
     for name, data in (("A", a), ("B", b)):  # inputs are resident before the operation
@@ -87,36 +90,40 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
             hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(p.spec, cfg.dtype)
     clocks = _Clocks(p, cfg.watchdog_s)
-    fault_rank = int(cfg.inject_fault.split("@")[1]) if cfg.inject_fault else -1
+    fault_kind, fault_rank = cfg.fault
     lat = p.spec.interconnect.link_latency_s
     times: dict[str, tuple[float, float]] = {}
     policy_info: dict = {}
     wall_events: dict = {}
-    comm.Barrier()
+    watchdog.wait_all(comm, f"{mode}: start", cfg.watchdog_s)
     w0 = time.perf_counter()
     for idx, ph in enumerate(plan.phases):
         if plan.isolated and idx:
-            hbm.win.Sync()
-            comm.Barrier()  # isolated runs: the previous run is over everywhere
+            hbm.win.Sync()  # isolated runs: the previous run is over everywhere
+            watchdog.wait_all(comm, f"{mode}: end of {plan.phases[idx - 1].name}", cfg.watchdog_s)
         clock = clocks[ph.clock]
         start = max([clock.cu.free_at] + [times[n][1] for n in ph.after])
         if isinstance(ph, StepsPhase):
             if ph.credit is not None:
                 for r in ph.credit.notify:
                     tracker.signal(r, [int(ph.credit.region.slots[0])], [1], start + lat)
+                watchdog.post("compute", f"{mode} {ph.name}: waits for credit "
+                              f"{ph.credit.region.name}", waiting=True)
                 start = max(start, tracker.wait(ph.credit.region, cfg.watchdog_s))
+            watchdog.post("compute", f"{mode} {ph.name}: CU kernel")
             end = run_steps(ph.steps, hbm, tracker, clock, cost, cfg.watchdog_s, start)
         else:
-            fault = 1 if (fault_rank == p.rank and idx == 0) else -1
+            mine = fault_rank == p.rank and not any(  # the mode's first GEMM phase
+                isinstance(q, GemmPhase) for q in plan.phases[:idx])
             end, policy, walls = _run_gemm(ph, compiled[id(ph)], mode, hbm, tracker, clock,
-                                           cost, start, fault, cfg)
+                                           cost, start, fault_kind if mine else "", cfg)
             if ph.fused:
                 policy_info = policy.describe()
                 wall_events = walls
         clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
         times[ph.name] = (start, end)
     hbm.win.Sync()
-    comm.Barrier()
+    watchdog.wait_all(comm, f"{mode}: end", cfg.watchdog_s)
     wall = time.perf_counter() - w0
     result = np.concatenate([hbm.view(buf, region).astype(np.float32)
                              for buf, region in plan.result], axis=0) if payload else None
@@ -129,7 +136,7 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
 
 
 def _run_gemm(ph: GemmPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
-              clock: RankClock, cost: CostModel, start: float, fault_stage: int,
+              clock: RankClock, cost: CostModel, start: float, fault_kind: str,
               cfg: RunConfig):
     clock.new_program()
     clock.cu.free_at = start
@@ -139,10 +146,11 @@ def _run_gemm(ph: GemmPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
     policy = policy_for(mode) if ph.fused else Exclusive()
     stage_index, commands = program_order(ph.job, commands, policy.lookahead, tracker.nslots)
     gates = {c.trigger.name: c.trigger for c in commands}
-    if fault_stage >= 0:
-        fault_stage = min(fault_stage, len(stage_index) - 1)
+    stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
+    fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
+             else ("", -1))
     producer = GemmProducer(hbm, tracker, clock, cost, ph.job, routes, stage_index, ph.stream,
-                            policy, gates, fault_stage)
+                            policy, gates, fault, f"{mode} {ph.name}")
     for slots, elems in ph.preload:  # resident inputs: written before the phase starts
         producer.slot_done[slots] = start
         tracker.signal(hbm.rank, slots, elems, start)
@@ -150,9 +158,13 @@ def _run_gemm(ph: GemmPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
         return producer.run(), policy, {}
     timing = DmaTiming(clock, cost, incoming, producer, policy)
     dma = DmaEngine(hbm, tracker, commands, timing, cfg.watchdog_s,
-                    on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream)
+                    on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream,
+                    fault=faults.for_dma(fault_kind, hbm.rank, mode),
+                    status=lambda label, waiting: watchdog.post("dma", f"{mode} {label}",
+                                                                waiting))
     dma.start()
     gemm_end = producer.run()
+    watchdog.post("compute", f"{mode} {ph.name}: waits for its DMA engine", waiting=True)
     dma.join()
     walls = {"stages": producer.wall_events, "dma": dma.wall_events}
     return max(gemm_end, timing.last_end), policy, walls

@@ -25,6 +25,26 @@ def pin_threads(env: dict | None = None) -> dict:
     return env
 
 
+def mark_rank(what: str) -> None:
+    """For the launcher's watch of the ranks (``T3EMU_PID_DIR``): "pid" records this rank's
+    PID at start-up; "end" and "abort" record that it exits through the emulator's own
+    paths, so a rank that disappears without one died from outside (a signal, a crash)."""
+    pid_dir = os.environ.get("T3EMU_PID_DIR")
+    if not pid_dir or not os.path.isdir(pid_dir):
+        return
+    from mpi4py import MPI
+
+    rank = MPI.COMM_WORLD.rank
+    name = str(rank) if what == "pid" else f"{rank}.{what}"
+    tmp = os.path.join(pid_dir, f".{name}.tmp")
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(str(os.getpid()))
+        os.replace(tmp, os.path.join(pid_dir, name))
+    except OSError:
+        pass
+
+
 def abort(exc: BaseException, where: str = "") -> None:
     """Print this rank's failure and abort the whole MPI job (never returns)."""
     from mpi4py import MPI
@@ -34,14 +54,22 @@ def abort(exc: BaseException, where: str = "") -> None:
 
     rank = MPI.COMM_WORLD.rank
     if isinstance(exc, (WatchdogTimeout, ProgramOrderTimeout)):
-        msg = f"[t3emu rank {rank}] {where}{exc}\n"
+        from emulator import watchdog
+
+        try:
+            board = watchdog.describe()
+        except Exception as err:  # noqa: BLE001 - the abort must happen regardless
+            board = f"(status board unreadable: {err})"
+        msg = f"[t3emu rank {rank}] {where}{exc}\n{board}\n"
     else:
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        where = where.rstrip(": ")
         msg = (f"[t3emu rank {rank}] error{' in ' + where if where else ''}: "
                f"{type(exc).__name__}: {exc}\n{tb}")
     try:
         sys.stderr.write(msg)
         sys.stderr.flush()
+        mark_rank("abort")
     finally:
         MPI.COMM_WORLD.Abort(1)
 
@@ -59,17 +87,22 @@ def install_abort_handlers() -> None:
     threading.excepthook = thread_hook
 
 
-def warm_kernels(comm) -> None:
-    """Compile the numba kernels once: node-local rank 0 first, the others load the cache."""
+def warm_kernels(comm, watchdog_s: float) -> None:
+    """Compile the numba kernels once: node-local rank 0 first, the others load the cache
+    (a cold compile takes tens of seconds: the others wait at least 15 minutes for it)."""
     from mpi4py import MPI
+
+    from emulator import watchdog
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         if node.rank == 0:
             from devices import kernels
 
+            watchdog.post("compute", "compiling the numba kernels")
             kernels.warm_up()
-        node.Barrier()
+        watchdog.wait_all(node, "the numba compile on the node's first rank",
+                          max(watchdog_s, 900.0))
         if node.rank != 0:
             from devices import kernels
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from emulator.config import RunConfig
+from emulator.config import ConfigError, RunConfig
 from emulator.files import write_json_atomic, write_text_atomic
 from emulator.scenario import Point, Scenario, ScenarioError
 
@@ -106,7 +106,7 @@ def save(out: Path, header: dict, points: list[dict]) -> None:
 
 def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed."""
-    from emulator.cli import launch
+    from emulator.launcher import launch
 
     header = _header(sc, timing_only)
     prior = load_results(out)
@@ -135,6 +135,14 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> 
                 done[p.key] = _record(p, doc)
                 continue
         todo.append((p, cfg))
+    from emulator.launcher import preflight
+    from emulator.files import OutputError
+
+    for p, cfg in todo:  # every point's options, device, memory: before the first job
+        try:
+            preflight(cfg, cfg.ranks)
+        except (ConfigError, OutputError) as exc:
+            raise ScenarioError(f"{sc.path}: point {p.label()}: {exc}") from None
     save(out, header, ordered())
     kind = "timing-only" if timing_only else "numeric"
     click.echo(f"sweep {sc.name}: {len(sc.points)} points x {len(sc.modes)} configurations "

@@ -7,7 +7,7 @@ import time
 
 from emulator.config import RunConfig
 from emulator.files import write_json_atomic
-from emulator.runtime import abort, install_abort_handlers, pin_threads
+from emulator.runtime import abort, install_abort_handlers, mark_rank, pin_threads
 
 pin_threads()
 
@@ -45,6 +45,26 @@ def summary_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def non_finite_inputs(**arrays) -> str:
+    """'input A has 1 NaN, 0 Inf' for inputs that are not all finite, else ''."""
+    import numpy as np
+
+    notes = []
+    for name, x in arrays.items():
+        nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
+        if nan or inf:
+            notes.append(f"input {name.upper()} has {nan} NaN, {inf} Inf")
+    return "; ".join(notes)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (ru_maxrss: KB on Linux, bytes on macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+
+
 def lower_bounds(cfg: RunConfig, spec, world: int, chunks) -> dict[str, float]:
     """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
     every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1)."""
@@ -55,47 +75,75 @@ def lower_bounds(cfg: RunConfig, spec, world: int, chunks) -> dict[str, float]:
     others = (cfg.m - rows_min) * e
     moved = {"rs": others * cfg.n, "ag": others * cfg.n, "ar": 2 * others * cfg.n,
              "a2a": others * cfg.n, "ag-gemm": others * cfg.k}[cfg.collective]
-    links = {"ring": min(2, world - 1), "full-mesh": world - 1, "switch": 1}[cfg.topology]
+    links = spec.interconnect.links_needed(world)
     rows = rows_min if cfg.collective == "ag" else cfg.m
     return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
             "collective_link": moved / (max(links, 1) * spec.interconnect.link_bw)
             if world > 1 else 0.0}
 
 
+def _memory_refused(comm, cfg: RunConfig, device) -> bool:
+    """The per-node memory check (a launch by the CLI also checked this host before)."""
+    import os
+
+    from mpi4py import MPI
+
+    from emulator.config import ConfigError, available_memory
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    msg = ""
+    if node.rank == 0 and not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
+        try:
+            cfg.check_memory(device, node.size, available_memory())
+        except ConfigError as exc:
+            msg = f"t3emu: error: {exc} (rank {comm.rank}'s node)"
+    node.Free()
+    msgs = [m for m in comm.allgather(msg) if m]
+    if msgs and comm.rank == 0:
+        sys.stderr.write(msgs[0] + "\n")
+    return bool(msgs)
+
+
 def main(cfg: RunConfig) -> int:
     install_abort_handlers()
     try:
-        return _main(cfg)
+        rc = _main(cfg)
+        mark_rank("end")
+        return rc
     except SystemExit:
+        mark_rank("end")
         raise
     except BaseException as exc:  # noqa: BLE001
         abort(exc)
         return 1
 
 
-def _main(cfg: RunConfig) -> int:
+def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
+    """Every mode of ``cfg`` on ``comm``, checked against the reference. Rank 0 gets the
+    results document and the trace events; the other ranks get ``{}`` (None if a
+    numerics check failed)."""
     from mpi4py import MPI
 
     from collectives.common import ring_chunks
-    from devices.spec import load_device
+    from emulator import faults, watchdog
     from emulator.reference import check, compute_reference, make_inputs
     from emulator.runner import categories, device_for, run_mode
     from emulator.runtime import warm_kernels
 
-    comm = MPI.COMM_WORLD
     world, rank = comm.size, comm.rank
-    if world != cfg.ranks and rank == 0:
-        sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
-    if cfg.m < world:
-        raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
-    spec = device_for(load_device(cfg.device), cfg.topology)
+    spec = device_for(device, cfg.topology)
     chunks = ring_chunks(cfg.m, world)
     a = b = ref = tol = None
+    bad_input = ""
     if not cfg.timing_only:
-        warm_kernels(comm)
+        warm_kernels(comm, cfg.watchdog_s)
         own = chunks[rank][1] - chunks[rank][0]
         rows = own if cfg.collective in ("ag", "ag-gemm") else cfg.m
         a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+        faults.in_inputs(cfg.fault, rank, a)
+        bad_input = non_finite_inputs(a=a, b=b)
+        watchdog.wait_all(comm, "the numpy/MPI reference", cfg.watchdog_s)
+        watchdog.post("compute", "computing the numpy/MPI reference")
         ref, tol = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, cfg.collective,
                                      cfg.split_k)
     runs = []
@@ -105,8 +153,11 @@ def _main(cfg: RunConfig) -> int:
         res = run_mode(comm, cfg, spec, a, b, mode)
         if cfg.timing_only:
             ok, err, note = True, 0.0, ""
+        elif bad_input:
+            ok, err, note = False, float("nan"), bad_input + ": the results cannot be checked"
         else:
             ok, err, note = check(res.result, ref, tol)
+        watchdog.wait_all(comm, f"results of {mode}", cfg.watchdog_s)
         all_ok = comm.allreduce(ok, MPI.LAND)
         any_fail = any_fail or not all_ok
         errs = comm.gather(err, root=0)
@@ -148,8 +199,9 @@ def _main(cfg: RunConfig) -> int:
             if cfg.trace:
                 traced.append((mode, events))
             runs.append(run)
+    rss = comm.gather(peak_rss_mb(), root=0)
     if rank != 0:
-        return 1 if any_fail else 0
+        return (None if any_fail else {}), traced
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == "sequential"), None)
     for run in runs:
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
@@ -159,8 +211,38 @@ def _main(cfg: RunConfig) -> int:
         "device": spec.to_dict(),
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         "runs": runs,
+        "peak_rss_mb_per_rank": rss,
         "created_unix": time.time(),
     }
+    return doc, traced
+
+
+def _main(cfg: RunConfig) -> int:
+    from mpi4py import MPI
+
+    from devices.spec import load_device
+    from emulator import faults, watchdog
+
+    comm = MPI.COMM_WORLD
+    world, rank = comm.size, comm.rank
+    mark_rank("pid")
+    watchdog.open_board(comm)
+    watchdog.post("compute", "setting up")
+    if world != cfg.ranks and rank == 0:
+        sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
+    if cfg.m < world:
+        raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
+    device = load_device(cfg.device)
+    if _memory_refused(comm, cfg, device):
+        return 2
+    doc, traced = execute(comm, cfg, device)
+    watchdog.close_board()
+    if cfg.fault[1] == rank and not faults.FIRED:
+        sys.stderr.write(f"[t3emu rank {rank}] warning: --inject-fault {cfg.inject_fault} never "
+                         f"fired (this run has no such operation on rank {rank}, e.g. no DMA "
+                         f"transfer carrying data)\n")
+    if rank != 0:
+        return 1 if doc is None else 0
     print(summary_table(doc), flush=True)
     if cfg.json:
         write_json_atomic(cfg.json, doc)
@@ -169,9 +251,9 @@ def _main(cfg: RunConfig) -> int:
 
         write_json_atomic(cfg.trace, chrome_trace(traced, doc), indent=None)
         print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev)", flush=True)
-    failed = [r["mode"] for r in runs if r["numerics"] == "fail"]
+    failed = [r for r in doc["runs"] if r["numerics"] == "fail"]
     if failed:
-        sys.stderr.write(f"t3emu: numerics FAIL in {', '.join(failed)}: "
-                         f"{'; '.join(n for r in runs for n in r['numerics_notes'])}\n")
+        sys.stderr.write(f"t3emu: numerics FAIL in {', '.join(r['mode'] for r in failed)}: "
+                         f"{'; '.join(n for r in failed for n in r['numerics_notes'])}\n")
         return 1
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +34,25 @@ def test_env() -> dict:
     return env
 
 
-def run_cli(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+def run_group(argv: list[str], timeout: float, env: dict | None = None,
+              **popen) -> subprocess.CompletedProcess:
+    """Run ``argv`` in a session of its own; on timeout kill the whole group (mpiexec and
+    every rank), so a hang fails the test and leaves no process behind."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env or test_env(), cwd=ROOT, start_new_session=True, **popen)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"timed out after {timeout} s: {argv}\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def run_cli(args: list[str], timeout: float = 300, env: dict | None = None,
+            **popen) -> subprocess.CompletedProcess:
     """`t3emu ARGS` as a user runs it (the CLI launches mpiexec itself)."""
-    return subprocess.run([sys.executable, "-m", "emulator.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=test_env(), cwd=ROOT)
+    return run_group([sys.executable, "-m", "emulator.cli", *args], timeout, env, **popen)
 
 
 def run_emulator(tmp_path: Path, args: list[str], timeout: float = 300) -> dict:
@@ -49,9 +65,8 @@ def run_emulator(tmp_path: Path, args: list[str], timeout: float = 300) -> dict:
 
 def run_mpi_script(script: str, n: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`mpiexec -n N python -m mpi4py tests/mpi/SCRIPT ARGS`."""
-    return subprocess.run([mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py",
-                           str(MPI_SCRIPTS / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=test_env(), cwd=ROOT)
+    return run_group([mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py",
+                      str(MPI_SCRIPTS / script), *args], timeout)
 
 
 @pytest.fixture

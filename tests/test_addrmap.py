@@ -100,10 +100,35 @@ def test_map_refuses_wrong_maps_when_built():
         split.dma_map((4, 8, 0, 8), 1, after=1)
 
 
-def test_unmapped_tiles_keep_the_producer_op():
-    compiled = AddressMap(_space(8), 0, 1, "store").compile()
+def test_unmapped_tiles_keep_the_producer_op_only_where_allowed():
+    compiled = AddressMap(_space(8), 0, 1, "store", local_ok=True).compile()
     assert all(r.local_op == "store" and r.slot < 0 for r in compiled.routes.values())
     assert compiled.commands == []
+    # a collective's map that forgets a region is refused when it is built
+    amap = AddressMap(_space(8), 0, 2, "update")
+    amap.dma_map((0, 4, 0, 8), 1)
+    with pytest.raises(MapError, match=r"2 tile\(s\) of C never mapped, e.g. \(4, 8, 0, 4\)"):
+        amap.compile()
+    amap.track((4, 8, 0, 8))
+    assert len(amap.compile().commands) == 2
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 5])
+def test_every_collective_map_places_every_tile_once(world):
+    """Each built-in plan compiles (a tile never mapped or mapped twice would raise)."""
+    from collectives import COLLECTIVE_ALGORITHMS, modes_for
+    from collectives.plans import build_plan
+    from emulator.plan import GemmPhase
+
+    for collective, algos in COLLECTIVE_ALGORITHMS.items():
+        for algo in algos:
+            for mode in modes_for(collective):
+                for rank in range(world):
+                    plan = build_plan(problem(rank, world), collective, algo, mode)
+                    for ph in plan.phases:
+                        if isinstance(ph, GemmPhase):
+                            for m in ph.maps:
+                                m.compile()
 
 
 def test_program_order_places_entries_by_last_write_and_by_gate():

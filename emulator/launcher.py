@@ -1,0 +1,213 @@
+"""Launching a run as an MPI job, and everything checked before the launch.
+
+``t3emu run`` (and each point of ``t3emu sweep``) starts ``mpiexec`` itself
+unless it already runs under MPI. Before that, ``preflight`` checks every option,
+the device, the host's memory and the output files, so bad input ends in one line
+and exit code 2 without any MPI process. The launcher passes the job's stdout
+through and watches the ranks' processes, so a rank that dies from a signal
+(SIGKILL, the out-of-memory killer) is named by rank, not only by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from emulator.config import ConfigError, RunConfig
+
+_MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID",
+            "MV2_COMM_WORLD_SIZE")
+
+def under_mpi() -> bool:
+    return any(k in os.environ for k in _MPI_ENV)
+
+
+def _wheel_mpiexec() -> str:
+    """The mpich wheel's mpiexec (Hydra), next to this Python."""
+    return os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+def find_mpiexec() -> str:
+    """``$T3EMU_MPIEXEC`` (a command, with arguments if any, e.g. ``mpiexec -bind-to core``),
+    else the mpiexec next to this Python (the mpich wheel), else PATH."""
+    override = os.environ.get("T3EMU_MPIEXEC")
+    if override:
+        return override
+    local = _wheel_mpiexec()
+    if os.path.exists(local):
+        return local
+    found = shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise click.ClickException("no mpiexec found: install the 'mpich' wheel or set "
+                                   "T3EMU_MPIEXEC to your MPI launcher")
+    return found
+
+
+def ranks_on_this_host(cfg: RunConfig) -> int:
+    """Ranks this host will hold when the CLI launches mpiexec: all of them, unless a
+    resource manager or host file spreads them (then the per-node check runs in the job)."""
+    spread = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "HYDRA_HOST_FILE", "PE_HOSTFILE")
+    return 1 if any(k in os.environ for k in spread) else cfg.ranks
+
+
+def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
+    """Every check that needs no MPI: options, device, memory, output files. Raises
+    ConfigError or OutputError with one line naming the option, the value and what is
+    allowed."""
+    from devices.spec import SpecError, load_device
+    from emulator.config import available_memory
+    from emulator.files import check_output_file
+
+    cfg = cfg.validate()
+    try:
+        spec = load_device(cfg.device)
+    except SpecError as exc:
+        raise ConfigError("--device", cfg.device, str(exc)) from None
+    cfg.check_device(spec)
+    if not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
+        cfg.check_memory(spec, ranks_here, available_memory())
+    if cfg.json:
+        check_output_file(cfg.json, "--json", 16 << 20)
+    if cfg.trace:
+        check_output_file(cfg.trace, "--trace", 64 << 20)
+    return cfg
+
+
+def _alive(pid: int) -> bool:
+    """A process that has not exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): existence only
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+
+class RankWatch(threading.Thread):
+    """Watches the job's ranks: each records its PID at start-up, and a marker when it
+    exits through the emulator (normally or by its own abort). A rank gone without a
+    marker died from outside (a signal, a crash): the watch names it and kills the other
+    ranks (mpiexec runs with its auto-cleanup off, so the first death is unambiguous)."""
+
+    def __init__(self, pid_dir: str, proc: subprocess.Popen, period_s: float = 0.05):
+        super().__init__(name="t3emu-rank-watch", daemon=True)
+        self.pid_dir, self.proc, self.period_s = Path(pid_dir), proc, period_s
+        self.dead: list[tuple[int, int]] = []  # (rank, pid) of ranks that died from outside
+
+    def _ranks(self) -> dict[int, int]:
+        out = {}
+        for f in self.pid_dir.iterdir():
+            if f.name.isdigit():
+                try:
+                    out[int(f.name)] = int(f.read_text())
+                except ValueError:
+                    continue
+        return out
+
+    def _unreported(self, ranks: dict[int, int]) -> list[tuple[int, int]]:
+        if any(self.pid_dir.glob("*.abort")):  # MPI_Abort ends the others: not from outside
+            return []
+        return sorted((r, pid) for r, pid in ranks.items() if not _alive(pid)
+                      and not (self.pid_dir / f"{r}.end").exists()
+                      and not (self.pid_dir / f"{r}.abort").exists())
+
+    def run(self) -> None:
+        while True:
+            running = self.proc.poll() is None
+            ranks = self._ranks()
+            self.dead = self._unreported(ranks)
+            if not running:  # a last look, in case the job ended between two polls
+                return
+            if self.dead:
+                for r, pid in ranks.items():
+                    if (r, pid) not in self.dead:
+                        try:
+                            os.kill(pid, 9)
+                        except OSError:
+                            pass
+                return
+            time.sleep(self.period_s)
+
+
+def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
+    """Run ``cfg`` as an MPI job of ``cfg.ranks`` ranks; return mpiexec's exit code.
+
+    The job's stdout passes through this process (to ``stdout``, default ours). When
+    mpiexec reports a process killed by a signal, the launcher names the rank(s) it saw
+    exit first (each rank records its PID in a directory the launcher watches)."""
+    from emulator.runtime import pin_threads
+
+    env = pin_threads(dict(os.environ))
+    if not cfg.timing_only:  # compile the kernels once here, so ranks only load numba's cache
+        os.environ.update({k: env[k] for k in ("NUMBA_CACHE_DIR",)})
+        from devices import kernels
+
+        kernels.warm_up()
+    mpiexec = shlex.split(find_mpiexec())
+    if mpiexec == [_wheel_mpiexec()] and os.path.exists("/proc/self/stat"):
+        mpiexec.append("-disable-auto-cleanup")  # the watch below stops the job instead
+    argv = [*mpiexec, "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
+            "emulator.cli", "run", *_cfg_args(cfg)]
+    out = stdout or sys.stdout
+    with tempfile.TemporaryDirectory(prefix="t3emu-ranks-") as pid_dir:
+        env["T3EMU_PID_DIR"] = pid_dir
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                errors="replace")
+        watch = RankWatch(pid_dir, proc)
+        watch.start()
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C reaches mpiexec too: give it time to stop its ranks
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+        watch.join()
+    if watch.dead:
+        who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
+        err = stderr or sys.stderr
+        err.write(f"t3emu: {who} died without reporting an error (killed by a signal, e.g. "
+                  f"kill -9 or the out-of-memory killer, or crashed); the launcher stopped the "
+                  f"other ranks\n")
+        err.flush()
+        return rc or 1
+    return rc
+
+
+def _cfg_args(cfg: RunConfig) -> list[str]:
+    args = ["-n", str(cfg.ranks), "--collective", cfg.collective, "--topology", cfg.topology,
+            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m),
+            "--n", str(cfg.n), "--k", str(cfg.k),
+            "--dtype", cfg.dtype, "--device", cfg.device, "--seed", str(cfg.seed),
+            "--values", cfg.values, "--watchdog-s", str(cfg.watchdog_s)]
+    if cfg.json:
+        args += ["--json", cfg.json]
+    if cfg.timing_only:
+        args.append("--timing-only")
+    if cfg.trace:
+        args += ["--trace", cfg.trace]
+    if cfg.record_wall:
+        args.append("--record-wall")
+    if cfg.inject_fault:
+        args += ["--inject-fault", cfg.inject_fault]
+    return args

@@ -1,0 +1,369 @@
+"""Reliability: bad input is refused before any MPI launch, faults end the job quickly and
+name the rank, corrupted data never passes, results are not lost, and nothing is left
+running. The README's reliability table lists these cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator.files import OutputError, check_output_dir, write_json_atomic
+from tests import conftest
+from tests.conftest import ROOT, run_cli
+
+SMALL = ["--m", "517", "--n", "300", "--k", "129"]
+
+
+# ---------------------------------------------------------------- bad input, before launch
+BAD_RUN_OPTIONS = [
+    (["-n", "0"], "-n/--ranks", "0"),
+    (["-n", "-3"], "-n/--ranks", "-3"),
+    (["-n", "x"], "--ranks", "x"),
+    (["-n", "5000"], "-n/--ranks", "5000"),  # more memory than any laptop
+    (["-n", "16", "--topology", "full-mesh"], "-n/--ranks", "16"),  # 15 links per GPU
+    (["--m", "0"], "--m", "0"),
+    (["--m", "-1"], "--m", "-1"),
+    (["--m", "abc"], "--m", "abc"),
+    (["--m", "1.5"], "--m", "1.5"),
+    (["--m", "1048577"], "--m", "1048577"),
+    (["--n", "10" * 15], "--n", "10" * 15),
+    (["--k", "0"], "--k", "0"),
+    (["--m", "3", "-n", "4"], "--m", "3"),  # fewer rows than ranks
+    (["--m", "1048576", "--n", "1048576"], "--m/--n/--k", "1048576"),  # memory
+    (["--m", "1048576", "--n", "1048576", "--timing-only"], "--m/--n/--k", "1048576"),
+    (["--collective", "bogus"], "--collective", "bogus"),
+    (["--algorithm", "tree"], "--algorithm", "tree"),
+    (["--algorithm", "direct", "--topology", "ring"], "--algorithm", "direct"),
+    (["--collective", "a2a", "--topology", "ring"], "--topology", "ring"),
+    (["--topology", "torus"], "--topology", "torus"),
+    (["--mode", "fast"], "--mode", "fast"),
+    (["--mode", "t3,t3"], "--mode", "t3,t3"),
+    (["--collective", "ag", "--mode", "ideal-rs-nmc"], "--mode", "ideal-rs-nmc"),
+    (["--dtype", "fp8"], "--dtype", "fp8"),
+    (["--device", "no-such-gpu"], "--device", "no-such-gpu"),
+    (["--values", "uniform"], "--values", "uniform"),
+    (["--split-k", "0"], "--split-k", "0"),
+    (["--split-k", "65"], "--split-k", "65"),
+    (["--seed", "-1"], "--seed", "-1"),
+    (["--watchdog-s", "0"], "--watchdog-s", "0"),
+    (["--watchdog-s", "inf"], "--watchdog-s", "inf"),
+    (["--watchdog-s", "nan"], "--watchdog-s", "nan"),
+    (["--watchdog-s", "soon"], "--watchdog-s", "soon"),
+    (["--inject-fault", "explode@1"], "--inject-fault", "explode@1"),
+    (["--inject-fault", "kill@4"], "--inject-fault", "kill@4"),
+    (["--inject-fault", "drop-dma@1", "--timing-only"], "--inject-fault", "drop-dma@1"),
+    (["--json", "/proc/no-such-dir/out.json"], "--json", "/proc/no-such-dir/out.json"),
+    (["--json", "/etc/hostname/out.json"], "--json", "/etc/hostname/out.json"),
+    (["--trace", "/proc/no-such-dir/t.json"], "--trace", "/proc/no-such-dir/t.json"),
+    (["--bogus"], "--bogus", ""),
+]
+
+
+@pytest.fixture
+def no_launch(tmp_path):
+    """An environment whose 'mpiexec' only records that it was started."""
+    marker = tmp_path / "launched"
+    fake = tmp_path / "fake-mpiexec"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 99\n")
+    fake.chmod(0o755)
+    env = conftest.test_env()
+    env["T3EMU_MPIEXEC"] = str(fake)
+    return env, marker
+
+
+def _assert_refused(proc, option: str, value: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("t3emu: error:"), lines[0]
+    assert option in lines[0] and value in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,option,value", BAD_RUN_OPTIONS,
+                         ids=[" ".join(a) for a, _, _ in BAD_RUN_OPTIONS])
+def test_bad_run_option_refused_before_launch(no_launch, args, option, value):
+    env, marker = no_launch
+    proc = run_cli(["run", *args], timeout=60, env=env)
+    _assert_refused(proc, option, value)
+    assert not marker.exists(), "mpiexec was started"
+
+
+def _device_file(tmp_path: Path, edit) -> Path:
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "devices/presets/t3-sim.toml").read_text())
+    path = tmp_path / "dev.toml"
+    path.write_text(edit(doc))
+    return path
+
+
+def _toml(doc: dict) -> str:
+    out = []
+    for key in ("name", "description"):
+        out.append(f"{key} = {json.dumps(doc[key])}")
+    for section in ("compute", "memory", "dma", "interconnect"):
+        out.append(f"[{section}]")
+        for k, v in doc[section].items():
+            out.append(f"{k} = {json.dumps(v)}")
+    return "\n".join(out) + "\n"
+
+
+def _set(section, key, value):
+    def edit(doc):
+        doc[section][key] = value
+        return _toml(doc)
+    return edit
+
+
+def _drop(section, key):
+    def edit(doc):
+        del doc[section][key]
+        return _toml(doc)
+    return edit
+
+
+BAD_DEVICE_FILES = [
+    ("malformed", lambda doc: "name = [\n", "malformed TOML"),
+    ("unknown key", _set("compute", "warp_size", 64), "warp_size"),
+    ("unknown section", lambda doc: _toml(doc) + "[cooling]\nfans = 2\n", "cooling"),
+    ("missing key", _drop("dma", "engines"), "engines"),
+    ("wrong type", _set("compute", "cus", "eighty"), "cus"),
+    ("bool for int", _set("compute", "cus", True), "cus"),
+    ("zero bandwidth", _set("interconnect", "link_gb_per_s_per_direction", 0),
+     "link_gb_per_s_per_direction"),
+    ("zero HBM", _set("memory", "hbm_gb_per_s", 0), "hbm_gb_per_s"),
+    ("negative clock", _set("compute", "clock_ghz", -1.4), "clock_ghz"),
+    ("no links", _set("interconnect", "links", 0), "links"),
+    ("unknown topology", _set("interconnect", "topology", "torus"), "torus"),
+    ("update cheaper than a write", _set("memory", "nmc_update_cost", 0.5), "nmc_update_cost"),
+]
+
+
+@pytest.mark.parametrize("edit,word", [(e, w) for _, e, w in BAD_DEVICE_FILES],
+                         ids=[n for n, _, _ in BAD_DEVICE_FILES])
+def test_bad_device_file_refused_before_launch(tmp_path, no_launch, edit, word):
+    env, marker = no_launch
+    path = _device_file(tmp_path, edit)
+    proc = run_cli(["run", "--device", str(path)], timeout=60, env=env)
+    _assert_refused(proc, "--device", word)
+    assert not marker.exists()
+
+
+def test_sweep_refuses_points_the_device_cannot_run(tmp_path, no_launch):
+    env, marker = no_launch
+    sc = tmp_path / "mesh.toml"
+    sc.write_text("""name = "mesh"
+device = "t3-sim"
+collective = "ar"
+topology = "full-mesh"
+dtype = "fp16"
+modes = ["sequential", "t3"]
+[[models]]
+name = "M"
+hidden = 1024
+layers = 2
+seq_len = 256
+batch = 1
+tp = [4, 16]
+sublayers = ["OP"]
+""")
+    proc = run_cli(["sweep", str(sc), "--out", str(tmp_path / "out")], timeout=60, env=env)
+    _assert_refused(proc, "-n/--ranks", "16")
+    assert "TP16" in proc.stderr and not marker.exists()
+
+
+def test_sweep_refuses_an_unwritable_out_dir(tmp_path, no_launch):
+    env, marker = no_launch
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = run_cli(["sweep", "tests/data/tiny.toml", "--out", str(blocker / "out")],
+                   timeout=60, env=env)
+    _assert_refused(proc, "--out", str(blocker / "out"))
+    assert not marker.exists()
+
+
+def test_output_checks_know_a_full_disk(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 30, (1 << 30) - 4096, 4096))
+    with pytest.raises(OutputError, match=r"--out.*0\.0 MiB free.*need about 2 MiB"):
+        check_output_dir(tmp_path, "--out", 2 << 20)
+
+
+def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    write_json_atomic(path, {"points": [1, 2]})
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        write_json_atomic(path, {"points": [1, 2, 3]})
+    assert json.loads(path.read_text()) == {"points": [1, 2]}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temp file left
+
+
+# ---------------------------------------------------------------- faults end the job
+def _leftovers(token: str) -> list[str]:
+    """Processes still running whose command line holds ``token``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if token in cmd and state not in ("Z", "X"):
+                out.append(cmd)
+    return out
+
+
+def _no_leftovers(seed: str) -> None:
+    token = f"--seed {seed} "
+    for _ in range(50):
+        if not _leftovers(token):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes left running: {_leftovers(token)}")
+
+
+def _fault_time(stderr: str) -> float:
+    return float(re.search(r"injected fault: .* at unix time ([0-9.]+)", stderr).group(1))
+
+
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_sigkill_of_a_rank_ends_the_job_naming_it(timing_only):
+    seed = "7101" if timing_only else "7102"
+    proc = run_cli(["run", "-n", "4", "--mode", "t3", *SMALL, "--seed", seed,
+                    "--inject-fault", "kill@2", *(["--timing-only"] if timing_only else [])],
+                   timeout=90)
+    ended = time.time()
+    assert proc.returncode != 0
+    assert re.search(r"t3emu: rank 2 \(pid \d+\) died without reporting an error", proc.stderr), \
+        proc.stderr
+    assert ended - _fault_time(proc.stderr) < 15
+    _no_leftovers(seed)
+
+
+def test_sigkill_under_a_users_own_mpiexec_ends_the_job():
+    """`mpiexec -n 4 t3emu run ...` without the launcher: Hydra's own clean-up ends it."""
+    from tests.conftest import mpiexec, run_group
+
+    proc = run_group([mpiexec(), "-n", "4", sys.executable, "-m", "mpi4py", "-m", "emulator.cli",
+                      "run", "-n", "4", "--mode", "t3", *SMALL, "--seed", "7103",
+                      "--inject-fault", "kill@1"], timeout=90)
+    ended = time.time()
+    assert proc.returncode != 0
+    assert ended - _fault_time(proc.stderr) < 15
+    _no_leftovers("7103")
+
+
+@pytest.mark.parametrize("fault,where", [("raise@2", "rank 2"), ("raise-dma@1", "rank 1")])
+def test_exception_on_a_rank_ends_the_job(fault, where):
+    t0 = time.time()
+    proc = run_cli(["run", "-n", "4", "--mode", "t3", *SMALL, "--seed", "7104",
+                    "--inject-fault", fault], timeout=90)
+    assert proc.returncode != 0
+    assert f"[t3emu {where}] error" in proc.stderr and "injected fault" in proc.stderr
+    assert time.time() - t0 < 30
+    _no_leftovers("7104")
+
+
+@pytest.mark.parametrize("mode,timing_only", [("t3", False), ("sequential", False),
+                                              ("t3", True)])
+def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):
+    seed = {("t3", False): "7105", ("sequential", False): "7106", ("t3", True): "7107"}[
+        (mode, timing_only)]
+    proc = run_cli(["run", "-n", "4", "--mode", mode, *SMALL, "--seed", seed,
+                    "--watchdog-s", "3", "--inject-fault", "stall@2",
+                    *(["--timing-only"] if timing_only else [])], timeout=90)
+    ended = time.time()
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert "watchdog: no completion of" in err and "within 3 s" in err, err
+    assert re.search(r"has \d+/\d+ element-updates", err), err  # the tracker state
+    assert "the likely stalled ones): 2\n" in err, err
+    assert re.search(r"rank 2: compute: .*stalled by an injected fault", err), err
+    assert ended - _fault_time(err) < 3 + 12
+    _no_leftovers(seed)
+
+
+def test_ctrl_c_ends_a_run_and_its_ranks():
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", "-n", "4", "--mode",
+                             "t3", *SMALL, "--seed", "7108", "--inject-fault", "stall@1",
+                             "--watchdog-s", "600"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=conftest.test_env(), cwd=ROOT,
+                            start_new_session=True)
+    deadline = time.time() + 60
+    while "injected fault" not in (line := proc.stderr.readline()):
+        assert line and time.time() < deadline, "the run did not reach the fault"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    t0 = time.time()
+    try:
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0 and time.time() - t0 < 20
+    _no_leftovers("7108")
+
+
+# ---------------------------------------------------------------- no wrong PASS
+@pytest.mark.parametrize("fault,note", [
+    ("drop-dma@1", "elements beyond tolerance"),
+    ("double-dma@1", "elements beyond tolerance"),
+    ("nan-input@2", "input A has 1 NaN, 0 Inf"),
+    ("overflow@0", "Inf values"),
+])
+def test_corrupted_data_fails_the_numerics_check(fault, note):
+    proc = run_cli(["run", "-n", "3", "--mode", "sequential,t3", *SMALL, "--dtype", "fp16",
+                    "--inject-fault", fault], timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "never fired" not in proc.stderr
+    assert re.search(r"^t3 .* FAIL", proc.stdout, re.M), proc.stdout
+    assert "numerics FAIL in" in proc.stderr and note in proc.stderr, proc.stderr
+    if fault.startswith(("drop", "double")):  # the DMA faults touch only the fused run
+        assert re.search(r"^sequential .* PASS", proc.stdout, re.M), proc.stdout
+
+
+# ---------------------------------------------------------------- determinism
+def _modelled(doc: dict) -> list:
+    return [(r["mode"], r["modelled_time_s"], r["phases"], r["rank_end_s"],
+             r["dram_bytes_per_rank"], r["arbitration"]) for r in doc["runs"]]
+
+
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_modelled_times_do_not_depend_on_cores_or_pinning(tmp_path, timing_only):
+    """8 ranks on this machine's cores, all 8 squeezed onto one core, and bound to cores by
+    Hydra: the modelled times, phases, per-rank ends and DRAM bytes are identical."""
+    from tests.conftest import mpiexec
+
+    args = ["run", "-n", "8", "--mode", "all", "--m", "1000", "--n", "300", "--k", "200",
+            *(["--timing-only"] if timing_only else [])]
+    layouts = {
+        "unpinned": ({}, None),
+        "one core": ({}, lambda: os.sched_setaffinity(0, {0})),
+        "bound to cores": ({"T3EMU_MPIEXEC": f"{mpiexec()} -bind-to core"}, None),
+    }
+    seen = {}
+    for name, (extra, pin) in layouts.items():
+        out = tmp_path / f"{name.replace(' ', '-')}.json"
+        env = {**conftest.test_env(), **extra}
+        proc = run_cli([*args, "--json", str(out)], timeout=300, env=env, preexec_fn=pin)
+        assert proc.returncode == 0, (name, proc.stderr)
+        seen[name] = _modelled(json.loads(out.read_text()))
+    first = seen["unpinned"]
+    for name, got in seen.items():
+        assert got == first, f"{name} differs from unpinned"
