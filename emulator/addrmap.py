@@ -196,7 +196,7 @@ class AddressMap:
         if len(writes) > 1:
             raise MapError(f"region {entry.region}: tiles see different numbers of local "
                            f"writes {sorted(writes)}")
-        if entry.kind != "remote" and entry.after < writes.pop():
+        if entry.kind in ("dma", "track") and entry.after < writes.pop():
             raise MapError(f"region {entry.region}: after={entry.after} is below the "
                            f"producer's own {int(self.local_writes[entry.tiles[0]])} writes")
         for t in entry.tiles:

@@ -33,6 +33,9 @@ class _Cli(click.Group):
              **extra):
         try:
             rc = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `t3emu`: the help
+            click.echo(exc.ctx.get_help())
+            sys.exit(exc.exit_code)
         except click.ClickException as exc:
             msg = " ".join(exc.format_message().split())
             click.echo(f"t3emu: error: {msg[0].lower() + msg[1:] if msg else msg}", err=True)

@@ -113,8 +113,9 @@ def test_unmapped_tiles_keep_the_producer_op_only_where_allowed():
     assert len(amap.compile().commands) == 2
 
 
+@pytest.mark.parametrize("split", [1, 2])
 @pytest.mark.parametrize("world", [1, 2, 3, 5])
-def test_every_collective_map_places_every_tile_once(world):
+def test_every_collective_map_places_every_tile_once(world, split):
     """Each built-in plan compiles (a tile never mapped or mapped twice would raise)."""
     from collectives import COLLECTIVE_ALGORITHMS, modes_for
     from collectives.plans import build_plan
@@ -124,7 +125,8 @@ def test_every_collective_map_places_every_tile_once(world):
         for algo in algos:
             for mode in modes_for(collective):
                 for rank in range(world):
-                    plan = build_plan(problem(rank, world), collective, algo, mode)
+                    plan = build_plan(problem(rank, world, split=split), collective, algo,
+                                      mode)
                     for ph in plan.phases:
                         if isinstance(ph, GemmPhase):
                             for m in ph.maps:

@@ -131,12 +131,13 @@ def test_numeric_sweep_checks_numerics(tmp_path):
     assert mixed.returncode == 2 and "timing_only" in mixed.stderr
 
 
-def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
+def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
     out = tmp_path / "sweep"
     argv = [sys.executable, "-m", "emulator.cli", "sweep", str(TINY), "--out", str(out),
             "--timing-only"]
     proc = subprocess.Popen(argv, env=conftest.test_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     results = out / "results.json"
     deadline = time.monotonic() + 120
     finished = []
@@ -147,10 +148,16 @@ def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path):
                 if len(finished) >= 3:
                     break
             time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the sweep, mpiexec and every rank
-        proc.wait(timeout=30)
+    finally:  # the sweep, mpiexec and every rank, as kill -9 or a terminal's Ctrl-C does
+        os.killpg(proc.pid, sig)
+        try:
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
     assert len(finished) >= 3, "the sweep did not get going"
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "rerun the same command to resume" in err, err
     kept = json.loads(results.read_text())["points"]  # still valid JSON after SIGKILL
     assert len(kept) >= len(finished)
     stamps = {p["key"]: (out / "points" / (p["key"].replace("/", "__") + ".json")).stat().st_mtime_ns
