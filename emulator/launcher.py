@@ -27,6 +27,7 @@ from emulator.config import ConfigError, RunConfig
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID",
             "MV2_COMM_WORLD_SIZE")
 
+
 def under_mpi() -> bool:
     return any(k in os.environ for k in _MPI_ENV)
 
@@ -83,20 +84,13 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
 
 
 def _alive(pid: int) -> bool:
-    """A process that has not exited (a zombie waiting for its parent counts as exited)."""
+    """A process that has not exited (a zombie waiting for its parent counts as exited);
+    Linux /proc only, the watch runs nowhere else."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
+    except OSError:
         return False
-    except OSError:  # no /proc (macOS): existence only
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
 
 
 class RankWatch(threading.Thread):
@@ -110,7 +104,7 @@ class RankWatch(threading.Thread):
         self.pid_dir, self.proc, self.period_s = Path(pid_dir), proc, period_s
         self.dead: list[tuple[int, int]] = []  # (rank, pid) of ranks that died from outside
 
-    def _ranks(self) -> dict[int, int]:
+    def ranks(self) -> dict[int, int]:
         out = {}
         for f in self.pid_dir.iterdir():
             if f.name.isdigit():
@@ -130,7 +124,7 @@ class RankWatch(threading.Thread):
     def run(self) -> None:
         while True:
             running = self.proc.poll() is None
-            ranks = self._ranks()
+            ranks = self.ranks()
             self.dead = self._unreported(ranks)
             if not running:  # a last look, in case the job ended between two polls
                 return
@@ -148,9 +142,9 @@ class RankWatch(threading.Thread):
 def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     """Run ``cfg`` as an MPI job of ``cfg.ranks`` ranks; return mpiexec's exit code.
 
-    The job's stdout passes through this process (to ``stdout``, default ours). When
-    mpiexec reports a process killed by a signal, the launcher names the rank(s) it saw
-    exit first (each rank records its PID in a directory the launcher watches)."""
+    The job's stdout passes through this process (to ``stdout``, default ours). With the
+    mpich wheel's Hydra on Linux and every rank on this host, a ``RankWatch`` names a rank
+    that dies without reporting (SIGKILL, a crash) and stops the others."""
     from emulator.runtime import pin_threads
 
     env = pin_threads(dict(os.environ))
@@ -160,8 +154,12 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
 
         kernels.warm_up()
     mpiexec = shlex.split(find_mpiexec())
-    if mpiexec == [_wheel_mpiexec()] and os.path.exists("/proc/self/stat"):
-        mpiexec.append("-disable-auto-cleanup")  # the watch below stops the job instead
+    # the watch of the ranks needs Hydra, /proc, and every rank on this host; it then stops
+    # the job itself, so Hydra's clean-up (which kills everyone at once) is turned off
+    watched = (mpiexec == [_wheel_mpiexec()] and os.path.exists("/proc/self/stat")
+               and ranks_on_this_host(cfg) == cfg.ranks)
+    if watched:
+        mpiexec.append("-disable-auto-cleanup")
     argv = [*mpiexec, "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
             "emulator.cli", "run", *_cfg_args(cfg)]
     out = stdout or sys.stdout
@@ -170,7 +168,8 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 errors="replace")
         watch = RankWatch(pid_dir, proc)
-        watch.start()
+        if watched:
+            watch.start()
         try:
             for line in proc.stdout:
                 out.write(line)
@@ -181,8 +180,14 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                for pid in watch.ranks().values():  # Hydra's clean-up may be off
+                    try:
+                        os.kill(pid, 9)
+                    except OSError:
+                        pass
             raise
-        watch.join()
+        if watched:
+            watch.join()
     if watch.dead:
         who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
         err = stderr or sys.stderr
