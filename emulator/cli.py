@@ -92,7 +92,8 @@ def main() -> None:
 @click.option("--record-wall", is_flag=True, hidden=True,
               help="Include wall-clock stage/DMA events and modelled events in the JSON.")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
-              help="Test hook: raise@RANK raises an exception in a GEMM stage of RANK.")
+              help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
+                   "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
         values, watchdog_s, json_path, timing_only, trace_path, record_wall,
         inject_fault) -> None:

@@ -169,10 +169,12 @@ class RunConfig:
         """Refuse a run whose ``ranks_here`` ranks on this host would not fit in memory."""
         if available is None:
             return
-        need = self.memory_per_rank(spec) * ranks_here
+        per_rank = self.memory_per_rank(spec)
+        need = per_rank * ranks_here
         if need > available:
-            what = "--m/--n/--k" if self.memory_per_rank(spec) > available // 4 else "-n/--ranks"
-            value = (f"{self.m}/{self.n}/{self.k}" if what == "--m/--n/--k" else self.ranks)
+            sizes = per_rank > available // 4  # the shape, not the rank count, is too big
+            what, value = (("--m/--n/--k", f"{self.m}/{self.n}/{self.k}") if sizes
+                           else ("-n/--ranks", self.ranks))
             hint = "" if self.timing_only else "; --timing-only needs far less"
             raise ConfigError(what, value,
                               f"{ranks_here} ranks need about {need / 2**30:.1f} GiB of host "
