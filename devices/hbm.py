@@ -11,8 +11,8 @@ nodes it is an RMA window (``Win.Allocate``). Accesses:
   uses ``MPI_Accumulate(SUM)``. MPICH 5.0.2's shared-memory accumulate adds
   ``MPI_FLOAT16_T`` bit patterns as integers (see tests/test_mpi_behaviour.py),
   so fp16 updates are made atomic the way a memory controller serialises them:
-  an MPI compare-and-swap lock per region stripe, get, add in fp32, round once,
-  put, release.
+  MPI compare-and-swap locks on every 64-row stripe of the array the region
+  touches, get, add in fp32, round once, put, release.
 
 Every byte is counted by the HBM it lands in (target rank), stream (producer
 or collective) and kind (read, write, update), so data movement is measured
@@ -37,6 +37,8 @@ Region = tuple[int, int, int, int]  # (row0, row1, col0, col1) of a 2-D array
 KINDS = ("read", "write", "update")
 _ALIGN = 64
 _N_LOCKS = 4096
+_LOCK_ROWS = 64  # fp16 update locks cover stripes of this many rows of an array
+WIN_INFO = {"alloc_shared_noncontig": "true"}
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float16): MPI.FLOAT16_T,
               np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.int64): MPI.INT64_T}
 
@@ -67,6 +69,43 @@ def allocate_window(comm: MPI.Intracomm, size: int,
     return win, win.tomemory()
 
 
+class Segment:
+    """Memory a rank's runs share: one window allocated once per job (the emulated
+    GPU's DRAM is there before any kernel runs) and bound by each run in turn.
+
+    ``bind(size)`` returns (window, this rank's memory) of at least ``size`` bytes,
+    growing the window (collectively: every rank binds the same sizes in the same
+    order, as a symmetric heap does) only when a run needs more than any before it.
+    The window stays in a passive-target epoch (``Lock_all``) while bound."""
+
+    def __init__(self, comm: MPI.Intracomm, info: dict[str, str] | None = None):
+        self.comm = comm
+        self.info = dict(info or {})
+        self.size = 0
+        self.win: MPI.Win = MPI.WIN_NULL
+        self.mem: memoryview | None = None
+
+    def bind(self, size: int) -> tuple[MPI.Win, memoryview]:
+        if size > self.size or self.win == MPI.WIN_NULL:
+            self.free()
+            info = MPI.Info.Create()
+            for key, value in self.info.items():
+                info.Set(key, value)
+            self.win, self.mem = allocate_window(self.comm, size, info)
+            info.Free()
+            self.size = size
+            self.win.Lock_all()
+        return self.win, self.mem
+
+    def free(self) -> None:
+        if self.win != MPI.WIN_NULL:
+            self.win.Unlock_all()
+            self.win.Free()
+            self.win = MPI.WIN_NULL
+            self.mem = None
+            self.size = 0
+
+
 def region_elems(region: Region) -> int:
     return (region[1] - region[0]) * (region[3] - region[2])
 
@@ -75,7 +114,7 @@ class Hbm:
     """One rank's HBM. ``layout`` is the list of (name, shape, dtype) to malloc."""
 
     def __init__(self, comm: MPI.Intracomm, layout: Iterable[tuple[str, tuple[int, int], object]],
-                 streams: Iterable[str], payload: bool = True):
+                 streams: Iterable[str], payload: bool = True, segment: Segment | None = None):
         self.comm = comm
         self.payload = payload
         self.rank = comm.rank
@@ -91,13 +130,14 @@ class Hbm:
             offset += (spec.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
         self.nbytes = offset
         size = (max(self.nbytes, _ALIGN) if payload else _ALIGN) + _N_LOCKS * 8
-        info = MPI.Info.Create()
-        info.Set("alloc_shared_noncontig", "true")
-        self.win, mem = allocate_window(comm, size, info)
-        info.Free()
+        self._own = segment is None  # a window of its own, freed with this HBM
+        self._segment = segment or Segment(comm, WIN_INFO)
+        self.win, mem = self._segment.bind(size)
+        self.win.Sync()
         self._lock_base = size - _N_LOCKS * 8
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
-        raw[:] = 0
+        raw[:] = 0  # what a run does not write first must read as zero (updates add to it)
+        self.win.Sync()
         self.arrays: dict[str, np.ndarray] = {
             s.name: raw[s.offset : s.offset + s.nbytes].view(s.dtype).reshape(s.shape)
             for s in self.specs.values()
@@ -105,8 +145,7 @@ class Hbm:
         self._types: dict[tuple, MPI.Datatype] = {}
         # traffic[target_rank, stream, kind] in bytes, counted at the HBM the access lands in
         self.traffic = np.zeros((comm.size, len(self.streams), len(KINDS)), np.int64)
-        comm.Barrier()
-        self.win.Lock_all()
+        comm.Barrier()  # no peer writes into this HBM before it is zeroed
 
     # ------------------------------------------------------------ accounting
     def count(self, target: int, stream: str, kind: str, nbytes: int) -> None:
@@ -129,12 +168,14 @@ class Hbm:
     def _target(self, name: str, region: Region) -> tuple[int, int, MPI.Datatype]:
         spec = self._check(name, region)
         r0, r1, c0, c1 = region
+        disp = spec.offset + (r0 * spec.shape[1] + c0) * spec.dtype.itemsize
+        if r1 - r0 == 1 or c1 - c0 == spec.shape[1]:  # whole rows: contiguous
+            return disp, region_elems(region), _MPI_TYPES[spec.dtype]
         key = (spec.dtype, r1 - r0, c1 - c0, spec.shape[1])
         dt = self._types.get(key)
         if dt is None:
             dt = _MPI_TYPES[spec.dtype].Create_vector(r1 - r0, c1 - c0, spec.shape[1]).Commit()
             self._types[key] = dt
-        disp = spec.offset + (r0 * spec.shape[1] + c0) * spec.dtype.itemsize
         return disp, 1, dt
 
     def view(self, name: str, region: Region | None = None) -> np.ndarray:
@@ -183,27 +224,23 @@ class Hbm:
         data = np.ascontiguousarray(data, dtype=spec.dtype)
         target = self._target(name, region)
         if spec.dtype == np.float16:
-            self._locked_f16_update(rank, target, region, data)
+            self._locked_f16_update(rank, target, region, data, spec.offset)
         else:
             self.win.Accumulate(data, rank, target=target, op=MPI.SUM)
             self.win.Flush(rank)
         self.count(rank, stream, "update", data.nbytes)
 
     def _locked_f16_update(self, rank: int, target: tuple, region: Region,
-                           data: np.ndarray) -> None:
-        lock = self._lock_base + 8 * (hash((target[0], region)) % _N_LOCKS)
-        me = np.array([self.rank + 1], np.int64)
-        zero = np.zeros(1, np.int64)
-        got = np.empty(1, np.int64)
-        delay = 1e-6
-        while True:
-            self.win.Compare_and_swap(me, zero, got, rank, lock)
-            self.win.Flush(rank)
-            if got[0] == 0:
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, 1e-3)
+                           data: np.ndarray, offset: int) -> None:
+        """Lock every row stripe the region touches (ascending lock ids: no deadlock), so
+        overlapping updates of different shapes (a tile, a DMA chunk) still serialise."""
+        stripes = range(region[0] // _LOCK_ROWS, (region[1] - 1) // _LOCK_ROWS + 1)
+        locks = sorted({(offset // _ALIGN * 7919 + s) % _N_LOCKS for s in stripes})
+        held = []
         try:
+            for lock in locks:
+                self._acquire(rank, self._lock_base + 8 * lock)
+                held.append(self._lock_base + 8 * lock)
             cur = np.empty_like(data)
             self.win.Get(cur, rank, target=target)
             self.win.Flush(rank)
@@ -212,16 +249,32 @@ class Hbm:
             self.win.Put(kernels.add(cur, data), rank, target=target)
             self.win.Flush(rank)
         finally:
-            self.win.Fetch_and_op(zero, got, rank, lock, MPI.REPLACE)
+            zero, got = np.zeros(1, np.int64), np.empty(1, np.int64)
+            for disp in reversed(held):
+                self.win.Fetch_and_op(zero, got, rank, disp, MPI.REPLACE)
+                self.win.Flush(rank)
+
+    def _acquire(self, rank: int, disp: int) -> None:
+        me = np.array([self.rank + 1], np.int64)
+        zero = np.zeros(1, np.int64)
+        got = np.empty(1, np.int64)
+        delay = 1e-6
+        while True:
+            self.win.Compare_and_swap(me, zero, got, rank, disp)
             self.win.Flush(rank)
+            if got[0] == 0:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-3)
 
     def free(self) -> None:
+        """Release this run's binding (and the window, unless it lives in a segment)."""
         if self.win == MPI.WIN_NULL:
             return
-        self.win.Unlock_all()
         for dt in self._types.values():
             dt.Free()
         self._types.clear()
         self.arrays.clear()
-        self.win.Free()
+        if self._own:
+            self._segment.free()
         self.win = MPI.WIN_NULL

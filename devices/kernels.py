@@ -1,10 +1,13 @@
 """numba compute kernels of the emulated GPU: tiled GEMM stages and fp16 helpers.
 
 A GEMM runs as stages of WG tiles. Each WG tile is a dot product over the whole
-K dimension computed with fp32 accumulation (numba's ``np.dot`` calls BLAS
-without the GIL); fp16 operands are stored as fp16 (passed to numba as their
+K dimension (or its split-K slice) computed with fp32 accumulation (numba's
+``np.dot`` calls BLAS without the GIL); the WGs of a stage that sit side by side
+on one row panel are computed by a single BLAS call and scattered into their
+tiles, so a stage runs at the host BLAS's speed (``t3emu bench`` measures it
+against numpy's ``matmul``); fp16 operands are stored as fp16 (passed to numba as their
 uint16 bit patterns, since numba has no float16 arrays) and widened to fp32 on
-the way in, and results are rounded back to fp16 on the way out, as tensor
+the way in (``widen``), and results are rounded back to fp16 on the way out, as tensor
 cores do. Kernels are compiled once into numba's on-disk cache
 (``cache=True``) and release the GIL (``nogil=True``) so the DMA engine thread
 runs while a stage computes.
@@ -88,67 +91,76 @@ def _f32_to_f16_bits(f: np.ndarray, out: np.ndarray) -> None:
 
 
 @njit(**_JIT)
-def _pack_b_f32(b: np.ndarray, tile_n: int, out: np.ndarray) -> None:
-    """B (K x N) -> column panels out[j] = B[:, j*tile_n : (j+1)*tile_n], zero padded."""
-    k, n = b.shape
-    for j in range(out.shape[0]):
-        c0 = j * tile_n
-        w = min(tile_n, n - c0)
-        for kk in range(k):
-            for c in range(w):
-                out[j, kk, c] = b[kk, c0 + c]
-            for c in range(w, tile_n):
-                out[j, kk, c] = 0.0
+def _widen_f16(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.shape[0]):
+        _f16_bits_to_f32(x[i], out[i])
 
 
 @njit(**_JIT)
-def _pack_b_f16(b: np.ndarray, tile_n: int, out: np.ndarray) -> None:
-    k, n = b.shape
-    row = np.empty(n, np.float32)
-    for kk in range(k):
-        _f16_bits_to_f32(b[kk], row)
-        for j in range(out.shape[0]):
-            c0 = j * tile_n
-            w = min(tile_n, n - c0)
-            for c in range(w):
-                out[j, kk, c] = row[c0 + c]
-            for c in range(w, tile_n):
-                out[j, kk, c] = 0.0
+def _run_end(tiles: np.ndarray, t: int) -> int:
+    """End of the run of WGs from ``t`` that share their rows and K slice and whose
+    columns follow on (one row panel)."""
+    r0, r1, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 4], tiles[t, 5]
+    e = t + 1
+    while (e < tiles.shape[0] and tiles[e, 0] == r0 and tiles[e, 1] == r1
+           and tiles[e, 4] == k0 and tiles[e, 5] == k1 and tiles[e, 2] == tiles[e - 1, 3]):
+        e += 1
+    return e
 
 
 @njit(**_JIT)
-def _gemm_stage_f32(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, tile_n: int,
-                    out: np.ndarray) -> None:
-    """One GEMM stage: out[t, :h, :] = A[r0:r1, k0:k1] @ Bpanel[c0 // tile_n][k0:k1]."""
-    k = a.shape[1]
-    for t in range(tiles.shape[0]):
-        r0, r1, c0, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-        if k0 == 0 and k1 == k:
-            out[t, : r1 - r0, :] = np.dot(a[r0:r1, :], bp[c0 // tile_n])
-        else:  # a split-K WG: its slice of the dot-product dimension
-            out[t, : r1 - r0, :] = np.dot(np.ascontiguousarray(a[r0:r1, k0:k1]),
-                                          bp[c0 // tile_n][k0:k1])
+def _block_end(tiles: np.ndarray, t: int) -> int:
+    """End of the block of WGs from ``t``: runs (row panels) with the same columns and K
+    slice whose rows follow on, i.e. a rectangle of the output listed row by row."""
+    e = _run_end(tiles, t)
+    c0, c1 = tiles[t, 2], tiles[e - 1, 3]
+    while e < tiles.shape[0] and tiles[e, 0] == tiles[e - 1, 1] and tiles[e, 2] == c0:
+        f = _run_end(tiles, e)
+        if tiles[f - 1, 3] != c1 or tiles[e, 4] != tiles[t, 4] or tiles[e, 5] != tiles[t, 5]:
+            break
+        e = f
+    return e
 
 
 @njit(**_JIT)
-def _gemm_stage_f16(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, tile_n: int,
-                    out: np.ndarray) -> None:
-    """fp16 A (as bits): the A row panel is widened once per run of tiles sharing it."""
-    k = a.shape[1]
-    panel = np.empty((out.shape[1], k), np.float32)
-    cur0, cur1 = -1, -1
-    for t in range(tiles.shape[0]):
-        r0, r1, c0, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-        h = r1 - r0
-        if r0 != cur0 or r1 != cur1:
-            for i in range(h):
-                _f16_bits_to_f32(a[r0 + i], panel[i])
-            cur0, cur1 = r0, r1
-        if k0 == 0 and k1 == k:
-            out[t, :h, :] = np.dot(panel[:h], bp[c0 // tile_n])
+def _product(a: np.ndarray, b: np.ndarray, r0: int, r1: int, c0: int, c1: int, k0: int,
+             k1: int) -> np.ndarray:
+    """A[r0:r1, k0:k1] @ B[k0:k1, c0:c1] in one BLAS call (fp32 accumulation)."""
+    if k0 == 0 and k1 == a.shape[1]:
+        panel = a[r0:r1]
+    else:
+        panel = np.ascontiguousarray(a[r0:r1, k0:k1])
+    if c0 == 0 and c1 == b.shape[1] and k0 == 0 and k1 == b.shape[0]:
+        return np.dot(panel, b)
+    return np.dot(panel, np.ascontiguousarray(b[k0:k1, c0:c1]))
+
+
+@njit(**_JIT)
+def _gemm_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    t = 0
+    while t < tiles.shape[0]:
+        e = _run_end(tiles, t)
+        r0, r1 = tiles[t, 0], tiles[t, 1]
+        c0 = tiles[t, 2]
+        prod = _product(a, b, r0, r1, c0, tiles[e - 1, 3], tiles[t, 4], tiles[t, 5])
+        for u in range(t, e):
+            w = tiles[u, 3] - tiles[u, 2]
+            s = tiles[u, 2] - c0
+            out[u, : r1 - r0, :w] = prod[:, s : s + w]
+        t = e
+
+
+@njit(**_JIT)
+def _gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    t = 0
+    while t < tiles.shape[0]:
+        e = _block_end(tiles, t)
+        r0, r1, c0, c1 = tiles[t, 0], tiles[e - 1, 1], tiles[t, 2], tiles[e - 1, 3]
+        if c0 == 0 and c1 == out.shape[1]:
+            out[r0:r1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])
         else:
-            out[t, :h, :] = np.dot(np.ascontiguousarray(panel[:h, k0:k1]),
-                                   bp[c0 // tile_n][k0:k1])
+            out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])
+        t = e
 
 
 @njit(**_JIT)
@@ -202,65 +214,78 @@ def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x + y
 
 
-def pack_b(b: np.ndarray, tile_n: int) -> np.ndarray:
-    """Pack B (K x N, fp16 or fp32) into fp32 column panels (N/tile_n, K, tile_n).
+def widen(x: np.ndarray) -> np.ndarray:
+    """An operand (fp16 or fp32 matrix) as the fp32 the matrix units compute in (fp32 as is).
 
     This is the operand staging a GEMM kernel does on its way into the matrix
     units; it is an emulation workspace, not a modelled memory access.
     """
-    _need(b.ndim == 2 and b.flags.c_contiguous, f"B must be a C-contiguous matrix, got {b.shape}")
-    _need(tile_n > 0, f"tile_n must be > 0, got {tile_n}")
-    k, n = b.shape
-    out = np.empty(((n + tile_n - 1) // tile_n, k, tile_n), np.float32)
-    if b.dtype == np.float16:
-        _pack_b_f16(b.view(np.uint16), tile_n, out)
-    elif b.dtype == np.float32:
-        _pack_b_f32(b, tile_n, out)
-    else:
-        raise ValueError(f"B must be float16 or float32, got {b.dtype}")
+    _need(x.ndim == 2, f"operand must be a matrix, got {x.shape}")
+    if x.dtype == np.float32:
+        return np.ascontiguousarray(x)
+    _need(x.dtype == np.float16, f"operand must be float16 or float32, got {x.dtype}")
+    out = np.empty(x.shape, np.float32)
+    _widen_f16(np.ascontiguousarray(x).view(np.uint16), out)
     return out
 
 
-def gemm_stage(a: np.ndarray, bp: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
-    """Compute the WG tiles of one stage into ``out`` (ntiles x tile_m x tile_n, fp32).
-
-    ``tiles`` rows are (row0, row1, col0, col1, k0, k1): an output tile and the
-    slice of K its WG sums (the whole of K unless the GEMM is split-K); each
-    tile needs row1 - row0 <= tile_m, col0 a multiple of tile_n. Columns beyond
-    col1 in ``out`` hold the zero-padded panel's products and are ignored.
-    """
-    _need(a.ndim == 2 and a.flags.c_contiguous, f"A must be a C-contiguous matrix, got {a.shape}")
-    _need(bp.ndim == 3 and bp.dtype == np.float32, f"B panels must be fp32 (P, K, tn), got "
-          f"{bp.dtype}{bp.shape}")
-    _need(bp.shape[1] == a.shape[1], f"K mismatch: A has {a.shape[1]}, B panels {bp.shape[1]}")
+def _check_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray) -> None:
+    for name, x in (("A", a), ("B", b)):
+        _need(x.ndim == 2 and x.dtype == np.float32 and x.flags.c_contiguous,
+              f"{name} must be a C-contiguous fp32 matrix (see widen), got {x.dtype}{x.shape}")
+    _need(b.shape[0] == a.shape[1], f"K mismatch: A has {a.shape[1]}, B {b.shape[0]}")
     _need(tiles.ndim == 2 and tiles.shape[1] == 6 and tiles.dtype == np.int64,
           f"tiles must be int64 (n, 6), got {tiles.dtype}{tiles.shape}")
-    _need(out.ndim == 3 and out.dtype == np.float32 and out.shape[0] >= tiles.shape[0]
-          and out.shape[2] == bp.shape[2], f"out must be fp32 (>= {tiles.shape[0]}, tm, "
-          f"{bp.shape[2]}), got {out.dtype}{out.shape}")
-    tn = bp.shape[2]
     if tiles.shape[0]:
-        h = tiles[:, 1] - tiles[:, 0]
-        _need(bool((h > 0).all() and (h <= out.shape[1]).all()), "tile heights out of range")
-        _need(bool((tiles[:, 2] % tn == 0).all()), "tile col0 must be multiples of tile_n")
-        _need(bool((tiles[:, 1] <= a.shape[0]).all()), "tile rows exceed A")
+        _need(bool(((tiles[:, 0] >= 0) & (tiles[:, 0] < tiles[:, 1])).all()
+                   and (tiles[:, 1] <= a.shape[0]).all()), "tile rows out of range of A")
+        _need(bool(((tiles[:, 2] >= 0) & (tiles[:, 2] < tiles[:, 3])).all()
+                   and (tiles[:, 3] <= b.shape[1]).all()), "tile columns out of range of B")
         _need(bool(((tiles[:, 4] >= 0) & (tiles[:, 4] < tiles[:, 5])
                     & (tiles[:, 5] <= a.shape[1])).all()), "tile K ranges out of range")
-    if a.dtype == np.float16:
-        _gemm_stage_f16(a.view(np.uint16), bp, tiles, tn, out)
-    elif a.dtype == np.float32:
-        _gemm_stage_f32(a, bp, tiles, tn, out)
-    else:
-        raise ValueError(f"A must be float16 or float32, got {a.dtype}")
+
+
+def gemm_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """Compute the WGs of one stage into ``out`` (>= ntiles x tile_m x tile_n, fp32), one
+    tile per WG: for split-K WGs, whose partial tiles overlap.
+
+    ``a`` and ``b`` are fp32 (``widen``). ``tiles`` rows are (row0, row1, col0, col1,
+    k0, k1): an output tile and the slice of K its WG sums. WG t's product lands in
+    ``out[t, :row1-row0, :col1-col0]`` (the rest of ``out[t]`` is left as it was).
+    WGs listed one after another on one row panel, with columns that follow on, are
+    computed by one BLAS call (as a GPU's WGs of one row share their A panel in L2).
+    """
+    _check_stage(a, b, tiles)
+    _need(out.ndim == 3 and out.dtype == np.float32 and out.shape[0] >= tiles.shape[0],
+          f"out must be fp32 (>= {tiles.shape[0]}, tm, tn), got {out.dtype}{out.shape}")
+    if tiles.shape[0]:
+        _need(bool((tiles[:, 1] - tiles[:, 0] <= out.shape[1]).all()
+                   and (tiles[:, 3] - tiles[:, 2] <= out.shape[2]).all()),
+              "tiles larger than out's tiles")
+    _gemm_stage(a, b, tiles, out)
+
+
+def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """Compute the WGs of one stage in place in ``out`` (the output's shape, fp32): WG
+    (r0, r1, c0, c1, k0, k1) writes ``out[r0:r1, c0:c1]`` (WGs must not overlap: no
+    split-K). WGs listed row by row over a rectangle of the output are computed by one
+    BLAS call per rectangle, written straight into ``out`` when it spans whole rows."""
+    _check_stage(a, b, tiles)
+    _need(out.ndim == 2 and out.dtype == np.float32 and out.flags.c_contiguous
+          and out.shape[0] >= a.shape[0] and out.shape[1] == b.shape[1],
+          f"out must be a C-contiguous fp32 ({a.shape[0]}, {b.shape[1]}), got "
+          f"{out.dtype}{out.shape}")
+    _gemm_blocks(a, b, tiles, out)
 
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) every kernel on tiny inputs."""
     for dt in (np.float16, np.float32):
-        a = np.ones((3, 5), dt)
-        b = np.ones((5, 4), dt)
-        bp = pack_b(b, 2)
-        out = np.empty((2, 3, 2), np.float32)
-        gemm_stage(a, bp, np.array([[0, 3, 0, 2, 0, 5], [0, 3, 2, 4, 1, 3]], np.int64), out)
-        add(a, a)
+        a = widen(np.ones((3, 5), dt))
+        b = widen(np.ones((5, 4), dt))
+        tiles = np.array([[0, 3, 0, 2, 0, 5], [0, 3, 2, 4, 0, 5], [0, 3, 2, 4, 1, 3]], np.int64)
+        gemm_stage(a, b, tiles, np.empty((3, 3, 2), np.float32))
+        gemm_blocks(a, b, tiles[:2], np.empty((3, 4), np.float32))
+        gemm_blocks(a, b, tiles[1:2], np.empty((3, 4), np.float32))
+        add(np.ones(3, dt), np.ones(3, dt))
     f32_to_f16(f16_to_f32(np.ones(3, np.float16)))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from devices.hbm import allocate_window
+from devices.hbm import Segment
 
 
 class WatchdogTimeout(RuntimeError):
@@ -37,21 +37,25 @@ class TrackedRegion:
 
 
 class Tracker:
-    def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str]):
+    def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str],
+                 segment: Segment | None = None):
         self.comm = comm
         self.rank = comm.rank
         self.nslots = int(nslots)
         self.slot_name = slot_names
         size = max(self.nslots, 1) * 16
-        self.win, mem = allocate_window(comm, size)
+        self._own = segment is None
+        self._segment = segment or Segment(comm)
+        self.win, mem = self._segment.bind(size)
+        self.win.Sync()
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         raw[:] = 0
+        self.win.Sync()
         n = max(self.nslots, 1)
         self._counts = raw[: 8 * n].view(np.int64)
         self._times = raw[8 * n :].view(np.float64)
         self._time_base = 8 * n
-        comm.Barrier()
-        self.win.Lock_all()
+        comm.Barrier()  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
                t_arrival: float) -> None:
@@ -139,6 +143,6 @@ class Tracker:
     def free(self) -> None:
         if self.win == MPI.WIN_NULL:
             return
-        self.win.Unlock_all()
-        self.win.Free()
+        if self._own:
+            self._segment.free()
         self.win = MPI.WIN_NULL

@@ -161,48 +161,61 @@ class GemmProducer:
 
     def run(self) -> float:
         job, hbm = self.job, self.hbm
+        kernels = canvas = buf = a32 = b32 = None
         if hbm.payload:
             from devices import kernels  # numba: only runs that compute import it
 
-            a, b = hbm.view(job.a), hbm.view(job.b)
-            tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max()) if len(job.wgs) else 1
-            tiles = job.space.tiles  # B panels as wide as the space's (uniform) tile grid
-            bp = kernels.pack_b(b, int((tiles[:, 3] - tiles[:, 2]).max()) if len(tiles) else 1)
-            buf = np.empty((job.stage_size, tm, bp.shape[2]), np.float32)
-            out_dtype = hbm.specs[job.space.buffer].dtype
+            a = hbm.view(job.a)
+            a32 = a if a.dtype == np.float32 else np.empty(a.shape, np.float32)
+            b32 = kernels.widen(hbm.view(job.b))
+            if self._whole_k(a.shape[1]):  # WGs own their tiles: compute in place
+                canvas = _workspace(hbm.specs[job.space.buffer].shape)
+            else:  # split-K: partial tiles overlap, one buffer per WG
+                tm = int((job.wgs[:, 1] - job.wgs[:, 0]).max())
+                tn = int((job.wgs[:, 3] - job.wgs[:, 2]).max())
+                buf = np.empty((job.stage_size, tm, tn), np.float32)
         nstages = len(self.stage_index)
         for s, ids in enumerate(job.stages()):
             where = f"{self.label} GEMM stage {s}/{nstages}"
             for name in job.gates.get(s, []):  # the tracker releases the WGs that need it
                 watchdog.post("compute", f"{where} waits for {name}", waiting=True)
                 self.tracker.wait(self.gate_regions[name], self.clock.watchdog_s)
-            watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
-            with self.clock.order.turn(self.stage_index[s], f"GEMM stage {s}"):
-                end, arrivals = self._time_stage(s, ids)
             watchdog.post("compute", where)
             w0 = time.perf_counter()
             if s == self.fault_stage:
                 faults.in_stage(self.fault_kind, where, hbm.rank)
-            if hbm.payload:
-                kernels.gemm_stage(a, bp, job.wgs[ids], buf)
+            wgs = job.wgs[ids]
+            if hbm.payload:  # the arithmetic first: it needs no modelled time
+                if a32 is not a:  # fp16 A: widen the rows this stage reads, as it reads them
+                    for r0, r1 in {(int(r[0]), int(r[1])) for r in wgs}:
+                        a32[r0:r1] = kernels.widen(a[r0:r1])
+                if canvas is not None:
+                    kernels.gemm_blocks(a32, b32, wgs, canvas)
+                else:
+                    kernels.gemm_stage(a32, b32, wgs, buf)
+            watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
+            with self.clock.order.turn(self.stage_index[s], f"GEMM stage {s}"):
+                end, arrivals = self._time_stage(s, ids)
+            watchdog.post("compute", f"{where}: writes its tiles")
+            writes = _Writes(hbm, canvas, buf, kernels)
             signals: dict[tuple[int, float], dict[int, int]] = {}
             for j, w in enumerate(ids):
-                r0, r1, c0, c1 = (int(x) for x in job.wgs[w, :4])
-                tile = None  # timing-only: the same routes, no data
-                if hbm.payload:
-                    tile = buf[j, : r1 - r0, : c1 - c0]
-                    if out_dtype == np.float16:
-                        tile = kernels.f32_to_f16(np.ascontiguousarray(tile))
-                self._route(int(job.wg_tile[w]), (r0, r1, c0, c1), tile, end, arrivals, signals)
+                region = tuple(int(x) for x in wgs[j, :4])
+                self._route(int(job.wg_tile[w]), region, j, end, arrivals, signals, writes)
+            writes.flush()
             for (rank, t_arrival), counts in signals.items():  # one signal per destination
                 self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
             self.wall_events.append((s, w0, time.perf_counter()))
         self.end = self.clock.cu.free_at
         return self.end
 
-    def _route(self, t: int, region, tile: np.ndarray | None, end: float,
-               arrivals: dict[int, float], signals: dict) -> None:
-        """Write one WG's tile where its route says; add its tracker signals to ``signals``
+    def _whole_k(self, k: int) -> bool:
+        wgs = self.job.wgs
+        return bool(((wgs[:, 4] == 0) & (wgs[:, 5] == k)).all()) if len(wgs) else True
+
+    def _route(self, t: int, region, j: int, end: float, arrivals: dict[int, float],
+               signals: dict, writes: _Writes) -> None:
+        """Write WG ``j``'s tile where its route says; add its tracker signals to ``signals``
         ((rank, arrival) -> {slot: element-updates}), sent once the stage's tiles are out."""
         route, hbm = self.routes[t], self.hbm
         elems = (region[1] - region[0]) * (region[3] - region[2])
@@ -211,22 +224,70 @@ class GemmProducer:
             counts = signals.setdefault((rank, t_arrival), {})
             counts[slot] = counts.get(slot, 0) + elems
 
-        buffer = self.job.space.buffer
         if route.local_op != "none":
-            if route.local_op == "update":
-                hbm.update(buffer, region, tile, "gemm")
-            else:
-                hbm.store(buffer, region, tile, "gemm")
+            writes.add(hbm.rank, self.job.space.buffer, route.local_op, "gemm", region, region, j)
             if route.slot >= 0:
                 self.slot_done[route.slot] = max(self.slot_done[route.slot], end)
                 signal(hbm.rank, route.slot, 0.0)
         for tg in route.targets:
             stream = "gemm" if tg.rank == hbm.rank else self.stream
-            if tg.op == "update":
-                hbm.update(tg.buffer, tg.region, tile, stream, tg.rank)
-            else:
-                hbm.store(tg.buffer, tg.region, tile, stream, tg.rank)
+            writes.add(tg.rank, tg.buffer, tg.op, stream, tg.region, region, j)
             signal(tg.rank, tg.slot, arrivals[tg.rank])
+
+
+_WORKSPACE: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _workspace(shape: tuple[int, int]) -> np.ndarray:
+    """An fp32 output-shaped canvas the GEMM stages compute into, kept for the next run."""
+    if shape not in _WORKSPACE:
+        _WORKSPACE.clear()
+        _WORKSPACE[shape] = np.empty(shape, np.float32)
+    return _WORKSPACE[shape]
+
+
+class _Writes:
+    """A stage's tile writes, coalesced: tiles that go side by side to one destination
+    array (same rank, op and stream) from side-by-side WG outputs are one store or update
+    of their union, as a GPU's write-combining merges a row of WGs' lines into one
+    stream. Bytes and tracker signals are per tile either way; only the number of MPI
+    operations changes."""
+
+    def __init__(self, hbm: Hbm, canvas: np.ndarray | None, buf: np.ndarray | None, kernels):
+        self.hbm, self.canvas, self.buf, self.kernels = hbm, canvas, buf, kernels
+        self.pending: dict[tuple, list] = {}
+
+    def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
+        key = (rank, buffer, op, stream)
+        cur = self.pending.get(key)
+        if (cur is not None and self.canvas is not None and cur[0][0] == dst[0]
+                and cur[0][1] == dst[1] and cur[0][3] == dst[2] and cur[1][0] == src[0]
+                and cur[1][1] == src[1] and cur[1][3] == src[2]):
+            cur[0][3], cur[1][3] = dst[3], src[3]
+            return
+        if cur is not None:
+            self._write(key, cur)
+        self.pending[key] = [list(dst), list(src), j]
+
+    def flush(self) -> None:
+        for key, cur in self.pending.items():
+            self._write(key, cur)
+        self.pending.clear()
+
+    def _write(self, key: tuple, cur: list) -> None:
+        rank, buffer, op, stream = key
+        dst, src, j = tuple(cur[0]), cur[1], cur[2]
+        data = None  # timing-only: the same writes, no data
+        if self.canvas is not None:
+            data = self.canvas[src[0] : src[1], src[2] : src[3]]
+        elif self.buf is not None:
+            data = self.buf[j, : src[1] - src[0], : src[3] - src[2]]
+        if data is not None and self.hbm.specs[buffer].dtype == np.float16:
+            data = self.kernels.f32_to_f16(np.ascontiguousarray(data))
+        if op == "update":
+            self.hbm.update(buffer, dst, data, stream, rank)
+        else:
+            self.hbm.store(buffer, dst, data, stream, rank)
 
 
 class DmaTiming:

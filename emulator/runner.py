@@ -12,7 +12,7 @@ from mpi4py import MPI
 from collectives.common import Problem
 from collectives.plans import build_plan
 from devices.dma import DmaEngine
-from devices.hbm import KINDS, Hbm
+from devices.hbm import KINDS, WIN_INFO, Hbm, Segment
 from devices.spec import DeviceSpec
 from devices.tracker import Tracker
 from emulator.arbitration import Exclusive, policy_for
@@ -72,9 +72,26 @@ class _Clocks:
         return self.by_name[name]
 
 
+class DeviceMemory:
+    """The emulated GPU's memory for a whole job: its HBM and its tracker's counters,
+    each one window allocated by the first run and reused (re-zeroed) by the next ones,
+    as a GPU's DRAM exists before the kernels that use it. Free it at the end of the job."""
+
+    def __init__(self, comm: MPI.Intracomm):
+        self.hbm = Segment(comm, WIN_INFO)
+        self.tracker = Segment(comm)
+
+    def free(self) -> None:
+        self.tracker.free()
+        self.hbm.free()
+
+
 def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
-             b: np.ndarray | None, mode: str) -> RankResult:
-    """Run one mode. ``a``/``b`` None: a timing-only run (same protocol, no payload)."""
+             b: np.ndarray | None, mode: str, memory: DeviceMemory | None = None) -> RankResult:
+    """Run one mode. ``a``/``b`` None: a timing-only run (same protocol, no payload).
+
+    With ``memory`` the run binds the job's device memory (and its result is a view of
+    it, valid until the next run); without, it allocates and frees windows of its own."""
     watchdog.post("compute", f"{mode}: building the plan and maps")
     p = problem(comm, cfg, spec)
     plan = build_plan(p, cfg.collective, cfg.algorithm, mode)
@@ -82,8 +99,8 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
                 if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
     payload = a is not None
     watchdog.wait_all(comm, f"{mode}: allocation of the HBM and tracker windows", cfg.watchdog_s)
-    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload)
-    tracker = Tracker(comm, plan.slots.total, plan.slots.name)
+    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm)
+    tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker)
     for name, data in (("A", a), ("B", b)):  # inputs are resident before the operation
         if payload:
             array, row = plan.inputs[name]
@@ -125,8 +142,10 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
     hbm.win.Sync()
     watchdog.wait_all(comm, f"{mode}: end", cfg.watchdog_s)
     wall = time.perf_counter() - w0
-    result = np.concatenate([hbm.view(buf, region).astype(np.float32)
-                             for buf, region in plan.result], axis=0) if payload else None
+    result = None
+    if payload:
+        parts = [hbm.view(buf, region) for buf, region in plan.result]
+        result = parts[0] if len(parts) == 1 and memory else np.concatenate(parts, axis=0)
     traffic = hbm.traffic_by_rank()
     events = [ev for c in clocks.by_name.values() for ev in c.events]
     tracker.free()

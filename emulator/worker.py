@@ -127,7 +127,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     from collectives.common import ring_chunks
     from emulator import faults, watchdog
     from emulator.reference import check, compute_reference, make_inputs
-    from emulator.runner import categories, device_for, run_mode
+    from emulator.runner import DeviceMemory, categories, device_for, run_mode
     from emulator.runtime import warm_kernels
 
     world, rank = comm.size, comm.rank
@@ -149,8 +149,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     runs = []
     traced = []
     any_fail = False
+    memory = DeviceMemory(comm)
     for mode in cfg.modes:
-        res = run_mode(comm, cfg, spec, a, b, mode)
+        res = run_mode(comm, cfg, spec, a, b, mode, memory)
         if cfg.timing_only:
             ok, err, note = True, 0.0, ""
         elif bad_input:
@@ -199,6 +200,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             if cfg.trace:
                 traced.append((mode, events))
             runs.append(run)
+    memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
     if rank != 0:
         return (None if any_fail else {}), traced

@@ -37,7 +37,7 @@ def test_gemm_stage_matches_numpy_on_uneven_tiles(dtype):
     tiles = np.array([(r, min(r + tm, m), c, min(c + tn, n), 0, k)
                       for r in range(0, m, tm) for c in range(0, n, tn)], np.int64)
     out = np.full((len(tiles), tm, tn), np.nan, np.float32)
-    kernels.gemm_stage(a, kernels.pack_b(b, tn), tiles, out)
+    kernels.gemm_stage(kernels.widen(a), kernels.widen(b), tiles, out)
     ref = a.astype(np.float32) @ b.astype(np.float32)
     for i, (r0, r1, c0, c1, _, _) in enumerate(tiles):
         assert np.array_equal(out[i, : r1 - r0, : c1 - c0], ref[r0:r1, c0:c1]), i
@@ -52,7 +52,7 @@ def test_split_k_wgs_sum_to_the_tile(dtype):
     tiles = np.array([(0, 64, 0, 32, k0, k1) for k0, k1 in ((0, 17), (17, 34), (34, 50))],
                      np.int64)
     out = np.empty((3, 64, 32), np.float32)
-    kernels.gemm_stage(a, kernels.pack_b(b, 32), tiles, out)
+    kernels.gemm_stage(kernels.widen(a), kernels.widen(b), tiles, out)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     assert np.array_equal(out[1], a32[0:64, 17:34] @ b32[17:34, 0:32])
     assert np.array_equal(out.sum(axis=0), (a32 @ b32)[0:64, 0:32])
@@ -65,7 +65,7 @@ def test_gemm_stage_float_values_close_to_numpy():
     tiles = np.array([[0, 64, 0, 64, 0, 70], [64, 128, 64, 90, 0, 70], [128, 130, 0, 64, 0, 70]],
                      np.int64)
     out = np.empty((3, 64, 64), np.float32)
-    kernels.gemm_stage(a, kernels.pack_b(b, 64), tiles, out)
+    kernels.gemm_stage(kernels.widen(a), kernels.widen(b), tiles, out)
     ref = a @ b
     assert np.allclose(out[1, :64, :26], ref[64:128, 64:90], rtol=1e-5, atol=1e-4)
     assert np.allclose(out[2, :2, :64], ref[128:130, 0:64], rtol=1e-5, atol=1e-4)
@@ -83,11 +83,46 @@ def test_add_fp16_rounds_once():
 
 def test_wrappers_reject_bad_shapes_and_dtypes():
     a = np.ones((4, 3), np.float32)
-    bp = kernels.pack_b(np.ones((5, 4), np.float32), 2)
+    bp = kernels.widen(np.ones((5, 4), np.float32))
     out = np.empty((1, 4, 2), np.float32)
     with pytest.raises(ValueError, match="K mismatch"):
         kernels.gemm_stage(a, bp, np.array([[0, 4, 0, 2, 0, 3]], np.int64), out)
     with pytest.raises(ValueError, match="float16 or float32"):
-        kernels.pack_b(np.ones((3, 3), np.float64), 2)
+        kernels.widen(np.ones((3, 3), np.float64))
+    with pytest.raises(ValueError, match="tile columns out of range of B"):
+        kernels.gemm_stage(np.ones((4, 5), np.float32), bp, np.array([[0, 4, 2, 6, 0, 5]],
+                                                                     np.int64),
+                            np.empty((1, 4, 8), np.float32))
     with pytest.raises(ValueError, match="tiles must be int64"):
         kernels.gemm_stage(np.ones((4, 5), np.float32), bp, np.array([[0, 4, 0, 2, 0, 5]], np.int32), out)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_gemm_stage_runs_and_lone_wgs_in_any_order(dtype):
+    """WGs in a stage may come in any order: side-by-side runs on a row panel (one BLAS
+    call), lone WGs, runs broken by a K slice or a gap, a row panel revisited later.
+    The in-place form (whole-K WGs) gives the same products in an output-shaped canvas."""
+    rng = np.random.default_rng(6)
+    m, n, k = 96, 160, 40
+    a = rng.integers(-3, 4, (m, k)).astype(dtype)
+    b = rng.integers(-3, 4, (k, n)).astype(dtype)
+    tiles = np.array([(32, 64, 0, 32, 0, k), (32, 64, 32, 64, 0, k), (32, 64, 64, 96, 0, 20),
+                      (32, 64, 96, 128, 0, k), (0, 32, 128, 160, 0, k), (0, 32, 0, 32, 0, k),
+                      (32, 64, 128, 160, 0, k), (64, 96, 32, 64, 20, k),
+                      (64, 96, 64, 96, 20, k), (32, 64, 64, 96, 20, k)], np.int64)
+    out = np.full((len(tiles), 32, 32), np.nan, np.float32)
+    kernels.gemm_stage(kernels.widen(a), kernels.widen(b), tiles, out)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    for i, (r0, r1, c0, c1, k0, k1) in enumerate(tiles):
+        assert np.array_equal(out[i], a32[r0:r1, k0:k1] @ b32[k0:k1, c0:c1]), i
+    whole = tiles[(tiles[:, 4] == 0) & (tiles[:, 5] == k)]
+    rect = np.array([(r, r + 32, c, c + 32, 0, k) for r in (32, 64) for c in range(0, n, 32)]
+                    + [(0, 32, 64, 96, 0, k), (0, 32, 96, 128, 0, k)], np.int64)
+    for wgs in (whole, rect):
+        canvas = np.full((m, n), np.nan, np.float32)
+        kernels.gemm_blocks(kernels.widen(a), kernels.widen(b), wgs, canvas)
+        written = np.zeros((m, n), bool)
+        for r0, r1, c0, c1, _, _ in wgs:
+            written[r0:r1, c0:c1] = True
+        assert np.array_equal(canvas[written], (a32 @ b32)[written])
+        assert np.isnan(canvas[~written]).all()
