@@ -7,7 +7,8 @@ rank's compute thread runs later GEMM stages (the kernels release the GIL).
 Each command: wait for its trigger region, ask the modelled clock when the
 transfer arrives, read the source region, write it to the destination as a
 store or an update, then signal the destination tracker with the arrival time
-(put-with-signal).
+(put-with-signal). Ready commands that follow each other are served as a batch
+(see ``DmaEngine._run``): the same bytes, fewer MPI operations.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from devices.hbm import Hbm, Region
+from devices.hbm import Hbm, Region, join, region_shape
 from devices.tracker import TrackedRegion, Tracker
 
 
@@ -57,6 +58,7 @@ class DmaEngine:
         self.status = status or (lambda label, waiting: None)  # (what it does, is it a wait)
         self.wall_events: list[tuple[str, float, float]] = []
         self._next = 0
+        self.BATCH = 64  # entries served at most as one batch
         self._thread = threading.Thread(target=self._run, name=f"dma-r{hbm.rank}", daemon=True)
 
     def start(self) -> None:
@@ -69,30 +71,74 @@ class DmaEngine:
         return [c.trigger for c in self.commands[self._next :]]
 
     def _run(self) -> None:
+        """Serve the queue in order. Entries whose triggers are already complete when the
+        engine reaches them, and that follow each other in the rank's program order, are
+        served as one batch: each is timed on its own, but transfers that continue each
+        other (the next tile of a row, the next whole rows) move as one MPI operation and
+        each destination gets one put-with-signal for the batch. Nothing in a batch
+        waits: it only holds back signals for as long as its transfers take."""
         try:
-            for i, cmd in enumerate(self.commands):
+            cmds, n = self.commands, len(self.commands)
+            i = 0
+            while i < n:
                 self._next = i
-                self.status(f"DMA entry {i}/{len(self.commands)} waits for {cmd.trigger.name} "
+                cmd = cmds[i]
+                self.status(f"DMA entry {i}/{n} waits for {cmd.trigger.name} "
                             f"({cmd.trigger.label})", True)
                 t_remote = self.tracker.wait(cmd.trigger, self.watchdog_s, self.pending)
-                t_arrival = self.timing(cmd, t_remote)
-                if cmd.src is None:
-                    continue
+                self.status(f"DMA entries {i}.. of {n} move data from {cmd.trigger.name}", False)
                 w0 = time.perf_counter()
-                self.status(f"DMA entry {i}/{len(self.commands)} moves {cmd.trigger.name} to "
-                            f"rank {cmd.dst_rank}", False)
-                data = self.hbm.load(cmd.buffer, cmd.src, self.stream)
-                action = self.fault(cmd) if self.fault else ""
-                if action != "drop":
-                    for _ in range(2 if action == "double" else 1):
-                        if cmd.op == "update":
-                            self.hbm.update(cmd.dst_buffer, cmd.dst, data, self.stream, cmd.dst_rank)
-                        else:
-                            self.hbm.store(cmd.dst_buffer, cmd.dst, data, self.stream, cmd.dst_rank)
-                self.tracker.signal(cmd.dst_rank, cmd.dst_slots, cmd.dst_elems, t_arrival)
-                self.wall_events.append((cmd.trigger.name, w0, time.perf_counter()))
-            self._next = len(self.commands)
+                moves: list[list] = []
+                signals: dict[int, dict[int, list]] = {}  # dst -> slot -> [elems, arrival]
+                j = i
+                while True:
+                    t_arrival = self.timing(cmd, t_remote)
+                    if cmd.src is not None:
+                        self._plan(moves, cmd, self.fault(cmd) if self.fault else "")
+                        sig = signals.setdefault(cmd.dst_rank, {})
+                        for slot, elems in zip(cmd.dst_slots, cmd.dst_elems):
+                            cur = sig.setdefault(int(slot), [0, t_arrival])
+                            cur[0] += int(elems)
+                            cur[1] = max(cur[1], t_arrival)
+                    j += 1
+                    if (j == n or j - i == self.BATCH or cmds[j].order != cmd.order + 1
+                            or not self.tracker.complete(cmds[j].trigger)):
+                        break
+                    cmd = cmds[j]
+                    t_remote = self.tracker.arrival(cmd.trigger)
+                for mv in moves:
+                    self._move(*mv)
+                for dst, sig in signals.items():
+                    self.tracker.signal(dst, list(sig), [v[0] for v in sig.values()],
+                                        [v[1] for v in sig.values()])
+                self.wall_events.append((cmds[i].trigger.name, w0, time.perf_counter()))
+                i = j
+            self._next = n
             self.status("DMA queue finished", True)
         except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
             self.on_error(exc)
 
+    def _plan(self, moves: list[list], cmd: DmaCommand, action: str) -> None:
+        """Add ``cmd``'s transfer to ``moves``, joined to the last one if it continues it."""
+        if moves and not action and not moves[-1][6]:
+            last = moves[-1]
+            if (last[0], last[2], last[3], last[5]) == (cmd.buffer, cmd.dst_rank,
+                                                        cmd.dst_buffer, cmd.op):
+                src = join(last[1], cmd.src, self.hbm.specs[cmd.buffer].shape[1])
+                dst = join(last[4], cmd.dst, self.hbm.specs[cmd.dst_buffer].shape[1])
+                if src and dst and region_shape(src) == region_shape(dst):
+                    last[1], last[4] = src, dst
+                    return
+        moves.append([cmd.buffer, cmd.src, cmd.dst_rank, cmd.dst_buffer, cmd.dst, cmd.op,
+                      action])
+
+    def _move(self, buffer: str, src: Region, dst_rank: int, dst_buffer: str, dst: Region,
+              op: str, action: str) -> None:
+        data = self.hbm.load(buffer, src, self.stream)
+        if action == "drop":
+            return
+        for _ in range(2 if action == "double" else 1):
+            if op == "update":
+                self.hbm.update(dst_buffer, dst, data, self.stream, dst_rank)
+            else:
+                self.hbm.store(dst_buffer, dst, data, self.stream, dst_rank)

@@ -110,11 +110,29 @@ def region_elems(region: Region) -> int:
     return (region[1] - region[0]) * (region[3] - region[2])
 
 
+def region_shape(region: Region) -> tuple[int, int]:
+    return region[1] - region[0], region[3] - region[2]
+
+
+def join(a: Region, b: Region, width: int) -> Region | None:
+    """The union of regions ``a`` then ``b`` of an array ``width`` columns wide, if it is a
+    region: ``b`` continues ``a``'s rows to the right, or ``b``'s whole rows follow
+    ``a``'s whole rows (then the union is contiguous). Else None."""
+    if a[0] == b[0] and a[1] == b[1] and a[3] == b[2]:
+        return (a[0], a[1], a[2], b[3])
+    if a[2] == b[2] == 0 and a[3] == b[3] == width and a[1] == b[0]:
+        return (a[0], b[1], 0, width)
+    return None
+
+
 class Hbm:
-    """One rank's HBM. ``layout`` is the list of (name, shape, dtype) to malloc."""
+    """One rank's HBM. ``layout`` is the list of (name, shape, dtype) to malloc; every
+    array reads as zero except those named ``overwritten`` (the caller writes them whole
+    before anyone reads them, e.g. inputs)."""
 
     def __init__(self, comm: MPI.Intracomm, layout: Iterable[tuple[str, tuple[int, int], object]],
-                 streams: Iterable[str], payload: bool = True, segment: Segment | None = None):
+                 streams: Iterable[str], payload: bool = True, segment: Segment | None = None,
+                 overwritten: Iterable[str] = ()):
         self.comm = comm
         self.payload = payload
         self.rank = comm.rank
@@ -136,7 +154,13 @@ class Hbm:
         self.win.Sync()
         self._lock_base = size - _N_LOCKS * 8
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
-        raw[:] = 0  # what a run does not write first must read as zero (updates add to it)
+        # what a run does not write whole first must read as zero (updates add to it)
+        skip = sorted((self.specs[n].offset, self.specs[n].offset + self.specs[n].nbytes)
+                      for n in set(overwritten) if payload)
+        pos = 0
+        for lo, hi in skip + [(size, size)]:
+            raw[pos:lo] = 0
+            pos = max(pos, hi)
         self.win.Sync()
         self.arrays: dict[str, np.ndarray] = {
             s.name: raw[s.offset : s.offset + s.nbytes].view(s.dtype).reshape(s.shape)

@@ -58,18 +58,20 @@ class Tracker:
         comm.Barrier()  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
-               t_arrival: float) -> None:
+               t_arrival: float | Sequence[float]) -> None:
         """The signal half of put-with-signal: merge the arrival time (MAX), then add counts.
 
         One ``MPI_Accumulate`` per half, whatever the number of slots: an indexed
         target datatype addresses them all (a DMA entry or a GEMM stage signals
-        many slots of one destination at once)."""
+        many slots of one destination at once). ``t_arrival`` is one time for all the
+        slots or one per slot; ``slots`` must not repeat."""
         n = len(slots)
         if n == 0:
             return
+        times = np.broadcast_to(np.asarray(t_arrival, np.float64), (n,))
         if n == 1:
             s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
-            self.win.Accumulate(np.array([t_arrival], np.float64), target,
+            self.win.Accumulate(np.array([times[0]], np.float64), target,
                                 target=self._time_base + 8 * s, op=MPI.MAX)
             self.win.Flush(target)
             self.win.Accumulate(np.array([elems[0]], np.int64), target, target=8 * s,
@@ -77,7 +79,7 @@ class Tracker:
             self.win.Flush(target)
             return
         disp = np.asarray(slots, np.int64)
-        times = np.full(n, t_arrival, np.float64)
+        times = np.ascontiguousarray(times)
         counts = np.ascontiguousarray(elems, dtype=np.int64)
         t_type = MPI.DOUBLE.Create_indexed_block(1, (disp + self._time_base // 8).tolist()).Commit()
         c_type = MPI.INT64_T.Create_indexed_block(1, disp.tolist()).Commit()

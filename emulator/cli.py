@@ -181,6 +181,44 @@ def report(out_dir, timeline, no_figures) -> None:
 
 
 @main.command()
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the figures (and how each was measured) as JSON here.")
+@click.option("--only", type=str, default="all", show_default=True,
+              help="Comma-separated parts: gemm, overhead, startup, memory, sweep, scale.")
+@click.option("--scenario", type=str, default="t3-paper", show_default=True,
+              help="Scenario the sweep part runs timing-only.")
+@click.option("--quick", is_flag=True,
+              help="Toy sizes: checks the bench runs, its figures mean nothing.")
+def bench(json_path, only, scenario, quick) -> None:
+    """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate."""
+    from emulator.bench import PARTS, BenchError, run_bench, table
+    from emulator.files import OutputError, check_output_file, write_json_atomic
+    from emulator.scenario import ScenarioError, load_scenario
+
+    parts = PARTS if only == "all" else tuple(p.strip() for p in only.split(","))
+    bad = [p for p in parts if p not in PARTS]
+    if bad or not parts:
+        _fail_usage(ConfigError("--only", only, f"all or a comma-separated list of "
+                                                f"{', '.join(PARTS)}"))
+    try:
+        if json_path:
+            check_output_file(json_path, "--json", 1 << 20)
+        if "sweep" in parts:
+            load_scenario(scenario)
+    except (OutputError, ScenarioError) as exc:
+        _fail_usage(exc)
+    try:
+        doc = run_bench(parts, quick, scenario, log=lambda msg: click.echo(msg, err=True))
+    except BenchError as exc:
+        click.echo(f"t3emu: bench error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(table(doc))
+    if json_path:
+        write_json_atomic(json_path, doc)
+        click.echo(f"json: {json_path}")
+
+
+@main.command()
 def devices() -> None:
     """List device presets."""
     from devices.spec import list_presets, load_device

@@ -165,8 +165,9 @@ class RankClock:
 
     def __init__(self, rank: int, hbm_bw: float, link_bw: float, dma_engines: int,
                  watchdog_s: float, switched: bool = False,
-                 peers: frozenset[int] | None = None):
+                 peers: frozenset[int] | None = None, record: bool = True):
         self.rank = rank
+        self.record = record  # keep the log of modelled events (traces, tests)
         self.peers = peers  # ranks a link reaches (None: every rank)
         self.hbm = BandwidthTimeline(f"hbm[{rank}]", hbm_bw)
         self.link_bw = link_bw
@@ -213,5 +214,6 @@ class RankClock:
         return min(self.dma, key=lambda e: e.free_at)
 
     def log(self, track: str, name: str, start: float, end: float, **args) -> None:
-        with self._lock:
-            self.events.append(Event(track, name, start, end, args))
+        if self.record:
+            with self._lock:
+                self.events.append(Event(track, name, start, end, args))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from devices.dma import DmaCommand
-from devices.hbm import Hbm
+from devices.hbm import Hbm, join, region_shape
 from devices.tracker import TrackedRegion, Tracker
 from emulator import faults, watchdog
 from emulator.addrmap import Route, TileSpace
@@ -182,6 +182,7 @@ class GemmProducer:
                 self.tracker.wait(self.gate_regions[name], self.clock.watchdog_s)
             watchdog.post("compute", where)
             w0 = time.perf_counter()
+            _mark_first_stage()
             if s == self.fault_stage:
                 faults.in_stage(self.fault_kind, where, hbm.rank)
             wgs = job.wgs[ids]
@@ -235,6 +236,15 @@ class GemmProducer:
             signal(tg.rank, tg.slot, arrivals[tg.rank])
 
 
+FIRST_STAGE_UNIX: float | None = None  # when this process began its first GEMM stage
+
+
+def _mark_first_stage() -> None:
+    global FIRST_STAGE_UNIX
+    if FIRST_STAGE_UNIX is None:
+        FIRST_STAGE_UNIX = time.time()
+
+
 _WORKSPACE: dict[tuple[int, int], np.ndarray] = {}
 
 
@@ -260,14 +270,16 @@ class _Writes:
     def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
         key = (rank, buffer, op, stream)
         cur = self.pending.get(key)
-        if (cur is not None and self.canvas is not None and cur[0][0] == dst[0]
-                and cur[0][1] == dst[1] and cur[0][3] == dst[2] and cur[1][0] == src[0]
-                and cur[1][1] == src[1] and cur[1][3] == src[2]):
-            cur[0][3], cur[1][3] = dst[3], src[3]
-            return
+        if cur is not None and self.buf is None:  # WG outputs side by side in the canvas
+            width = self.hbm.specs[buffer].shape[1]
+            to = join(cur[0], dst, width)
+            frm = join(cur[1], src, self.canvas.shape[1] if self.canvas is not None else width)
+            if to and frm and region_shape(to) == region_shape(frm):
+                cur[0], cur[1] = to, frm
+                return
         if cur is not None:
             self._write(key, cur)
-        self.pending[key] = [list(dst), list(src), j]
+        self.pending[key] = [dst, src, j]
 
     def flush(self) -> None:
         for key, cur in self.pending.items():
@@ -276,7 +288,7 @@ class _Writes:
 
     def _write(self, key: tuple, cur: list) -> None:
         rank, buffer, op, stream = key
-        dst, src, j = tuple(cur[0]), cur[1], cur[2]
+        dst, src, j = cur
         data = None  # timing-only: the same writes, no data
         if self.canvas is not None:
             data = self.canvas[src[0] : src[1], src[2] : src[3]]

@@ -56,8 +56,8 @@ def problem(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
 class _Clocks:
     """The rank's modelled clocks by name: one chained timeline, or one per isolated run."""
 
-    def __init__(self, p: Problem, watchdog_s: float):
-        self.p, self.watchdog_s = p, watchdog_s
+    def __init__(self, p: Problem, watchdog_s: float, record: bool):
+        self.p, self.watchdog_s, self.record = p, watchdog_s, record
         topo = p.spec.interconnect.topology
         self.switched = topo == "switch"
         self.peers = frozenset({p.left, p.right}) if topo == "ring" else None
@@ -68,7 +68,7 @@ class _Clocks:
             s = self.p.spec
             self.by_name[name] = RankClock(self.p.rank, s.hbm_bw, s.interconnect.link_bw,
                                            s.dma_engines, self.watchdog_s, self.switched,
-                                           self.peers)
+                                           self.peers, self.record)
         return self.by_name[name]
 
 
@@ -99,14 +99,17 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
                 if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
     payload = a is not None
     watchdog.wait_all(comm, f"{mode}: allocation of the HBM and tracker windows", cfg.watchdog_s)
-    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm)
+    whole = [array for name, (array, row) in plan.inputs.items() if payload and row == 0
+             and (a if name == "A" else b).shape == dict((n, s) for n, s, _ in plan.layout)[array]]
+    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm,
+              overwritten=whole)
     tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker)
     for name, data in (("A", a), ("B", b)):  # inputs are resident before the operation
         if payload:
             array, row = plan.inputs[name]
             hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(p.spec, cfg.dtype)
-    clocks = _Clocks(p, cfg.watchdog_s)
+    clocks = _Clocks(p, cfg.watchdog_s, bool(cfg.trace or cfg.record_wall))
     fault_kind, fault_rank = cfg.fault
     lat = p.spec.interconnect.link_latency_s
     times: dict[str, tuple[float, float]] = {}

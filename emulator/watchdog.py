@@ -19,6 +19,7 @@ MPI progress then shows as "no answer" instead of hanging the reporter).
 
 from __future__ import annotations
 
+import struct
 import time
 
 import numpy as np
@@ -30,6 +31,7 @@ THREADS = ("compute", "dma")
 _LABEL = 112  # bytes of text per thread
 _SLOT = 16 + _LABEL  # per thread: (since, waiting) float64, label
 _SIZE = _SLOT * len(THREADS)
+_PACK = struct.Struct(f"dd{_LABEL}s")  # since, waiting, label (zero padded)
 
 _board: StatusBoard | None = None
 __all__ = ["StatusBoard", "WatchdogTimeout", "close_board", "describe", "open_board", "post", "wait_all"]
@@ -51,15 +53,14 @@ class StatusBoard:
             self._peers = None
             self._mine = np.frombuffer(self.win.tomemory(), np.uint8, _SIZE)
         self._mine[:] = 0
+        self._raw = memoryview(self._mine)
         comm.Barrier()
         self.win.Lock_all()
 
     def post(self, thread: str, label: str, waiting: bool = False) -> None:
         """Record what ``thread`` of this rank does from now on (a local store)."""
-        off = _SLOT * THREADS.index(thread)
-        text = label.encode()[:_LABEL].ljust(_LABEL, b"\0")
-        self._mine[off + 16 : off + _SLOT] = np.frombuffer(text, np.uint8)
-        self._mine[off : off + 16] = np.array([time.time(), float(waiting)]).view(np.uint8)
+        _PACK.pack_into(self._raw, _SLOT * THREADS.index(thread), time.time(), float(waiting),
+                        label.encode()[:_LABEL])
 
     def _read(self, rank: int, deadline_s: float = 2.0) -> np.ndarray | None:
         if self._peers is not None:

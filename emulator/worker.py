@@ -202,6 +202,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             runs.append(run)
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
+    from emulator import producer
+
+    first_stage = comm.gather(producer.FIRST_STAGE_UNIX, root=0)
     if rank != 0:
         return (None if any_fail else {}), traced
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == "sequential"), None)
@@ -214,6 +217,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         "runs": runs,
         "peak_rss_mb_per_rank": rss,
+        "first_gemm_stage_unix": first_stage,
         "created_unix": time.time(),
     }
     return doc, traced

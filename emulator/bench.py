@@ -1,0 +1,391 @@
+"""``t3emu bench``: the emulator's own speed and size on this machine, against its floor.
+
+Every figure is measured side by side in one run (``python -m emulator.bench`` jobs and
+``t3emu`` subprocesses, one after another, each with one BLAS thread per rank):
+
+- ``gemm_vs_numpy_ratio``: the emulator's GEMM stages (operand widening, every stage of
+  the plain GEMM's WGs with the device's tiles and stage size) over numpy's ``matmul``,
+  same shape, same thread count, as throughput (GFLOP/s); best of several alternating
+  repetitions. Also for fp16 (numpy: widen both operands, then fp32 ``matmul``).
+- ``overhead_vs_bare_ratio``: wall time of one fused ``t3`` all-reduce run (4 ranks,
+  M=N=2048, K=1024 fp32; ``runner.run_mode`` whole: plan, maps, HBM binding, GEMM,
+  DMA, the AG kernel) over a bare run of the same arithmetic and data movement (numpy
+  ``matmul``, MPI ``Reduce_scatter_block`` and ``Allgather``) on the same ranks, the
+  median of alternating repetitions after one warm-up of each. Both results are checked
+  against the reference outside the timed region.
+- ``startup_s_8`` / ``startup_s_32``: ``t3emu run`` launched (a subprocess) until every
+  rank has begun its first GEMM stage (numba's cache is compiled once by the launcher).
+- ``rss_mb_per_rank``: peak resident memory per rank of a timing-only 64-rank AR.
+- ``timing_only_points_per_min``: ``t3emu sweep t3-paper --timing-only`` throughput.
+- ``scale``: timing-only ARs with 64 and 128 ranks: wall time and memory.
+
+``--quick`` runs every part at toy sizes (a smoke test of the bench itself; its figures
+say nothing about performance).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale")
+TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.8), "overhead_vs_bare_ratio": ("<=", 1.3)}
+STEP_TIMEOUT_S = 1200
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ------------------------------------------------------------------ jobs (child side)
+
+def _gemm_job(m: int, n: int, k: int, reps: int) -> dict:
+    """In this process (one BLAS thread): emulator GEMM stages vs numpy matmul."""
+    import numpy as np
+
+    from collectives.common import Problem, plain_gemm
+    from devices import kernels
+    from devices.spec import load_device
+    from emulator.plan import Slots
+
+    kernels.warm_up()
+    spec = load_device("t3-sim")
+    out = {}
+    for dtype in ("fp32", "fp16"):
+        dt = np.float32 if dtype == "fp32" else np.float16
+        p = Problem(0, 1, m, n, k, spec, np.dtype(dt))
+        job, _ = plain_gemm(p, Slots())
+        stages = [job.wgs[ids] for ids in job.stages()]
+        rng = np.random.default_rng(0)
+        a = rng.integers(-2, 3, (m, k)).astype(dt)
+        b = rng.integers(-2, 3, (k, n)).astype(dt)
+        canvas = np.empty((m, n), np.float32)
+
+        def emulator() -> np.ndarray:
+            a32, b32 = kernels.widen(a), kernels.widen(b)
+            for wgs in stages:
+                kernels.gemm_blocks(a32, b32, wgs, canvas)
+            return canvas
+
+        def numpy_matmul() -> np.ndarray:
+            return a.astype(np.float32) @ b.astype(np.float32) if dt == np.float16 else a @ b
+
+        best = {"emulator": float("inf"), "numpy": float("inf")}
+        for rep in range(reps):
+            for name, fn in ((("emulator", emulator), ("numpy", numpy_matmul)) if rep % 2 == 0
+                             else (("numpy", numpy_matmul), ("emulator", emulator))):
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+        if not np.array_equal(emulator(), numpy_matmul()):
+            raise BenchError(f"GEMM bench: the emulator's {dtype} product differs from numpy's")
+        flop = 2.0 * m * n * k
+        out[dtype] = {"emulator_gflops": flop / best["emulator"] / 1e9,
+                      "numpy_gflops": flop / best["numpy"] / 1e9,
+                      "ratio": best["numpy"] / best["emulator"],
+                      "emulator_s": best["emulator"], "numpy_s": best["numpy"],
+                      "stages": len(stages), "wgs": int(len(job.wgs))}
+    out["blas_threads"] = os.environ.get("OPENBLAS_NUM_THREADS")
+    return out
+
+
+def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
+    """Under MPI: fused t3 AR runs of the emulator vs bare numpy + MPI collectives."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from collectives.common import ring_chunks
+    from devices.spec import load_device
+    from emulator import watchdog
+    from emulator.config import RunConfig
+    from emulator.reference import check, compute_reference, make_inputs
+    from emulator.runner import DeviceMemory, device_for, run_mode
+    from emulator.runtime import warm_kernels
+
+    comm = MPI.COMM_WORLD
+    world = comm.size
+    if m % world:
+        raise BenchError(f"overhead bench: M={m} must divide among {world} ranks")
+    cfg = RunConfig(ranks=world, collective="ar", mode="t3", m=m, n=n, k=k,
+                    dtype="fp32").validate()
+    watchdog.open_board(comm)
+    spec = device_for(load_device(cfg.device), cfg.topology)
+    warm_kernels(comm, cfg.watchdog_s)
+    a, b = make_inputs(m, n, k, "fp32", "int", cfg.seed, comm.rank)
+    ref, tol = compute_reference(comm, a, b, "fp32", "int", ring_chunks(m, world), "ar")
+    memory = DeviceMemory(comm)
+
+    def bare() -> np.ndarray:
+        c = a @ b
+        part = np.empty((m // world, n), np.float32)
+        comm.Reduce_scatter_block(c, part, op=MPI.SUM)
+        out = np.empty((m, n), np.float32)
+        comm.Allgather(part, out)
+        return out
+
+    def t3() -> np.ndarray:
+        return run_mode(comm, cfg, spec, a, b, "t3", memory).result
+
+    wall: dict[str, list[float]] = {"bare": [], "t3": []}
+    cpu: dict[str, list[float]] = {"bare": [], "t3": []}
+    for rep in range(reps + 1):  # repetition 0 warms both up and is not counted
+        for name, fn in ((("bare", bare), ("t3", t3)) if rep % 2 == 0
+                         else (("t3", t3), ("bare", bare))):
+            comm.Barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            result = fn()
+            c1 = time.process_time()
+            comm.Barrier()
+            t1 = time.perf_counter()
+            ok, err, note = check(result, ref, tol)  # not timed
+            if not comm.allreduce(ok, MPI.LAND):
+                raise BenchError(f"overhead bench: {name} result fails the reference: {note}")
+            if rep:
+                wall[name].append(t1 - t0)
+                cpu[name].append(c1 - c0)
+    memory.free()
+    watchdog.close_board()
+    cpus = comm.gather(cpu, root=0)
+    if comm.rank:
+        return None
+    med = {name: float(np.median(v)) for name, v in wall.items()}
+    return {"ranks": world, "m": m, "n": n, "k": k, "dtype": "fp32", "reps": reps,
+            "wall_s": wall, "median_s": med, "ratio": med["t3"] / med["bare"],
+            "cpu_s_per_rank": {name: [float(np.median(c[name])) for c in cpus]
+                               for name in wall}}
+
+
+def job_main(argv: list[str]) -> int:
+    from emulator.runtime import install_abort_handlers, pin_threads
+
+    pin_threads()
+    kind, args = argv[0], [int(x) for x in argv[1:]]
+    if kind == "gemm":
+        print(json.dumps(_gemm_job(*args)), flush=True)
+        return 0
+    install_abort_handlers()
+    doc = _overhead_job(*args)
+    if doc is not None:
+        print(json.dumps(doc), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------ orchestration
+
+def _env() -> dict:
+    from emulator.runtime import pin_threads
+
+    env = pin_threads(dict(os.environ))
+    env.pop("T3EMU_PID_DIR", None)
+    return env
+
+
+def _run(argv: list[str], what: str, timeout: float = STEP_TIMEOUT_S) -> tuple[str, float]:
+    """Run a step as its own process group; return (stdout, wall s); raise on failure."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise BenchError(f"{what}: no result within {timeout:g} s")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = "\n".join(err.strip().splitlines()[-8:])
+        raise BenchError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    return out, wall
+
+
+def _last_json(out: str, what: str) -> dict:
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise BenchError(f"{what}: no result printed")
+
+
+def _mpi_job(ranks: int, argv: list[str], what: str) -> dict:
+    import shlex
+
+    from emulator.launcher import find_mpiexec
+
+    cmd = [*shlex.split(find_mpiexec()), "-n", str(ranks), sys.executable, "-m", "emulator.bench",
+           *argv]
+    return _last_json(_run(cmd, what)[0], what)
+
+
+def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, float]:
+    """``t3emu run ARGS --json`` as a user runs it: (its JSON, launch time, wall s)."""
+    path = tmp / f"run-{len(list(tmp.iterdir()))}.json"
+    launched = time.time()
+    _, wall = _run([sys.executable, "-m", "emulator.cli", "run", *args, "--json", str(path)], what)
+    return json.loads(path.read_text()), launched, wall
+
+
+def machine() -> dict:
+    import numpy as np
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = platform.processor()
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        pass
+    import mpi4py
+
+    mpi4py.rc.initialize = False  # the library's name only: this process is no MPI rank
+    from mpi4py import MPI
+
+    return {"cpu": model or platform.machine(), "cores": os.cpu_count(),
+            "memory_gib": round(mem, 1) if mem else None, "os": platform.platform(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+
+def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> dict:
+    """Run the chosen parts; return the results document (figures at the top level)."""
+    from devices import kernels
+    from emulator.runtime import pin_threads
+
+    os.environ.update({k: v for k, v in pin_threads(dict(os.environ)).items()
+                       if k == "NUMBA_CACHE_DIR"})
+    kernels.warm_up()  # numba's cache, compiled once for every job below
+    doc: dict = {"machine": machine(), "quick": quick, "parts": list(parts), "details": {}}
+    det = doc["details"]
+    t_all = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="t3emu-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        if "gemm" in parts:
+            shape = (512, 512, 256) if quick else (2048, 2048, 1024)
+            res = _last_json(_run([sys.executable, "-m", "emulator.bench", "gemm", *map(str, shape),
+                                   "3" if quick else "7"], "GEMM bench")[0], "GEMM bench")
+            det["gemm"] = {"m": shape[0], "n": shape[1], "k": shape[2], **res}
+            doc["gemm_vs_numpy_ratio"] = res["fp32"]["ratio"]
+            doc["gemm_vs_numpy_ratio_fp16"] = res["fp16"]["ratio"]
+            log(f"gemm: {res['fp32']['emulator_gflops']:.1f} vs numpy "
+                f"{res['fp32']['numpy_gflops']:.1f} GFLOP/s fp32 (ratio "
+                f"{res['fp32']['ratio']:.3f}); fp16 ratio {res['fp16']['ratio']:.3f}")
+        if "overhead" in parts:
+            shape = (512, 512, 256) if quick else (2048, 2048, 1024)
+            res = _mpi_job(4, ["overhead", *map(str, shape), "2" if quick else "7"],
+                           "overhead bench")
+            det["overhead"] = res
+            doc["overhead_vs_bare_ratio"] = res["ratio"]
+            log(f"overhead: t3 {res['median_s']['t3']:.3f} s vs bare "
+                f"{res['median_s']['bare']:.3f} s (ratio {res['ratio']:.3f})")
+        if "startup" in parts:
+            for ranks in ((2, 4) if quick else (8, 32)):
+                run, launched, wall = _t3emu_run(
+                    ["-n", str(ranks), "--m", "1024", "--n", "1024", "--k", "256", "--mode",
+                     "t3", "--dtype", "fp32"], tmp, f"startup with {ranks} ranks")
+                first = [t for t in run["first_gemm_stage_unix"] if t is not None]
+                key = f"startup_s_{ranks}"
+                doc[key] = max(first) - launched
+                det[key] = {"first_rank_s": min(first) - launched, "job_wall_s": wall}
+                log(f"startup: {ranks} ranks begin their first GEMM stage "
+                    f"{doc[key]:.2f} s after launch (job {wall:.1f} s)")
+        for part, counts in (("memory", (8,) if quick else (64,)),
+                             ("scale", (8, 16) if quick else (64, 128))):
+            if part not in parts:
+                continue
+            for ranks in counts:
+                run, _, wall = _t3emu_run(
+                    ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
+                    f"timing-only AR with {ranks} ranks")
+                rss = run["peak_rss_mb_per_rank"]
+                entry = {"ranks": ranks, "wall_s": wall, "rss_mb_per_rank_max": max(rss),
+                         "rss_mb_per_rank_mean": sum(rss) / len(rss),
+                         "rss_mb_total": sum(rss),
+                         "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
+                         "t3_speedup": run["runs"][1]["speedup_vs_sequential"]}
+                det.setdefault("scale", {})[str(ranks)] = entry
+                if part == "memory":
+                    doc["rss_mb_per_rank"] = max(rss)
+                log(f"{part}: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
+                    f"{max(rss):.0f} MB per rank ({sum(rss) / 1024:.1f} GB in all)")
+        if "sweep" in parts:
+            out = tmp / "sweep"
+            _, wall = _run([sys.executable, "-m", "emulator.cli", "sweep", scenario,
+                            "--timing-only", "--out", str(out)], f"sweep {scenario}")
+            points = len(json.loads((out / "results.json").read_text())["points"])
+            doc["timing_only_points_per_min"] = points / (wall / 60)
+            det["sweep"] = {"scenario": scenario, "points": points, "wall_s": wall}
+            log(f"sweep: {scenario} --timing-only, {points} points in {wall:.0f} s")
+    doc["bench_wall_s"] = time.perf_counter() - t_all
+    doc["targets"] = {key: {"want": f"{op} {value}", "met": _met(doc.get(key), op, value)}
+                      for key, (op, value) in TARGETS.items() if key in doc}
+    return doc
+
+
+def _met(x, op: str, value: float) -> bool | None:
+    if x is None:
+        return None
+    return x >= value if op == ">=" else x <= value
+
+
+def table(doc: dict) -> str:
+    m = doc["machine"]
+    det = doc["details"]
+    lines = [f"t3emu bench{' (--quick: toy sizes, not performance figures)' if doc['quick'] else ''}"
+             f" on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python "
+             f"{m['python']}, numpy {m['numpy']}, {m['mpi']}",
+             f"{'figure':<28} {'value':>9}  {'target':<8} notes", "-" * 100]
+
+    def row(key: str, fmt: str, note: str) -> None:
+        if key not in doc:
+            return
+        t = doc["targets"].get(key)
+        mark = "" if t is None else f"{t['want']}{'' if t['met'] else ' MISSED'}"
+        lines.append(f"{key:<28} {format(doc[key], fmt):>9}  {mark:<8} {note}")
+
+    if "gemm" in det:
+        g = det["gemm"]
+        shape = f"M={g['m']} N={g['n']} K={g['k']}"
+        row("gemm_vs_numpy_ratio", ".3f", f"fp32 {shape}: {g['fp32']['emulator_gflops']:.1f} vs "
+            f"{g['fp32']['numpy_gflops']:.1f} GFLOP/s, 1 BLAS thread")
+        row("gemm_vs_numpy_ratio_fp16", ".3f", f"fp16 {shape}: {g['fp16']['emulator_gflops']:.1f}"
+            f" vs {g['fp16']['numpy_gflops']:.1f} GFLOP/s (numpy: widen, fp32 matmul)")
+    if "overhead" in det:
+        o = det["overhead"]
+        row("overhead_vs_bare_ratio", ".3f", f"t3 AR, {o['ranks']} ranks, M=N={o['m']} K={o['k']}"
+            f" fp32: {o['median_s']['t3']:.3f} s vs bare {o['median_s']['bare']:.3f} s "
+            f"(median of {o['reps']})")
+    for key in sorted(k for k in doc if k.startswith("startup_s_")):
+        row(key, ".2f", f"launch -> every rank in its first GEMM stage (first rank "
+            f"{det[key]['first_rank_s']:.2f} s)")
+    row("rss_mb_per_rank", ".0f", "peak per rank, timing-only AR, "
+        f"{min(int(r) for r in det.get('scale', {'0': 0}))} ranks")
+    if "sweep" in det:
+        s = det["sweep"]
+        row("timing_only_points_per_min", ".1f", f"sweep {s['scenario']} --timing-only: "
+            f"{s['points']} points in {s['wall_s']:.0f} s")
+    for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<8} "
+                     f"timing-only AR (sequential, t3): peak RSS {e['rss_mb_per_rank_max']:.0f} "
+                     f"MB/rank, {e['rss_mb_total'] / 1024:.1f} GB in all; t3 "
+                     f"{e['t3_speedup']:.3f}x")
+    lines.append(f"bench wall time {doc['bench_wall_s']:.0f} s")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(job_main(sys.argv[1:]))
