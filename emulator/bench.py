@@ -348,14 +348,14 @@ def table(doc: dict) -> str:
     lines = [f"t3emu bench{' (--quick: toy sizes, not performance figures)' if doc['quick'] else ''}"
              f" on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python "
              f"{m['python']}, numpy {m['numpy']}, {m['mpi']}",
-             f"{'figure':<28} {'value':>9}  {'target':<8} notes", "-" * 100]
+             f"{'figure':<28} {'value':>9}  {'target':<14} notes", "-" * 100]
 
     def row(key: str, fmt: str, note: str) -> None:
         if key not in doc:
             return
         t = doc["targets"].get(key)
         mark = "" if t is None else f"{t['want']}{'' if t['met'] else ' MISSED'}"
-        lines.append(f"{key:<28} {format(doc[key], fmt):>9}  {mark:<8} {note}")
+        lines.append(f"{key:<28} {format(doc[key], fmt):>9}  {mark:<14} {note}")
 
     if "gemm" in det:
         g = det["gemm"]
@@ -369,7 +369,8 @@ def table(doc: dict) -> str:
         row("overhead_vs_bare_ratio", ".3f", f"t3 AR, {o['ranks']} ranks, M=N={o['m']} K={o['k']}"
             f" fp32: {o['median_s']['t3']:.3f} s vs bare {o['median_s']['bare']:.3f} s "
             f"(median of {o['reps']})")
-    for key in sorted(k for k in doc if k.startswith("startup_s_")):
+    for key in sorted((k for k in doc if k.startswith("startup_s_")),
+                      key=lambda k: int(k.rsplit("_", 1)[1])):
         row(key, ".2f", f"launch -> every rank in its first GEMM stage (first rank "
             f"{det[key]['first_rank_s']:.2f} s)")
     row("rss_mb_per_rank", ".0f", "peak per rank, timing-only AR, "
@@ -379,7 +380,7 @@ def table(doc: dict) -> str:
         row("timing_only_points_per_min", ".1f", f"sweep {s['scenario']} --timing-only: "
             f"{s['points']} points in {s['wall_s']:.0f} s")
     for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
-        lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<8} "
+        lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<14} "
                      f"timing-only AR (sequential, t3): peak RSS {e['rss_mb_per_rank_max']:.0f} "
                      f"MB/rank, {e['rss_mb_total'] / 1024:.1f} GB in all; t3 "
                      f"{e['t3_speedup']:.3f}x")
