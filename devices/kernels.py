@@ -278,9 +278,9 @@ def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray
     _gemm_blocks(a, b, tiles, out)
 
 
-def warm_up() -> None:
-    """Compile (or load from numba's cache) every kernel on tiny inputs."""
-    for dt in (np.float16, np.float32):
+def warm_up(dtypes: tuple[str, ...] = ("fp16", "fp32")) -> None:
+    """Compile (or load from numba's cache) the kernels runs of these dtypes use."""
+    for dt in (np.float16 if d == "fp16" else np.float32 for d in dtypes):
         a = widen(np.ones((3, 5), dt))
         b = widen(np.ones((5, 4), dt))
         tiles = np.array([[0, 3, 0, 2, 0, 5], [0, 3, 2, 4, 0, 5], [0, 3, 2, 4, 1, 3]], np.int64)
@@ -288,4 +288,5 @@ def warm_up() -> None:
         gemm_blocks(a, b, tiles[:2], np.empty((3, 4), np.float32))
         gemm_blocks(a, b, tiles[1:2], np.empty((3, 4), np.float32))
         add(np.ones(3, dt), np.ones(3, dt))
-    f32_to_f16(f16_to_f32(np.ones(3, np.float16)))
+        if dt == np.float16:
+            f32_to_f16(f16_to_f32(np.ones(3, np.float16)))

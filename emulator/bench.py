@@ -118,7 +118,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
                     dtype="fp32").validate()
     watchdog.open_board(comm)
     spec = device_for(load_device(cfg.device), cfg.topology)
-    warm_kernels(comm, cfg.watchdog_s)
+    warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
     a, b = make_inputs(m, n, k, "fp32", "int", cfg.seed, comm.rank)
     ref, tol = compute_reference(comm, a, b, "fp32", "int", ring_chunks(m, world), "ar")
     memory = DeviceMemory(comm)

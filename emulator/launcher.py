@@ -147,12 +147,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     that dies without reporting (SIGKILL, a crash) and stops the others."""
     from emulator.runtime import pin_threads
 
-    env = pin_threads(dict(os.environ))
-    if not cfg.timing_only:  # compile the kernels once here, so ranks only load numba's cache
-        os.environ.update({k: env[k] for k in ("NUMBA_CACHE_DIR",)})
-        from devices import kernels
-
-        kernels.warm_up()
+    env = pin_threads(dict(os.environ))  # numba compiles once per node (runtime.warm_kernels)
     mpiexec = shlex.split(find_mpiexec())
     # the watch of the ranks needs Hydra, /proc, and every rank on this host; it then stops
     # the job itself, so Hydra's clean-up (which kills everyone at once) is turned off

@@ -87,9 +87,10 @@ def install_abort_handlers() -> None:
     threading.excepthook = thread_hook
 
 
-def warm_kernels(comm, watchdog_s: float) -> None:
-    """Compile the numba kernels once: node-local rank 0 first, the others load the cache
-    (a cold compile takes tens of seconds: the others wait at least 15 minutes for it)."""
+def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
+    """Compile the numba kernels (those of ``dtype``, default all) once: node-local rank 0
+    first, the others then load numba's cache (a cold compile takes tens of seconds: the
+    others wait at least 15 minutes for it)."""
     from mpi4py import MPI
 
     from emulator import watchdog
@@ -100,12 +101,12 @@ def warm_kernels(comm, watchdog_s: float) -> None:
             from devices import kernels
 
             watchdog.post("compute", "compiling the numba kernels")
-            kernels.warm_up()
+            kernels.warm_up((dtype,) if dtype else ("fp16", "fp32"))
         watchdog.wait_all(node, "the numba compile on the node's first rank",
                           max(watchdog_s, 900.0))
         if node.rank != 0:
             from devices import kernels
 
-            kernels.warm_up()
+            kernels.warm_up((dtype,) if dtype else ("fp16", "fp32"))
     finally:
         node.Free()

@@ -136,7 +136,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     a = b = ref = tol = None
     bad_input = ""
     if not cfg.timing_only:
-        warm_kernels(comm, cfg.watchdog_s)
+        warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
         own = chunks[rank][1] - chunks[rank][0]
         rows = own if cfg.collective in ("ag", "ag-gemm") else cfg.m
         a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
