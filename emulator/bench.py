@@ -15,7 +15,9 @@ Every figure is measured side by side in one run (``python -m emulator.bench`` j
   against the reference outside the timed region.
 - ``startup_s_8`` / ``startup_s_32``: ``t3emu run`` launched (a subprocess) until every
   rank has begun its first GEMM stage (numba's cache is compiled once by the launcher).
-- ``rss_mb_per_rank``: peak resident memory per rank of a timing-only 64-rank AR.
+- ``rss_mb_per_rank``: peak resident memory per rank of a timing-only 64-rank AR (RSS
+  counts shared pages, the MPI shared-memory segments and libraries, in every rank;
+  the scale rows add each rank's PSS and how much the host's available memory fell).
 - ``timing_only_points_per_min``: ``t3emu sweep t3-paper --timing-only`` throughput.
 - ``scale``: timing-only ARs with 64 and 128 ranks: wall time and memory.
 
@@ -33,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -226,12 +229,50 @@ def _mpi_job(ranks: int, argv: list[str], what: str) -> dict:
     return _last_json(_run(cmd, what)[0], what)
 
 
-def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, float]:
-    """``t3emu run ARGS --json`` as a user runs it: (its JSON, launch time, wall s)."""
+def _mem_available_mb() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+class _MemoryWatch(threading.Thread):
+    """The host's lowest MemAvailable while a step runs (every 0.2 s)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.before = _mem_available_mb()
+        self.lowest = self.before
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            now = _mem_available_mb()
+            if now is not None and self.lowest is not None:
+                self.lowest = min(self.lowest, now)
+
+    def used_mb(self) -> float | None:
+        self.done.set()
+        self.join()
+        return None if self.before is None else self.before - self.lowest
+
+
+def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, float, float | None]:
+    """``t3emu run ARGS --json`` as a user runs it: (its JSON, launch time, wall s, the
+    host memory it took at its peak in MB)."""
     path = tmp / f"run-{len(list(tmp.iterdir()))}.json"
+    watch = _MemoryWatch()
+    watch.start()
     launched = time.time()
-    _, wall = _run([sys.executable, "-m", "emulator.cli", "run", *args, "--json", str(path)], what)
-    return json.loads(path.read_text()), launched, wall
+    try:
+        _, wall = _run([sys.executable, "-m", "emulator.cli", "run", *args, "--json", str(path)],
+                       what)
+    finally:
+        used = watch.used_mb()
+    return json.loads(path.read_text()), launched, wall, used
 
 
 def machine() -> dict:
@@ -294,7 +335,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 f"{res['median_s']['bare']:.3f} s (ratio {res['ratio']:.3f})")
         if "startup" in parts:
             for ranks in ((2, 4) if quick else (8, 32)):
-                run, launched, wall = _t3emu_run(
+                run, launched, wall, _ = _t3emu_run(
                     ["-n", str(ranks), "--m", "1024", "--n", "1024", "--k", "256", "--mode",
                      "t3", "--dtype", "fp32"], tmp, f"startup with {ranks} ranks")
                 first = [t for t in run["first_gemm_stage_unix"] if t is not None]
@@ -308,20 +349,23 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
             if part not in parts:
                 continue
             for ranks in counts:
-                run, _, wall = _t3emu_run(
+                run, _, wall, used = _t3emu_run(
                     ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
                     f"timing-only AR with {ranks} ranks")
                 rss = run["peak_rss_mb_per_rank"]
+                pss = [x for x in run.get("pss_mb_per_rank") or [] if x is not None]
                 entry = {"ranks": ranks, "wall_s": wall, "rss_mb_per_rank_max": max(rss),
                          "rss_mb_per_rank_mean": sum(rss) / len(rss),
-                         "rss_mb_total": sum(rss),
+                         "pss_mb_per_rank_mean": sum(pss) / len(pss) if pss else None,
+                         "host_memory_used_mb": used,
                          "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
                          "t3_speedup": run["runs"][1]["speedup_vs_sequential"]}
                 det.setdefault("scale", {})[str(ranks)] = entry
                 if part == "memory":
                     doc["rss_mb_per_rank"] = max(rss)
                 log(f"{part}: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
-                    f"{max(rss):.0f} MB per rank ({sum(rss) / 1024:.1f} GB in all)")
+                    f"{max(rss):.0f} MB per rank; the host's memory in use rose by "
+                    f"{_gb(used)} at the peak")
         if "sweep" in parts:
             out = tmp / "sweep"
             _, wall = _run([sys.executable, "-m", "emulator.cli", "sweep", scenario,
@@ -334,6 +378,10 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
     doc["targets"] = {key: {"want": f"{op} {value}", "met": _met(doc.get(key), op, value)}
                       for key, (op, value) in TARGETS.items() if key in doc}
     return doc
+
+
+def _gb(mb: float | None) -> str:
+    return "?" if mb is None else f"{mb / 1024:.1f} GB"
 
 
 def _met(x, op: str, value: float) -> bool | None:
@@ -380,10 +428,11 @@ def table(doc: dict) -> str:
         row("timing_only_points_per_min", ".1f", f"sweep {s['scenario']} --timing-only: "
             f"{s['points']} points in {s['wall_s']:.0f} s")
     for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
+        pss = e["pss_mb_per_rank_mean"]
         lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<14} "
                      f"timing-only AR (sequential, t3): peak RSS {e['rss_mb_per_rank_max']:.0f} "
-                     f"MB/rank, {e['rss_mb_total'] / 1024:.1f} GB in all; t3 "
-                     f"{e['t3_speedup']:.3f}x")
+                     f"MB/rank (PSS {'-' if pss is None else f'{pss:.0f}'} MB), host memory "
+                     f"+{_gb(e['host_memory_used_mb'])}; t3 {e['t3_speedup']:.3f}x")
     lines.append(f"bench wall time {doc['bench_wall_s']:.0f} s")
     return "\n".join(lines)
 

@@ -70,14 +70,17 @@ class BandwidthTimeline:
         remaining = float(nbytes)
         start = None
         eps = self.rate * 1e-12
+        t, u = self._t, self._u  # the hot loop of the modelled clock: locals, no calls
+        n = len(t)
         while True:
-            t0 = self._t[i]
+            t0 = t[i]
             if t0 >= until:
                 self.busy_bytes += nbytes - remaining
                 return (ready if start is None else start), until, remaining
-            t1 = self._t[i + 1] if i + 1 < len(self._t) else math.inf
-            avail = min(cap, ceiling - self._u[i])
+            room = ceiling - u[i]
+            avail = cap if cap <= room else room
             if avail > eps:
+                t1 = t[i + 1] if i + 1 < n else math.inf
                 if start is None:
                     start = t0
                 if avail * (t1 - t0) >= remaining:
@@ -87,10 +90,10 @@ class BandwidthTimeline:
                         return start, t0, 0.0
                     if end < t1:
                         self._split(end)
-                    self._u[i] += avail
+                    u[i] += avail
                     self.busy_bytes += nbytes
                     return start, end, 0.0
-                self._u[i] += avail
+                u[i] += avail
                 remaining -= avail * (t1 - t0)
             i += 1
 

@@ -65,6 +65,19 @@ def peak_rss_mb() -> float:
     return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
 
 
+def pss_mb() -> float | None:
+    """This process's proportional set size in MB (shared pages split among the processes
+    that map them: the fair per-rank share of the host's memory); None off Linux."""
+    try:
+        with open("/proc/self/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def lower_bounds(cfg: RunConfig, spec, world: int, chunks) -> dict[str, float]:
     """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
     every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1)."""
@@ -202,6 +215,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             runs.append(run)
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
+    pss = comm.gather(pss_mb(), root=0)
     from emulator import producer
 
     first_stage = comm.gather(producer.FIRST_STAGE_UNIX, root=0)
@@ -217,6 +231,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         "runs": runs,
         "peak_rss_mb_per_rank": rss,
+        "pss_mb_per_rank": pss,
         "first_gemm_stage_unix": first_stage,
         "created_unix": time.time(),
     }

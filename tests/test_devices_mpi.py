@@ -19,3 +19,14 @@ def test_mpich_fp16_accumulate_probe():
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
     assert "fp16-sum" in proc.stdout
+
+
+def test_region_join_only_makes_regions():
+    from devices.hbm import join
+
+    assert join((0, 4, 0, 8), (0, 4, 8, 12), 32) == (0, 4, 0, 12)  # continues the rows
+    assert join((0, 4, 0, 32), (4, 6, 0, 32), 32) == (0, 6, 0, 32)  # whole rows below
+    assert join((0, 4, 0, 8), (4, 8, 0, 8), 32) is None  # below, but not whole rows
+    assert join((0, 4, 0, 8), (0, 4, 12, 16), 32) is None  # a gap
+    assert join((0, 4, 0, 8), (1, 5, 8, 12), 32) is None  # other rows
+    assert join((0, 4, 8, 12), (0, 4, 0, 8), 32) is None  # order matters

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from devices.hbm import Hbm
+from devices.hbm import WIN_INFO, Hbm, Segment
 from devices.tracker import TrackedRegion, Tracker, WatchdogTimeout
 
 comm = MPI.COMM_WORLD
@@ -52,6 +52,28 @@ for dtype in (np.float32, np.float16):
     expect(traffic[0, 1, 2] == 9 * n * np.dtype(dtype).itemsize, f"update bytes {traffic[0]}")
     tracker.free()
     hbm.free()
+
+# fp16 updates of overlapping regions of different shapes (a DMA chunk, a tile) land on
+# the same elements at once: every one of them must count (locks cover row stripes)
+seg_hbm, seg_tracker = Segment(comm, WIN_INFO), Segment(comm)
+for rnd in range(2):  # the second run binds the same windows: it starts from zero again
+    hbm = Hbm(comm, [("X", (130, 40), np.float16)], ("rs",), segment=seg_hbm)
+    tracker = Tracker(comm, 2, lambda s: f"slot {s}", seg_tracker)
+    for _ in range(3):
+        hbm.update("X", (0, 130, 0, 40), np.ones((130, 40), np.float16), "rs", 0)
+        hbm.update("X", (60, 70, 8, 16), np.full((10, 8), 2, np.float16), "rs", 0)
+    tracker.signal(0, [1], [1], 1.0)
+    if rank == 0:
+        tracker.wait(TrackedRegion("all", np.array([1]), np.array([n])), 30.0)
+        want = np.full((130, 40), 3 * n, np.float16)
+        want[60:70, 8:16] += 6 * n
+        expect(np.array_equal(hbm.load("X", (0, 130, 0, 40), "rs"), want),
+               f"overlapping fp16 updates, run {rnd}")
+    comm.Barrier()
+    tracker.free()
+    hbm.free()
+seg_tracker.free()
+seg_hbm.free()
 
 ok = comm.allreduce(not failures, MPI.LAND)
 if failures:
