@@ -19,7 +19,9 @@ Every figure is measured side by side in one run (``python -m emulator.bench`` j
   counts shared pages, the MPI shared-memory segments and libraries, in every rank;
   the scale rows add each rank's PSS and how much the host's available memory fell).
 - ``timing_only_points_per_min``: ``t3emu sweep t3-paper --timing-only`` throughput.
-- ``scale``: timing-only ARs with 64 and 128 ranks: wall time and memory.
+- ``scale``: timing-only ARs (the default shape, sequential and t3) with 8 to 128 ranks,
+  and ``size``: numeric ARs on 4 ranks with M=N from 1024 to 4096: wall time and memory,
+  how the cost grows.
 
 ``--quick`` runs every part at toy sizes (a smoke test of the bench itself; its figures
 say nothing about performance).
@@ -39,7 +41,7 @@ import threading
 import time
 from pathlib import Path
 
-PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale")
+PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale", "size")
 TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.8), "overhead_vs_bare_ratio": ("<=", 1.3)}
 STEP_TIMEOUT_S = 1200
 
@@ -345,7 +347,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 log(f"startup: {ranks} ranks begin their first GEMM stage "
                     f"{doc[key]:.2f} s after launch (job {wall:.1f} s)")
         for part, counts in (("memory", (8,) if quick else (64,)),
-                             ("scale", (8, 16) if quick else (64, 128))):
+                             ("scale", (2, 4) if quick else (8, 16, 32, 64, 128))):
             if part not in parts:
                 continue
             for ranks in counts:
@@ -366,6 +368,20 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 log(f"{part}: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
                     f"{max(rss):.0f} MB per rank; the host's memory in use rose by "
                     f"{_gb(used)} at the peak")
+        if "size" in parts:
+            for mn in ((256, 512) if quick else (1024, 2048, 4096)):
+                run, _, wall, used = _t3emu_run(
+                    ["-n", "4", "--m", str(mn), "--n", str(mn), "--k", "1024", "--dtype", "fp32",
+                     "--mode", "sequential,t3"], tmp, f"numeric AR with M=N={mn}")
+                entry = {"m": mn, "n": mn, "k": 1024, "ranks": 4, "wall_s": wall,
+                         "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
+                         "rss_mb_per_rank_max": max(run["peak_rss_mb_per_rank"]),
+                         "host_memory_used_mb": used,
+                         "numerics": [r["numerics"] for r in run["runs"]]}
+                det.setdefault("size", {})[str(mn)] = entry
+                log(f"size: numeric AR, 4 ranks, M=N={mn} K=1024 fp32 in {wall:.1f} s (t3 run "
+                    f"{entry['mode_wall_s']['t3']:.2f} s), peak RSS "
+                    f"{entry['rss_mb_per_rank_max']:.0f} MB per rank")
         if "sweep" in parts:
             out = tmp / "sweep"
             _, wall = _run([sys.executable, "-m", "emulator.cli", "sweep", scenario,
@@ -433,6 +449,11 @@ def table(doc: dict) -> str:
                      f"timing-only AR (sequential, t3): peak RSS {e['rss_mb_per_rank_max']:.0f} "
                      f"MB/rank (PSS {'-' if pss is None else f'{pss:.0f}'} MB), host memory "
                      f"+{_gb(e['host_memory_used_mb'])}; t3 {e['t3_speedup']:.3f}x")
+    for mn, e in sorted(det.get("size", {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"{'size: M=N=' + mn:<28} {e['wall_s']:>8.1f}s  {'':<14} numeric AR, 4 "
+                     f"ranks, K=1024 fp32 (sequential, t3; t3 run {e['mode_wall_s']['t3']:.2f} "
+                     f"s): peak RSS {e['rss_mb_per_rank_max']:.0f} MB/rank, "
+                     f"{'/'.join(e['numerics'])}")
     lines.append(f"bench wall time {doc['bench_wall_s']:.0f} s")
     return "\n".join(lines)
 
