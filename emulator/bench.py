@@ -346,10 +346,11 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 det[key] = {"first_rank_s": min(first) - launched, "job_wall_s": wall}
                 log(f"startup: {ranks} ranks begin their first GEMM stage "
                     f"{doc[key]:.2f} s after launch (job {wall:.1f} s)")
-        for part, counts in (("memory", (8,) if quick else (64,)),
-                             ("scale", (2, 4) if quick else (8, 16, 32, 64, 128))):
-            if part not in parts:
-                continue
+        mem_ranks = 8 if quick else 64
+        counts = sorted(({mem_ranks} if "memory" in parts else set())
+                        | (set((2, 4) if quick else (8, 16, 32, 64, 128)) if "scale" in parts
+                           else set()))
+        if counts:
             for ranks in counts:
                 run, _, wall, used = _t3emu_run(
                     ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
@@ -363,9 +364,10 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                          "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
                          "t3_speedup": run["runs"][1]["speedup_vs_sequential"]}
                 det.setdefault("scale", {})[str(ranks)] = entry
-                if part == "memory":
+                if ranks == mem_ranks and "memory" in parts:
                     doc["rss_mb_per_rank"] = max(rss)
-                log(f"{part}: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
+                    doc["pss_mb_per_rank"] = entry["pss_mb_per_rank_mean"]
+                log(f"scale: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
                     f"{max(rss):.0f} MB per rank; the host's memory in use rose by "
                     f"{_gb(used)} at the peak")
         if "size" in parts:
@@ -437,8 +439,11 @@ def table(doc: dict) -> str:
                       key=lambda k: int(k.rsplit("_", 1)[1])):
         row(key, ".2f", f"launch -> every rank in its first GEMM stage (first rank "
             f"{det[key]['first_rank_s']:.2f} s)")
-    row("rss_mb_per_rank", ".0f", "peak per rank, timing-only AR, "
-        f"{min(int(r) for r in det.get('scale', {'0': 0}))} ranks")
+    if "rss_mb_per_rank" in doc:
+        pss = doc.get("pss_mb_per_rank")
+        row("rss_mb_per_rank", ".0f", f"peak RSS per rank, timing-only AR, "
+            f"{8 if doc['quick'] else 64} ranks (PSS {'-' if pss is None else f'{pss:.0f}'} MB: "
+            f"shared pages counted once)")
     if "sweep" in det:
         s = det["sweep"]
         row("timing_only_points_per_min", ".1f", f"sweep {s['scenario']} --timing-only: "
