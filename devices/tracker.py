@@ -11,6 +11,11 @@ the count complete also sees the time it completed at.
 
 from __future__ import annotations
 
+import os
+import select
+import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +41,70 @@ class TrackedRegion:
     meta: dict = field(default_factory=dict)
 
 
+class Doorbell:
+    """Wakes a rank's threads that wait on its tracker when a peer signals it, so waiters
+    sleep instead of polling (with many ranks per core, polling alone would fill the
+    cores). A bell is a datagram on a Linux abstract-namespace socket, one per rank and
+    waiting thread kind (compute, DMA), named after a token of this tracker. A bell is
+    only a hint: a waiter still checks its counters, and on its own at least every
+    50 ms (a full socket buffer rings no bell, but then the waiter has bells to read).
+    Jobs spread over several hosts use no bells: their waiters poll every 2 ms at most."""
+
+    KINDS = ("c", "d")
+
+    def __init__(self, comm: MPI.Intracomm):
+        self.rank = comm.rank
+        self.socks: dict[str, socket.socket] = {}
+        token = comm.bcast(os.urandom(8).hex() if comm.rank == 0 else None, root=0)
+        self._name = f"\0t3emu-{token}-{{}}-{{}}"
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        one_host = node.size == comm.size
+        node.Free()
+        if not one_host or sys.platform != "linux":
+            return  # abstract sockets reach this host only (and are Linux's): waiters poll
+        for kind in self.KINDS:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            sock.bind(self._name.format(self.rank, kind))
+            self.socks[kind] = sock
+        self._out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._out.setblocking(False)
+
+    @property
+    def works(self) -> bool:
+        return bool(self.socks)
+
+    def ring(self, target: int) -> None:
+        if not self.socks:
+            return
+        for kind in self.KINDS:
+            try:
+                self._out.sendto(b"!", self._name.format(target, kind))
+            except OSError:  # no such bell (another host), or its buffer is full
+                pass
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until this thread's bell rings or ``timeout`` passes; clear the bell."""
+        kind = "d" if threading.current_thread().name.startswith("dma") else "c"
+        sock = self.socks.get(kind)
+        if sock is None:
+            time.sleep(timeout)
+            return
+        if select.select([sock], [], [], timeout)[0]:
+            try:
+                while sock.recv(64):
+                    pass
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            sock.close()
+        if self.socks:
+            self._out.close()
+        self.socks.clear()
+
+
 class Tracker:
     def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str],
                  segment: Segment | None = None):
@@ -43,6 +112,7 @@ class Tracker:
         self.rank = comm.rank
         self.nslots = int(nslots)
         self.slot_name = slot_names
+        self.bell = Doorbell(comm)
         size = max(self.nslots, 1) * 16
         self._own = segment is None
         self._segment = segment or Segment(comm)
@@ -77,6 +147,7 @@ class Tracker:
             self.win.Accumulate(np.array([elems[0]], np.int64), target, target=8 * s,
                                 op=MPI.SUM)
             self.win.Flush(target)
+            self.bell.ring(target)
             return
         disp = np.asarray(slots, np.int64)
         times = np.ascontiguousarray(times)
@@ -91,6 +162,7 @@ class Tracker:
         finally:
             t_type.Free()
             c_type.Free()
+        self.bell.ring(target)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         self.win.Sync()
@@ -113,12 +185,13 @@ class Tracker:
         """
         deadline = time.monotonic() + watchdog_s
         delay = 2e-5
+        longest = 0.05 if self.bell.works else 2e-3  # a bell wakes it sooner
         while not self.complete(region):
             if time.monotonic() > deadline:
                 raise WatchdogTimeout(self.describe_missing(
                     list(pending()) if pending else [region], watchdog_s, region))
-            time.sleep(delay)
-            delay = min(delay * 1.5, 2e-3)
+            self.bell.wait(delay)
+            delay = min(delay * 1.5, longest)
         return self.arrival(region)
 
     def describe_missing(self, regions: Sequence[TrackedRegion], watchdog_s: float,
@@ -143,6 +216,7 @@ class Tracker:
         return "\n".join(lines)
 
     def free(self) -> None:
+        self.bell.close()
         if self.win == MPI.WIN_NULL:
             return
         if self._own:
