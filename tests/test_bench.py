@@ -8,8 +8,8 @@ from tests.conftest import run_cli
 
 def test_bench_quick_parts_write_every_figure(tmp_path):
     out = tmp_path / "bench.json"
-    proc = run_cli(["bench", "--quick", "--only", "gemm,overhead,startup,memory", "--json",
-                    str(out)], timeout=600)
+    proc = run_cli(["bench", "--quick", "--only", "gemm,overhead,startup,memory,size",
+                    "--json", str(out)], timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     for key in ("gemm_vs_numpy_ratio", "gemm_vs_numpy_ratio_fp16", "overhead_vs_bare_ratio",
@@ -20,6 +20,7 @@ def test_bench_quick_parts_write_every_figure(tmp_path):
     assert over["ranks"] == 4 and len(over["wall_s"]["t3"]) == over["reps"] == 2
     assert doc["details"]["gemm"]["blas_threads"] == "1"
     assert doc["machine"]["cores"] >= 1 and "MPICH" in doc["machine"]["mpi"]
+    assert [e["numerics"] for e in doc["details"]["size"].values()] == [["pass", "pass"]] * 2
     assert "gemm_vs_numpy_ratio" in proc.stdout and "startup_s_4" in proc.stdout
 
 
