@@ -43,6 +43,8 @@ Timing = Callable[[DmaCommand, float], float]
 
 
 class DmaEngine:
+    BATCH = 64  # entries served at most as one batch
+
     def __init__(self, hbm: Hbm, tracker: Tracker, commands: list[DmaCommand], timing: Timing,
                  watchdog_s: float, on_error: Callable[[BaseException], None], stream: str = "rs",
                  fault: Callable[[DmaCommand], str] | None = None,
@@ -58,7 +60,6 @@ class DmaEngine:
         self.status = status or (lambda label, waiting: None)  # (what it does, is it a wait)
         self.wall_events: list[tuple[str, float, float]] = []
         self._next = 0
-        self.BATCH = 64  # entries served at most as one batch
         self._thread = threading.Thread(target=self._run, name=f"dma-r{hbm.rank}", daemon=True)
 
     def start(self) -> None:

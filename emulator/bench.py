@@ -350,26 +350,25 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
         counts = sorted(({mem_ranks} if "memory" in parts else set())
                         | (set((2, 4) if quick else (8, 16, 32, 64, 128)) if "scale" in parts
                            else set()))
-        if counts:
-            for ranks in counts:
-                run, _, wall, used = _t3emu_run(
-                    ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
-                    f"timing-only AR with {ranks} ranks")
-                rss = run["peak_rss_mb_per_rank"]
-                pss = [x for x in run.get("pss_mb_per_rank") or [] if x is not None]
-                entry = {"ranks": ranks, "wall_s": wall, "rss_mb_per_rank_max": max(rss),
-                         "rss_mb_per_rank_mean": sum(rss) / len(rss),
-                         "pss_mb_per_rank_mean": sum(pss) / len(pss) if pss else None,
-                         "host_memory_used_mb": used,
-                         "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
-                         "t3_speedup": run["runs"][1]["speedup_vs_sequential"]}
-                det.setdefault("scale", {})[str(ranks)] = entry
-                if ranks == mem_ranks and "memory" in parts:
-                    doc["rss_mb_per_rank"] = max(rss)
-                    doc["pss_mb_per_rank"] = entry["pss_mb_per_rank_mean"]
-                log(f"scale: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
-                    f"{max(rss):.0f} MB per rank; the host's memory in use rose by "
-                    f"{_gb(used)} at the peak")
+        for ranks in counts:
+            run, _, wall, used = _t3emu_run(
+                ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
+                f"timing-only AR with {ranks} ranks")
+            rss = run["peak_rss_mb_per_rank"]
+            pss = [x for x in run.get("pss_mb_per_rank") or [] if x is not None]
+            entry = {"ranks": ranks, "wall_s": wall, "rss_mb_per_rank_max": max(rss),
+                     "rss_mb_per_rank_mean": sum(rss) / len(rss),
+                     "pss_mb_per_rank_mean": sum(pss) / len(pss) if pss else None,
+                     "host_memory_used_mb": used,
+                     "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
+                     "t3_speedup": run["runs"][1]["speedup_vs_sequential"]}
+            det.setdefault("scale", {})[str(ranks)] = entry
+            if ranks == mem_ranks and "memory" in parts:
+                doc["rss_mb_per_rank"] = max(rss)
+                doc["pss_mb_per_rank"] = entry["pss_mb_per_rank_mean"]
+            log(f"scale: timing-only AR on {ranks} ranks in {wall:.1f} s, peak RSS "
+                f"{max(rss):.0f} MB per rank; the host's memory in use rose by "
+                f"{_gb(used)} at the peak")
         if "size" in parts:
             for mn in ((256, 512) if quick else (1024, 2048, 4096)):
                 run, _, wall, used = _t3emu_run(
