@@ -55,6 +55,7 @@ class Doorbell:
     def __init__(self, comm: MPI.Intracomm):
         self.rank = comm.rank
         self.socks: dict[str, socket.socket] = {}
+        self._out: socket.socket | None = None
         token = comm.bcast(os.urandom(8).hex() if comm.rank == 0 else None, root=0)
         self._name = f"\0t3emu-{token}-{{}}-{{}}"
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -62,13 +63,18 @@ class Doorbell:
         node.Free()
         if not one_host or sys.platform != "linux":
             return  # abstract sockets reach this host only (and are Linux's): waiters poll
-        for kind in self.KINDS:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.setblocking(False)
-            sock.bind(self._name.format(self.rank, kind))
-            self.socks[kind] = sock
-        self._out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._out.setblocking(False)
+        try:
+            for kind in self.KINDS:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.socks[kind] = sock
+                sock.setblocking(False)
+                sock.bind(self._name.format(self.rank, kind))
+            self._out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self._out.setblocking(False)
+        except OSError:  # no sockets here (a sandbox)
+            self.close()
+        if not comm.allreduce(bool(self.socks), op=MPI.LAND):
+            self.close()  # bells on every rank or on none: else some waiters wait for none
 
     @property
     def works(self) -> bool:
@@ -100,8 +106,9 @@ class Doorbell:
     def close(self) -> None:
         for sock in self.socks.values():
             sock.close()
-        if self.socks:
+        if self._out is not None:
             self._out.close()
+            self._out = None
         self.socks.clear()
 
 
