@@ -75,6 +75,27 @@ for rnd in range(2):  # the second run binds the same windows: it starts from ze
 seg_tracker.free()
 seg_hbm.free()
 
+# doorbells are on for every rank or for none: a rank that cannot open a socket (here
+# the last one) turns them off for the job, and waits still complete by polling
+import devices.tracker as tracker_mod  # noqa: E402
+
+probe = Tracker(comm, 1, lambda s: f"slot {s}")
+expect(probe.bell.works == (sys.platform == "linux"), "bells off on one Linux host")
+probe.free()
+real_socket = tracker_mod.socket.socket
+if rank == n - 1:
+    def no_socket(*args, **kwargs):
+        raise OSError("sockets are not allowed here")
+    tracker_mod.socket.socket = no_socket
+tracker = Tracker(comm, 1, lambda s: f"slot {s}")
+tracker_mod.socket.socket = real_socket
+expect(not tracker.bell.works, "bells on although a rank has none")
+tracker.signal((rank + 1) % n, [0], [1], 2.0)
+expect(tracker.wait(TrackedRegion("bell-less", np.array([0]), np.array([1])), 30.0) == 2.0,
+       "wait without bells")
+comm.Barrier()
+tracker.free()
+
 ok = comm.allreduce(not failures, MPI.LAND)
 if failures:
     print(f"rank {rank}: {failures}", file=sys.stderr)
