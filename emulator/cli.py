@@ -184,7 +184,7 @@ def report(out_dir, timeline, no_figures) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the figures (and how each was measured) as JSON here.")
 @click.option("--only", type=str, default="all", show_default=True,
-              help="Comma-separated parts: gemm, overhead, startup, memory, sweep, scale.")
+              help="Comma-separated parts: gemm, overhead, startup, memory, sweep, scale, size.")
 @click.option("--scenario", type=str, default="t3-paper", show_default=True,
               help="Scenario the sweep part runs timing-only.")
 @click.option("--quick", is_flag=True,

@@ -198,7 +198,7 @@ class GemmProducer:
             with self.clock.order.turn(self.stage_index[s], f"GEMM stage {s}"):
                 end, arrivals = self._time_stage(s, ids)
             watchdog.post("compute", f"{where}: writes its tiles")
-            writes = _Writes(hbm, canvas, buf, kernels)
+            writes = _Writes(hbm, canvas, buf, kernels, hbm.specs[job.space.buffer].shape[1])
             signals: dict[tuple[int, float], dict[int, int]] = {}
             for j, w in enumerate(ids):
                 region = tuple(int(x) for x in wgs[j, :4])
@@ -263,17 +263,18 @@ class _Writes:
     stream. Bytes and tracker signals are per tile either way; only the number of MPI
     operations changes."""
 
-    def __init__(self, hbm: Hbm, canvas: np.ndarray | None, buf: np.ndarray | None, kernels):
+    def __init__(self, hbm: Hbm, canvas: np.ndarray | None, buf: np.ndarray | None, kernels,
+                 src_width: int):
         self.hbm, self.canvas, self.buf, self.kernels = hbm, canvas, buf, kernels
+        self.src_width = src_width  # of the output buffer the WG regions (and canvas) index
         self.pending: dict[tuple, list] = {}
 
     def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
         key = (rank, buffer, op, stream)
         cur = self.pending.get(key)
         if cur is not None and self.buf is None:  # WG outputs side by side in the canvas
-            width = self.hbm.specs[buffer].shape[1]
-            to = join(cur[0], dst, width)
-            frm = join(cur[1], src, self.canvas.shape[1] if self.canvas is not None else width)
+            to = join(cur[0], dst, self.hbm.specs[buffer].shape[1])
+            frm = join(cur[1], src, self.src_width)
             if to and frm and region_shape(to) == region_shape(frm):
                 cur[0], cur[1] = to, frm
                 return

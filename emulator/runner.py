@@ -99,8 +99,10 @@ def run_mode(comm: MPI.Intracomm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarra
                 if isinstance(ph, GemmPhase)}  # MapError here, before anything runs
     payload = a is not None
     watchdog.wait_all(comm, f"{mode}: allocation of the HBM and tracker windows", cfg.watchdog_s)
-    whole = [array for name, (array, row) in plan.inputs.items() if payload and row == 0
-             and (a if name == "A" else b).shape == dict((n, s) for n, s, _ in plan.layout)[array]]
+    shapes = {name: tuple(shape) for name, shape, _ in plan.layout}
+    given = {"A": a, "B": b}
+    whole = [array for name, (array, row) in plan.inputs.items()  # inputs written whole
+             if payload and row == 0 and given[name].shape == shapes[array]]
     hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm,
               overwritten=whole)
     tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker)
