@@ -7,9 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from devices.spec import DeviceSpec
-from emulator.addrmap import AddressMap, TileSpace, tile_grid
-from emulator.plan import Slots
-from emulator.producer import GemmJob, make_wgs
+from emulator.engine.addrmap import AddressMap, TileSpace, tile_grid
+from emulator.engine.plan import Slots
+from emulator.engine.kernel import Kernel, make_wgs
+from emulator.engine.producers import TiledGemm
 
 
 def ring_chunks(rows: int, world: int) -> list[tuple[int, int]]:
@@ -100,16 +101,19 @@ class Problem:
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
     def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
-             cached: bool = False) -> GemmJob:
+             cached: bool = False) -> Kernel:
+        """The tiled GEMM over ``tile_ids`` of ``space`` in that order (``split`` WGs per
+        tile); ``gates``: stage -> signals every WG of the stage waits on."""
         wgs, wg_tile = make_wgs(space, tile_ids, self.k, self.split)
-        return GemmJob(a, "B", space, wgs, wg_tile, np.arange(len(wgs)), self.stage_size,
-                       gates or {}, cached)
+        kernel = Kernel(TiledGemm(a, "B", cached), space, wgs, wg_tile, np.arange(len(wgs)),
+                        self.stage_size)
+        return kernel.with_stage_gates(gates) if gates else kernel
 
     def producer_op(self) -> str:
         return "update" if self.split > 1 else "store"
 
 
-def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[GemmJob, AddressMap]:
+def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[Kernel, AddressMap]:
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
     space = p.space(slots, "C", rows or [(0, p.m)], tile_n=p.spec.wg_tile_n)
     job = p.gemm(space, range(len(space)), a=a, cached=True)

@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.common import Problem
-from emulator.addrmap import AddressMap
-from emulator.plan import Slots
-from emulator.producer import GemmJob
+from emulator.engine.addrmap import AddressMap
+from emulator.engine.plan import Slots
+from emulator.engine.kernel import Kernel
 
 
-def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[GemmJob, list[AddressMap],
+def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[Kernel, list[AddressMap],
                                                               list[tuple[list[int], list[int]]]]:
     """The gated consumer GEMM, its maps (C's, then AG's) and the resident-input signals."""
     n, i = p.world, p.rank
@@ -33,29 +33,31 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[GemmJob, list[Add
     writes = np.zeros(len(aspace), np.int64)
     writes[own] = 1
     amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store")
+    signal = {}  # input tile region -> the signal of its arrival (or residence)
     if n > 1:
         for t in own:
-            amap.dma_map(aspace.region(t), p.left if algorithm == "ring" else p.others,
-                         op="store", after=1)
+            signal[aspace.region(t)] = amap.dma_map(
+                aspace.region(t), p.left if algorithm == "ring" else p.others, op="store",
+                after=1)
     else:  # one rank: its own rows are the whole input; tracked so the gates see them
         for t in own:
-            amap.track(aspace.region(t), after=1)
+            signal[aspace.region(t)] = amap.track(aspace.region(t), after=1)
     for c in p.others:
         for t in aspace.tiles_in(p.chunk_region(c, p.k)):
             if algorithm == "ring" and c != p.left:
-                amap.dma_map(aspace.region(t), p.left, op="store", after=1)
+                signal[aspace.region(t)] = amap.dma_map(aspace.region(t), p.left, op="store",
+                                                        after=1)
             else:
-                amap.track(aspace.region(t), after=1)
+                signal[aspace.region(t)] = amap.track(aspace.region(t), after=1)
     cspace = p.space(slots, "C", p.chunks)
     order = [t for c in [i] + p.others for t in cspace.tiles_in(p.chunk_region(c))]
-    job = p.gemm(cspace, order, a="AG")
-    gates: dict[int, list[str]] = {}
-    for s, ids in enumerate(job.stages()):
-        rows = sorted({(int(w[0]), int(w[1])) for w in job.wgs[ids]})
-        gates[s] = [f"AG{[r0, r1, 0, p.k]}" for r0, r1 in rows]
-    job = GemmJob(job.a, job.b, job.space, job.wgs, job.wg_tile, job.order, job.stage_size,
-                  gates, job.outputs_cached)
-    cmap = AddressMap(cspace, i, n, p.producer_op(), job.local_writes(), local_ok=True)
+    kernel = p.gemm(cspace, order, a="AG")
+    gates = {}  # a stage waits for the input tiles its WGs read (T3: a stage is released)
+    for s, ids in enumerate(kernel.stages()):
+        rows = sorted({(int(w[0]), int(w[1])) for w in kernel.wgs[ids]})
+        gates[s] = tuple(signal[(r0, r1, 0, p.k)] for r0, r1 in rows)
+    kernel = kernel.with_stage_gates(gates)
+    cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
     preload = [([aspace.slot(t) for t in own],
                 [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
-    return job, [cmap, amap], preload
+    return kernel, [cmap, amap], preload

@@ -19,17 +19,17 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.common import Problem
-from emulator.addrmap import AddressMap, TileSpace, tile_grid
-from emulator.custeps import CuStep
-from emulator.plan import Slots
-from emulator.producer import GemmJob
+from emulator.engine.addrmap import AddressMap, TileSpace, tile_grid
+from emulator.engine.steps import CuStep
+from emulator.engine.plan import Slots
+from emulator.engine.kernel import Kernel
 
 
 def _staggered(p: Problem, space: TileSpace) -> list[int]:
     return [t for c in p.others + [p.rank] for t in space.tiles_in(p.chunk_region(c))]
 
 
-def rs_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
+def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     space = p.space(slots, "C", p.chunks)
     job = p.gemm(space, _staggered(p, space))
     amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
@@ -39,7 +39,7 @@ def rs_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
     return job, amap
 
 
-def ag_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
+def ag_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     space = p.space(slots, "C", p.chunks)
     job = p.gemm(space, space.tiles_in(p.chunk_region(p.rank)))
     op = p.producer_op()
@@ -59,7 +59,7 @@ def x_space(p: Problem, base: int, owner: int) -> TileSpace:
     return TileSpace("X", tile_grid(rows, p.n, p.spec.wg_tile_m, p.tile_n), base)
 
 
-def a2a_map(p: Problem, slots: Slots) -> tuple[GemmJob, list[AddressMap]]:
+def a2a_map(p: Problem, slots: Slots) -> tuple[Kernel, list[AddressMap]]:
     space = p.space(slots, "C", p.chunks)
     xbase = slots.alloc("X tile", len(x_space(p, 0, 0)))  # chunk 0 is the largest
     job = p.gemm(space, _staggered(p, space))

@@ -20,15 +20,15 @@ i-1, whose last stop this is (track).
 from __future__ import annotations
 
 from collectives.common import Problem
-from emulator.addrmap import AddressMap
-from emulator.custeps import CuStep
-from emulator.plan import Slots
-from emulator.producer import GemmJob
+from emulator.engine.addrmap import AddressMap
+from emulator.engine.steps import CuStep
+from emulator.engine.plan import Slots
+from emulator.engine.kernel import Kernel
 
 # ------------------------------------------------------------------ fused
 
 
-def rs_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
+def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     """T3's fused GEMM-RS: the staggered producer and its map."""
     space = p.space(slots, "C", p.chunks)
     n, i, s_ = p.world, p.rank, p.split
@@ -51,7 +51,7 @@ def rs_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
     return job, amap
 
 
-def ag_map(p: Problem, slots: Slots) -> tuple[GemmJob, AddressMap]:
+def ag_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     """Fused GEMM-AG on a ring: stores instead of updates."""
     space = p.space(slots, "C", p.chunks)
     n, i = p.world, p.rank

@@ -1,4 +1,5 @@
-"""The DMA engine: executes pre-programmed commands when their trigger region completes.
+"""The engine thread that executes pre-programmed commands when their trigger completes:
+the rank's DMA engines, its NICs and a concurrent CU-driven kernel's steps.
 
 Commands are queued ahead, in the order the driver programmed them (T3: "commands
 are pre-programmed ... triggering costs nothing extra at run time"). The engine
@@ -9,6 +10,14 @@ transfer arrives, read the source region, write it to the destination as a
 store or an update, then signal the destination tracker with the arrival time
 (put-with-signal). Ready commands that follow each other are served as a batch
 (see ``DmaEngine._run``): the same bytes, fewer MPI operations.
+
+Commands of every executor of the rank sit in one queue in the rank's program
+order, served by this one host thread; each executor (DMA engine i, NIC i, the
+CU kernel) is its own resource in modelled time (``emulator/engine/executors.py``),
+so several engines overlap there while the host thread serves them in turn. A
+command moves data as a push (read here, store or update there), a pull (get
+from a peer, store here), a CU step (read here and add local copies first) or a
+flag (no data, only the signal).
 """
 
 from __future__ import annotations
@@ -16,25 +25,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from devices.hbm import Hbm, Region, join, region_shape
-from devices.tracker import TrackedRegion, Tracker
-
-
-@dataclass
-class DmaCommand:
-    trigger: TrackedRegion
-    buffer: str
-    src: Region | None  # None: a sink entry, tracked but not forwarded
-    dst_rank: int = -1
-    dst_buffer: str = ""
-    dst: Region | None = None
-    op: str = "update"  # "store" or "update"
-    dst_slots: list[int] = field(default_factory=list)
-    dst_elems: list[int] = field(default_factory=list)
-    order: int = 0  # index in the rank's program order
-    compute_after: bool = False  # a GEMM stage follows it in program order
+from devices.commands import DmaCommand
+from devices.hbm import Hbm
+from devices.regions import Region, join, region_shape
+from devices.signals import TrackedRegion
+from devices.tracker import Tracker
 
 
 # timing(command, modelled arrival time of the trigger's remote updates) -> modelled
@@ -95,7 +91,8 @@ class DmaEngine:
                 while True:
                     t_arrival = self.timing(cmd, t_remote)
                     if cmd.src is not None:
-                        self._plan(moves, cmd, self.fault(cmd) if self.fault else "")
+                        if cmd.moves_data:
+                            self._plan(moves, cmd, self.fault(cmd) if self.fault else "")
                         sig = signals.setdefault(cmd.dst_rank, {})
                         for slot, elems in zip(cmd.dst_slots, cmd.dst_elems):
                             cur = sig.setdefault(int(slot), [0, t_arrival])
@@ -121,7 +118,11 @@ class DmaEngine:
 
     def _plan(self, moves: list[list], cmd: DmaCommand, action: str) -> None:
         """Add ``cmd``'s transfer to ``moves``, joined to the last one if it continues it."""
-        if moves and not action and not moves[-1][6]:
+        if cmd.pull or cmd.adds:
+            moves.append([cmd.buffer, cmd.src, cmd.dst_rank, cmd.dst_buffer, cmd.dst, cmd.op,
+                          action, cmd])
+            return
+        if moves and not action and not moves[-1][6] and len(moves[-1]) == 7:
             last = moves[-1]
             if (last[0], last[2], last[3], last[5]) == (cmd.buffer, cmd.dst_rank,
                                                         cmd.dst_buffer, cmd.op):
@@ -134,8 +135,18 @@ class DmaEngine:
                       action])
 
     def _move(self, buffer: str, src: Region, dst_rank: int, dst_buffer: str, dst: Region,
-              op: str, action: str) -> None:
-        data = self.hbm.load(buffer, src, self.stream)
+              op: str, action: str, cmd: DmaCommand | None = None) -> None:
+        if cmd is not None and cmd.pull:  # a get from the source rank, stored here
+            data = self.hbm.get(buffer, src, self.stream, cmd.src_rank)
+        else:
+            data = self.hbm.load(buffer, src, self.stream)
+        if cmd is not None and cmd.adds:  # a CU kernel step adds its local copies
+            for name, region in cmd.adds:
+                more = self.hbm.load(name, region, self.stream)
+                if data is not None:
+                    from devices import kernels  # numba: only runs that move data
+
+                    data = kernels.add(data, more)
         if action == "drop":
             return
         for _ in range(2 if action == "double" else 1):

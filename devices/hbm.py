@@ -32,8 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from devices.mpiutil import Backoff, one_node
+from devices.regions import Region, region_elems, region_shape
 
-Region = tuple[int, int, int, int]  # (row0, row1, col0, col1) of a 2-D array
+
 KINDS = ("read", "write", "update")
 _ALIGN = 64
 _N_LOCKS = 4096
@@ -59,10 +61,7 @@ def allocate_window(comm: MPI.Intracomm, size: int,
                     info: MPI.Info = MPI.INFO_NULL) -> tuple[MPI.Win, memoryview]:
     """A window of ``size`` bytes per rank and this rank's memory: shared within a node, RMA
     across nodes."""
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    shared = node.size == comm.size
-    node.Free()
-    if shared:
+    if one_node(comm):
         win = MPI.Win.Allocate_shared(size, 1, info=info, comm=comm)
         return win, win.Shared_query(comm.rank)[0]
     win = MPI.Win.Allocate(size, 1, info=info, comm=comm)
@@ -104,25 +103,6 @@ class Segment:
             self.win = MPI.WIN_NULL
             self.mem = None
             self.size = 0
-
-
-def region_elems(region: Region) -> int:
-    return (region[1] - region[0]) * (region[3] - region[2])
-
-
-def region_shape(region: Region) -> tuple[int, int]:
-    return region[1] - region[0], region[3] - region[2]
-
-
-def join(a: Region, b: Region, width: int) -> Region | None:
-    """The union of regions ``a`` then ``b`` of an array ``width`` columns wide, if it is a
-    region: ``b`` continues ``a``'s rows to the right, or ``b``'s whole rows follow
-    ``a``'s whole rows (then the union is contiguous). Else None."""
-    if a[0] == b[0] and a[1] == b[1] and a[3] == b[2]:
-        return (a[0], a[1], a[2], b[3])
-    if a[2] == b[2] == 0 and a[3] == b[3] == width and a[1] == b[0]:
-        return (a[0], b[1], 0, width)
-    return None
 
 
 class Hbm:
@@ -225,6 +205,18 @@ class Hbm:
         self.count(self.rank, stream, "read", data.nbytes)
         return data
 
+    def get(self, name: str, region: Region, stream: str, rank: int) -> np.ndarray | None:
+        """Read a region of ``rank``'s array (``MPI_Get``; counted as a read of that HBM)."""
+        if not self.payload:
+            self.count(rank, stream, "read", self._nbytes(name, region))
+            return None
+        spec = self.specs[name]
+        data = np.empty(region_shape(region), spec.dtype)
+        self.win.Get(data, rank, target=self._target(name, region))
+        self.win.Flush(rank)
+        self.count(rank, stream, "read", data.nbytes)
+        return data
+
     def store(self, name: str, region: Region, data: np.ndarray | None, stream: str,
               rank: int | None = None) -> None:
         """Plain write of ``data`` into ``rank``'s array region (default: local); flushed."""
@@ -282,14 +274,13 @@ class Hbm:
         me = np.array([self.rank + 1], np.int64)
         zero = np.zeros(1, np.int64)
         got = np.empty(1, np.int64)
-        delay = 1e-6
+        backoff = Backoff(1e-6, 1e-3, factor=2.0)
         while True:
             self.win.Compare_and_swap(me, zero, got, rank, disp)
             self.win.Flush(rank)
             if got[0] == 0:
                 return
-            time.sleep(delay)
-            delay = min(delay * 2, 1e-3)
+            backoff.nap()
 
     def free(self) -> None:
         """Release this run's binding (and the window, unless it lives in a segment)."""

@@ -1,4 +1,5 @@
-"""numba compute kernels of the emulated GPU: tiled GEMM stages and fp16 helpers.
+"""numba compute kernels of the emulated GPU: tiled GEMM stages, GEMV, elementwise sums
+and copies, and fp16 helpers.
 
 A GEMM runs as stages of WG tiles. Each WG tile is a dot product over the whole
 K dimension (or its split-K slice) computed with fp32 accumulation (numba's
@@ -178,6 +179,32 @@ def _add_f16(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
         _f32_to_f16_bits(fx[: e - s], out[s:e])
 
 
+@njit(**_JIT)
+def _gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """GEMV WGs: out[r, c] = sum_k a[r, k] x[k, c] over each WG's rows, columns (the few
+    right-hand sides of a decode step) and K slice, in fp32, k in ascending order (a WG's
+    threads each own rows and stream their weights once)."""
+    for t in range(tiles.shape[0]):
+        r0, r1, c0, c1, k0, k1 = tiles[t]
+        for r in range(r0, r1):
+            for c in range(c0, c1):
+                acc = np.float32(0.0)
+                for kk in range(k0, k1):
+                    acc += a[r, kk] * x[kk, c]
+                out[r, c] = acc
+
+
+@njit(**_JIT)
+def _sum_into(acc: np.ndarray, src: np.ndarray, first: bool) -> None:
+    """acc (fp32) = src or acc + src, elementwise over equal 2-D shapes (src fp32)."""
+    for i in range(acc.shape[0]):
+        for j in range(acc.shape[1]):
+            if first:
+                acc[i, j] = src[i, j]
+            else:
+                acc[i, j] += src[i, j]
+
+
 # ---------------------------------------------------------------- public wrappers
 
 def _need(cond: bool, msg: str) -> None:
@@ -278,6 +305,39 @@ def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray
     _gemm_blocks(a, b, tiles, out)
 
 
+def gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """Compute GEMV WGs in place in ``out`` (fp32, rows of ``a`` x columns of ``x``).
+
+    Parameters
+    ----------
+    a : (M, K) fp32 matrix (the weights; ``widen`` fp16 first).
+    x : (K, B) fp32 right-hand sides (B small: the tokens of a decode step).
+    tiles : int64 (n, 6) rows (row0, row1, col0, col1, k0, k1), one per WG.
+    out : (>= M, B) fp32, C-contiguous; WG t writes ``out[row0:row1, col0:col1]``.
+    """
+    _check_stage(a, x, tiles)
+    _need(out.ndim == 2 and out.dtype == np.float32 and out.shape[1] == x.shape[1]
+          and out.shape[0] >= a.shape[0], f"out must be fp32 (>= {a.shape[0]}, {x.shape[1]}), "
+          f"got {out.dtype}{out.shape}")
+    _gemv_rows(a, x, tiles, out)
+
+
+def sum_into(acc: np.ndarray, src: np.ndarray, first: bool = False) -> None:
+    """``acc = src`` (``first``) or ``acc += src`` elementwise, in fp32 (a memory-bound
+    reduction kernel's step: each source copy is widened once, added once; the caller
+    rounds the sum to the storage dtype once at the end).
+
+    Parameters
+    ----------
+    acc : fp32 2-D array, updated in place.
+    src : fp16 or fp32 2-D array of the same shape (fp16 is widened exactly).
+    """
+    _need(acc.dtype == np.float32 and acc.ndim == 2 and src.shape == acc.shape,
+          f"sum_into needs an fp32 accumulator and a source of its shape, got "
+          f"{acc.dtype}{acc.shape} and {src.dtype}{src.shape}")
+    _sum_into(acc, widen(src), first)
+
+
 def warm_up(dtypes: tuple[str, ...] = ("fp16", "fp32")) -> None:
     """Compile (or load from numba's cache) the kernels runs of these dtypes use."""
     for dt in (np.float16 if d == "fp16" else np.float32 for d in dtypes):
@@ -288,5 +348,9 @@ def warm_up(dtypes: tuple[str, ...] = ("fp16", "fp32")) -> None:
         gemm_blocks(a, b, tiles[:2], np.empty((3, 4), np.float32))
         gemm_blocks(a, b, tiles[1:2], np.empty((3, 4), np.float32))
         add(np.ones(3, dt), np.ones(3, dt))
+        gemv_rows(a, b, tiles[:1], np.empty((3, 4), np.float32))
+        acc = np.empty((2, 2), np.float32)
+        sum_into(acc, np.ones((2, 2), dt), True)
+        sum_into(acc, np.ones((2, 2), dt))
         if dt == np.float16:
             f32_to_f16(f16_to_f32(np.ones(3, np.float16)))

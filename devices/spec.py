@@ -60,6 +60,14 @@ class DeviceSpec:
     dma_setup_s: float
     interconnect: InterconnectSpec
     source: str = ""
+    # optional keys (absent from a device file: the defaults below)
+    vector_flops_per_cycle_per_cu: dict[str, int] | None = None  # dtype -> FLOP/cycle/CU of
+    # the vector ALUs (GEMV, reductions); None: their FLOPs are not timed (memory-bound)
+    launch_s: float = 0.0  # cost of each kernel launch
+    nics: int = 0  # GPU-initiated network interfaces (0: none)
+    nic_bw: float = 0.0  # bytes/s per NIC per direction
+    nic_latency_s: float = 0.0
+    nic_issue_s: float = 0.0  # a WG's cost to issue one put (or flag put)
 
     @property
     def wgs_per_stage(self) -> int:
@@ -69,6 +77,12 @@ class DeviceSpec:
     def peak_flops(self, dtype: str) -> float:
         """Dense matrix FLOP/s of the whole device (CUs x clock x FLOP/cycle/CU)."""
         return self.cus * self.clock_hz * self.flops_per_cycle_per_cu[dtype]
+
+    def vector_flops(self, dtype: str) -> float | None:
+        """Vector-ALU FLOP/s of the whole device, None if the spec does not give it."""
+        if self.vector_flops_per_cycle_per_cu is None:
+            return None
+        return self.cus * self.clock_hz * self.vector_flops_per_cycle_per_cu[dtype]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -101,8 +115,23 @@ _SCHEMA: dict[str, dict[str, tuple[type, float, str]]] = {
         "links": (int, 1, "links"),
     },
 }
+# optional keys: section -> key -> (type, unit scale to SI, attribute name, default)
+_OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
+    "compute": {
+        "fp16_vector_flops_per_cycle_per_cu": (int, 1, "vfp16", None),
+        "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
+        "launch_us": (float, 1e-6, "launch_s", 0.0),
+    },
+    "nic": {
+        "count": (int, 1, "nics", 0),
+        "gb_per_s": (float, 1e9, "nic_bw", 0.0),
+        "latency_ns": (float, 1e-9, "nic_latency_s", 0.0),
+        "issue_ns": (float, 1e-9, "nic_issue_s", 0.0),
+    },
+}
 _TOP_KEYS = {"name", "description"}
-_MAY_BE_ZERO = {"link_latency_ns", "setup_ns"}
+_MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "launch_us", "count", "gb_per_s", "latency_ns",
+                "issue_ns"}
 
 
 def list_presets() -> list[str]:
@@ -115,25 +144,30 @@ def _where(source: str, section: str, key: str) -> str:
 
 def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     """Validate a parsed TOML document and build the spec (all keys required)."""
-    unknown = set(data) - _TOP_KEYS - set(_SCHEMA)
+    unknown = set(data) - _TOP_KEYS - set(_SCHEMA) - set(_OPTIONAL)
     if unknown:
         raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: "
-                        f"{sorted(_TOP_KEYS | set(_SCHEMA))}")
+                        f"{sorted(_TOP_KEYS | set(_SCHEMA) | set(_OPTIONAL))}")
     for key in _TOP_KEYS:
         if not isinstance(data.get(key), str):
             raise SpecError(f"{source}: '{key}' must be a string")
     values: dict[str, Any] = {}
-    for section, keys in _SCHEMA.items():
-        table = data.get(section)
+    for section in dict.fromkeys([*_SCHEMA, *_OPTIONAL]):
+        keys = {k: (*v, ...) for k, v in _SCHEMA.get(section, {}).items()}
+        keys.update(_OPTIONAL.get(section, {}))
+        table = data.get(section, {} if section not in _SCHEMA else None)
         if not isinstance(table, dict):
             raise SpecError(f"{source}: missing section [{section}]")
         extra = set(table) - set(keys)
         if extra:
             raise SpecError(f"{source}: [{section}] unknown key(s) {sorted(extra)}; "
                             f"allowed: {sorted(keys)}")
-        for key, (typ, scale, attr) in keys.items():
+        for key, (typ, scale, attr, default) in keys.items():
             if key not in table:
-                raise SpecError(f"{source}: [{section}] missing key '{key}'")
+                if default is ...:
+                    raise SpecError(f"{source}: [{section}] missing key '{key}'")
+                values[attr] = default
+                continue
             value = table[key]
             if typ is str:
                 if not isinstance(value, str):
@@ -152,6 +186,11 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if values["topology"] not in TOPOLOGIES:
         raise SpecError(f"{source}: [interconnect] topology = {values['topology']!r}; "
                         f"allowed: {list(TOPOLOGIES)}")
+    if (values["vfp16"] is None) != (values["vfp32"] is None):
+        raise SpecError(f"{source}: [compute] give both fp16_ and fp32_vector_flops_per_cycle_per_cu "
+                        f"or neither")
+    if values["nics"] and not values["nic_bw"] > 0:
+        raise SpecError(f"{source}: [nic] count = {values['nics']} needs gb_per_s > 0")
     if values["nmc_update_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
                         f"costs at least a write), got {values['nmc_update_cost']}")
@@ -176,6 +215,13 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
             links=values["links"],
         ),
         source=source,
+        vector_flops_per_cycle_per_cu=(None if values["vfp16"] is None or values["vfp32"] is None
+                                       else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
+        launch_s=values["launch_s"],
+        nics=values["nics"],
+        nic_bw=values["nic_bw"],
+        nic_latency_s=values["nic_latency_s"],
+        nic_issue_s=values["nic_issue_s"],
     )
 
 

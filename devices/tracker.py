@@ -18,27 +18,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
 from devices.hbm import Segment
+from devices.mpiutil import Backoff, one_node
+from devices.signals import TrackedRegion
 
 
 class WatchdogTimeout(RuntimeError):
     """A wait saw no completion within the watchdog limit; the message lists what is missing."""
-
-
-@dataclass
-class TrackedRegion:
-    """A region the tracker watches: its slots and the count each must reach."""
-
-    name: str
-    slots: np.ndarray  # int64 slot ids
-    thresholds: np.ndarray  # int64 element-updates each slot must reach
-    label: str = ""
-    meta: dict = field(default_factory=dict)
 
 
 class Doorbell:
@@ -58,10 +48,7 @@ class Doorbell:
         self._out: socket.socket | None = None
         token = comm.bcast(os.urandom(8).hex() if comm.rank == 0 else None, root=0)
         self._name = f"\0t3emu-{token}-{{}}-{{}}"
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        one_host = node.size == comm.size
-        node.Free()
-        if not one_host or sys.platform != "linux":
+        if not one_node(comm) or sys.platform != "linux":
             return  # abstract sockets reach this host only (and are Linux's): waiters poll
         try:
             for kind in self.KINDS:
@@ -190,15 +177,13 @@ class Tracker:
         On no completion within ``watchdog_s`` raise ``WatchdogTimeout`` listing
         which slots miss which updates (for ``pending()`` regions if given).
         """
-        deadline = time.monotonic() + watchdog_s
-        delay = 2e-5
-        longest = 0.05 if self.bell.works else 2e-3  # a bell wakes it sooner
+        backoff = Backoff(2e-5, 0.05 if self.bell.works else 2e-3,  # a bell wakes it sooner
+                          limit_s=watchdog_s)
         while not self.complete(region):
-            if time.monotonic() > deadline:
+            if backoff.expired:
                 raise WatchdogTimeout(self.describe_missing(
                     list(pending()) if pending else [region], watchdog_s, region))
-            self.bell.wait(delay)
-            delay = min(delay * 1.5, longest)
+            backoff.nap(self.bell.wait)
         return self.arrival(region)
 
     def describe_missing(self, regions: Sequence[TrackedRegion], watchdog_s: float,

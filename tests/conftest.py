@@ -52,7 +52,7 @@ def run_group(argv: list[str], timeout: float, env: dict | None = None,
 def run_cli(args: list[str], timeout: float = 300, env: dict | None = None,
             **popen) -> subprocess.CompletedProcess:
     """`t3emu ARGS` as a user runs it (the CLI launches mpiexec itself)."""
-    return run_group([sys.executable, "-m", "emulator.cli", *args], timeout, env, **popen)
+    return run_group([sys.executable, "-m", "emulator.app.cli", *args], timeout, env, **popen)
 
 
 def run_emulator(tmp_path: Path, args: list[str], timeout: float = 300) -> dict:

@@ -6,9 +6,9 @@ import pytest
 from collectives import direct, ring
 from collectives.common import Problem, ring_chunks
 from devices.spec import load_device
-from emulator.addrmap import AddressMap, MapError, TileSpace, tile_grid
-from emulator.plan import Slots
-from emulator.producer import GemmJob, make_wgs, program_order
+from emulator.engine.addrmap import AddressMap, MapError, TileSpace, tile_grid
+from emulator.engine.plan import Slots
+from emulator.engine.producer import GemmJob, make_wgs, program_order
 
 SPEC = load_device("t3-sim")
 
@@ -119,7 +119,7 @@ def test_every_collective_map_places_every_tile_once(world, split):
     """Each built-in plan compiles (a tile never mapped or mapped twice would raise)."""
     from collectives import COLLECTIVE_ALGORITHMS, modes_for
     from collectives.plans import build_plan
-    from emulator.plan import GemmPhase
+    from emulator.engine.plan import GemmPhase
 
     for collective, algos in COLLECTIVE_ALGORITHMS.items():
         for algo in algos:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from emulator.arbitration import CommWindow, Mca, RoundRobin
-from emulator.clock import BandwidthTimeline, RankClock
+from emulator.model.arbitration import CommWindow, Mca, RoundRobin
+from emulator.model.clock import BandwidthTimeline, RankClock
 
 
 def test_round_robin_halves_communication_only_while_compute_follows():

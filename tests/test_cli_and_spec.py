@@ -10,7 +10,7 @@ from tests.conftest import ROOT, run_cli
 
 
 def test_help_does_not_import_mpi_or_numba():
-    code = ("import sys; from click.testing import CliRunner; from emulator.cli import main; "
+    code = ("import sys; from click.testing import CliRunner; from emulator.app.cli import main; "
             "r = CliRunner().invoke(main, ['run', '--help']); assert r.exit_code == 0, r.output; "
             "assert '--collective' in r.output; "
             "assert 'mpi4py' not in sys.modules and 'numba' not in sys.modules, 'imported'")

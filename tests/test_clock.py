@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from emulator.clock import BandwidthTimeline, ProgramOrder, ProgramOrderTimeout, SerialResource
+from emulator.model.clock import BandwidthTimeline, ProgramOrder, ProgramOrderTimeout, SerialResource
 
 
 def test_bandwidth_timeline_serialises_full_rate_transfers():

@@ -22,7 +22,7 @@ def test_mpich_fp16_accumulate_probe():
 
 
 def test_region_join_only_makes_regions():
-    from devices.hbm import join
+    from devices.regions import join
 
     assert join((0, 4, 0, 8), (0, 4, 8, 12), 32) == (0, 4, 0, 12)  # continues the rows
     assert join((0, 4, 0, 32), (4, 6, 0, 32), 32) == (0, 6, 0, 32)  # whole rows below

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.files import OutputError, check_output_dir, write_json_atomic
+from emulator.app.files import OutputError, check_output_dir, write_json_atomic
 from tests import conftest
 from tests.conftest import ROOT, run_cli
 
@@ -280,7 +280,7 @@ def test_sigkill_under_a_users_own_mpiexec_ends_the_job():
     """`mpiexec -n 4 t3emu run ...` without the launcher: Hydra's own clean-up ends it."""
     from tests.conftest import mpiexec, run_group
 
-    proc = run_group([mpiexec(), "-n", "4", sys.executable, "-m", "mpi4py", "-m", "emulator.cli",
+    proc = run_group([mpiexec(), "-n", "4", sys.executable, "-m", "mpi4py", "-m", "emulator.app.cli",
                       "run", "-n", "4", "--mode", "t3", *SMALL, "--seed", "7103",
                       "--inject-fault", "kill@1"], timeout=90)
     ended = time.time()
@@ -321,7 +321,7 @@ def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):
 
 
 def test_ctrl_c_ends_a_run_and_its_ranks():
-    proc = subprocess.Popen([sys.executable, "-m", "emulator.cli", "run", "-n", "4", "--mode",
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.app.cli", "run", "-n", "4", "--mode",
                              "t3", *SMALL, "--seed", "7108", "--inject-fault", "stall@1",
                              "--watchdog-s", "600"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=conftest.test_env(), cwd=ROOT,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.scenario import ScenarioError, gemm_shape, load_scenario
-from emulator.sweep import CSV_COLUMNS
+from emulator.app.scenario import ScenarioError, gemm_shape, load_scenario
+from emulator.app.sweep import CSV_COLUMNS
 from tests import conftest
 from tests.conftest import ROOT, run_cli
 
@@ -134,7 +134,7 @@ def test_numeric_sweep_checks_numerics(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
 def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
     out = tmp_path / "sweep"
-    argv = [sys.executable, "-m", "emulator.cli", "sweep", str(TINY), "--out", str(out),
+    argv = [sys.executable, "-m", "emulator.app.cli", "sweep", str(TINY), "--out", str(out),
             "--timing-only"]
     proc = subprocess.Popen(argv, env=conftest.test_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -9,8 +9,8 @@ import sys
 from mpi4py import MPI
 
 from collectives import COLLECTIVES, TOPOLOGIES, supported
-from emulator.config import RunConfig
-from emulator.worker import _main
+from emulator.app.config import RunConfig
+from emulator.app.worker import _main
 
 SHAPE = dict(m=517, n=300, k=129)  # divisible neither by the rank counts nor by 128
 

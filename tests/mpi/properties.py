@@ -30,8 +30,8 @@ from mpi4py import MPI
 from collectives import COLLECTIVE_ALGORITHMS, TOPOLOGY_ALGORITHMS
 from collectives.common import ring_chunks
 from devices.spec import load_device
-from emulator.config import RunConfig
-from emulator.worker import execute
+from emulator.app.config import RunConfig
+from emulator.app.worker import execute
 
 comm = MPI.COMM_WORLD
 DEVICE = load_device("t3-sim")
@@ -130,7 +130,7 @@ def others() -> int:
 
 
 if __name__ == "__main__":
-    from emulator.runtime import install_abort_handlers, pin_threads
+    from emulator.runtime.process import install_abort_handlers, pin_threads
 
     pin_threads()
     install_abort_handlers()

@@ -13,8 +13,8 @@ from pathlib import Path
 from mpi4py import MPI
 
 from collectives import COLLECTIVES, TOPOLOGIES, supported
-from emulator.config import RunConfig
-from emulator.worker import _main
+from emulator.app.config import RunConfig
+from emulator.app.worker import _main
 
 SHAPE = dict(m=517, n=300, k=129)
 SAME = ("modelled_time_s", "phases", "phase_windows_s", "rank_phases_s", "rank_end_s",

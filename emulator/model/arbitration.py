@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from emulator.clock import BandwidthTimeline
+from emulator.model.clock import BandwidthTimeline
 
 
 @dataclass
@@ -129,5 +129,11 @@ class Mca(RoundRobin):
                 "ceiling_fraction": self.ceiling_fraction, "comm_fraction": self.comm_fraction}
 
 
-def policy_for(mode: str) -> Exclusive:
-    return Mca() if mode == "t3-mca" else RoundRobin() if mode == "t3" else Exclusive()
+POLICIES = {"exclusive": Exclusive, "round-robin": RoundRobin, "mca": Mca}
+
+
+def policy_named(name: str) -> Exclusive:
+    """A new policy object by its name (``POLICIES``)."""
+    if name not in POLICIES:
+        raise ValueError(f"arbitration policy {name!r} not in {', '.join(POLICIES)}")
+    return POLICIES[name]()

@@ -13,11 +13,15 @@ import sys
 
 import click
 
-from collectives import ALGORITHMS, COLLECTIVES, MODES, TOPOLOGIES
-from emulator.config import VALUES, ConfigError, RunConfig
-from emulator.launcher import launch, preflight, ranks_on_this_host, under_mpi
+from collectives import ALGORITHMS, TOPOLOGIES
+from emulator.app.catalog import registry
+from emulator.app.config import VALUES, ConfigError, RunConfig
+from emulator.app.launcher import launch, preflight, ranks_on_this_host, under_mpi
 
 _DEFAULT = RunConfig()
+_REG = registry()
+_OPS = ", ".join(_REG.names())
+_CONFIGS = ", ".join(_REG.configurations)
 
 
 def _fail_usage(exc: Exception) -> None:
@@ -55,16 +59,18 @@ def main() -> None:
 @main.command()
 @click.option("-n", "--ranks", type=int, default=_DEFAULT.ranks, show_default=True,
               help="Emulated GPUs (MPI ranks) to launch.")
-@click.option("--collective", type=str, default=_DEFAULT.collective, show_default=True,
-              help=f"{', '.join(COLLECTIVES)} (ag-gemm: all-gather feeding a GEMM).")
+@click.option("--collective", "--operation", "collective", type=str,
+              default=_DEFAULT.collective, show_default=True,
+              help=f"The operation: {_OPS} (rs = gemm+rs, ag-gemm = ag+gemm, ...; "
+                   f"see `t3emu configs`).")
 @click.option("--topology", type=str, default=_DEFAULT.topology, show_default=True,
               help=f"Interconnect: {', '.join(TOPOLOGIES)}.")
 @click.option("--algorithm", type=str, default=None,
               help=f"{' or '.join(ALGORITHMS)}; default: ring on a ring, direct otherwise "
                    f"(a2a is direct only).")
 @click.option("--mode", type=str, default=_DEFAULT.mode, show_default=True,
-              help=f"{', '.join(MODES)}, all, or a comma-separated list "
-                   f"(ideal-rs-nmc: rs and ar only).")
+              help=f"Configurations: {_CONFIGS}, all (every one that applies to the "
+                   f"operation), or a comma-separated list.")
 @click.option("--m", "m", type=int, default=_DEFAULT.m, show_default=True,
               help="Rows of each device's GEMM output (tokens).")
 @click.option("--n", "n", type=int, default=_DEFAULT.n, show_default=True,
@@ -91,19 +97,22 @@ def main() -> None:
               help="Write a Chrome/Perfetto trace (modelled time, one process per rank) here.")
 @click.option("--record-wall", is_flag=True, hidden=True,
               help="Include wall-clock stage/DMA events and modelled events in the JSON.")
+@click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
+              help="A Python file that registers configurations of one's own (repeatable; "
+                   "see the README).")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
         values, watchdog_s, json_path, timing_only, trace_path, record_wall,
-        inject_fault) -> None:
+        configs, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
                     mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
-                    inject_fault=inject_fault)
-    from emulator.files import OutputError
+                    inject_fault=inject_fault, configs=tuple(configs))
+    from emulator.app.files import OutputError
 
     mpi = under_mpi()
     try:  # under mpiexec every rank checks the same options; memory is checked per node
@@ -113,7 +122,7 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sp
             _fail_usage(exc)
         sys.exit(2)
     if mpi:
-        from emulator.worker import main as worker_main
+        from emulator.app.worker import main as worker_main
 
         sys.exit(worker_main(cfg))
     rc = launch(cfg)
@@ -133,11 +142,11 @@ def sweep(scenario, out_dir, timing_only, watchdog_s) -> None:
     """Run every point of SCENARIO (a name under run/, or a .toml path) in every configuration."""
     from pathlib import Path
 
-    from emulator.scenario import ScenarioError, load_scenario
-    from emulator.sweep import run_sweep
+    from emulator.app.scenario import ScenarioError, load_scenario
+    from emulator.app.sweep import run_sweep
 
-    from emulator.config import MAX_WATCHDOG_S
-    from emulator.files import OutputError, check_output_dir
+    from emulator.app.config import MAX_WATCHDOG_S
+    from emulator.app.files import OutputError, check_output_dir
 
     if not 0 < watchdog_s <= MAX_WATCHDOG_S:
         _fail_usage(ConfigError("--watchdog-s", watchdog_s,
@@ -166,8 +175,8 @@ def report(out_dir, timeline, no_figures) -> None:
     """Print a sweep's tables (speedups, DRAM traffic, end-to-end) and write PNG figures."""
     from pathlib import Path
 
-    from emulator.report import figures, load, text_report
-    from emulator.scenario import ScenarioError
+    from emulator.app.report import figures, load, text_report
+    from emulator.app.scenario import ScenarioError
 
     try:
         doc = load(Path(out_dir))
@@ -191,9 +200,9 @@ def report(out_dir, timeline, no_figures) -> None:
               help="Toy sizes: checks the bench runs, its figures mean nothing.")
 def bench(json_path, only, scenario, quick) -> None:
     """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate."""
-    from emulator.bench import PARTS, BenchError, run_bench, table
-    from emulator.files import OutputError, check_output_file, write_json_atomic
-    from emulator.scenario import ScenarioError, load_scenario
+    from emulator.app.bench import PARTS, BenchError, run_bench, table
+    from emulator.app.files import OutputError, check_output_file, write_json_atomic
+    from emulator.app.scenario import ScenarioError, load_scenario
 
     parts = PARTS if only == "all" else tuple(p.strip() for p in only.split(","))
     bad = [p for p in parts if p not in PARTS]
@@ -216,6 +225,28 @@ def bench(json_path, only, scenario, quick) -> None:
     if json_path:
         write_json_atomic(json_path, doc)
         click.echo(f"json: {json_path}")
+
+
+@main.command()
+@click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
+              help="Also list the configurations these files register.")
+def configs(configs) -> None:
+    """List operations and configurations (the registry)."""
+    from emulator.engine.registry import RegistryError
+
+    try:
+        reg = registry(configs)
+    except RegistryError as exc:
+        _fail_usage(exc)
+    click.echo("operations:")
+    for op in reg.operations.values():
+        alias = f" (alias {', '.join(op.aliases)})" if op.aliases else ""
+        click.echo(f"  {op.name:<10}{alias:<18} {op.help}; algorithms: "
+                   f"{', '.join(op.algorithms)}; {op.design}")
+    click.echo("configurations:")
+    for name, c in reg.configurations.items():
+        ops = [op.name for op in reg.operations.values() if c.applies(op)]
+        click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}")
 
 
 @main.command()

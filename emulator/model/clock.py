@@ -168,7 +168,8 @@ class RankClock:
 
     def __init__(self, rank: int, hbm_bw: float, link_bw: float, dma_engines: int,
                  watchdog_s: float, switched: bool = False,
-                 peers: frozenset[int] | None = None, record: bool = True):
+                 peers: frozenset[int] | None = None, record: bool = True,
+                 nics: int = 0, nic_bw: float = 0.0):
         self.rank = rank
         self.record = record  # keep the log of modelled events (traces, tests)
         self.peers = peers  # ranks a link reaches (None: every rank)
@@ -179,6 +180,9 @@ class RankClock:
         self.ingress = BandwidthTimeline(f"port-down[{rank}]", link_bw) if switched else None
         self.cu = SerialResource(f"cu[{rank}]")
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
+        self.nic = [BandwidthTimeline(f"nic{i}[{rank}]", nic_bw) for i in range(nics)]
+        self.links_in: dict[int, BandwidthTimeline] = {}  # peer -> me, driven by my pulls
+        self.cu_side: dict[float, SerialResource] = {}  # concurrent CU kernels, by CU share
         self.order = ProgramOrder(f"rank {rank} program order", watchdog_s)
         self.watchdog_s = watchdog_s
         self.events: list[Event] = []
@@ -198,6 +202,34 @@ class RankClock:
             name = f"port-up[{self.rank}]" if self.switched else f"link[{self.rank}->{dst}]"
             self.links[key] = BandwidthTimeline(name, self.link_bw)
         return self.links[key]
+
+    def link_in(self, src: int) -> BandwidthTimeline:
+        """The link direction ``src`` -> this rank, as this rank's pulls use it (a pull's
+        data crosses the peer's outgoing direction, driven by the reader; ASSUMPTION: a
+        configuration does not also push over that direction at the same time)."""
+        if self.peers is not None and src not in self.peers:
+            raise ValueError(f"rank {self.rank} has no link from rank {src} "
+                             f"(linked to {sorted(self.peers)})")
+        if src not in self.links_in:
+            self.links_in[src] = BandwidthTimeline(f"link[{src}->{self.rank}]", self.link_bw)
+        return self.links_in[src]
+
+    def executor(self, kind: str, index: int, share: float = 0.0):
+        """The resource an executor occupies: DMA engine ``index`` (serial), NIC ``index``
+        (a bandwidth timeline), or the CU kernel holding ``share`` of the CUs (serial)."""
+        if kind == "dma":
+            if not 0 <= index < len(self.dma):
+                raise ValueError(f"rank {self.rank}: DMA engine {index} does not exist "
+                                 f"(the device has {len(self.dma)})")
+            return self.dma[index]
+        if kind == "nic":
+            if not 0 <= index < len(self.nic):
+                raise ValueError(f"rank {self.rank}: NIC {index} does not exist "
+                                 f"(the device has {len(self.nic)})")
+            return self.nic[index]
+        if share not in self.cu_side:
+            self.cu_side[share] = SerialResource(f"cu-kernel[{self.rank}]")
+        return self.cu_side[share]
 
     def receive(self, t_arrival: float, nbytes: float) -> float:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from collectives import (ALGORITHMS, COLLECTIVE_ALGORITHMS, COLLECTIVES, MODES, TOPOLOGIES,
-                         TOPOLOGY_ALGORITHMS, default_algorithm, modes_for)
+from collectives import ALGORITHMS, TOPOLOGIES, TOPOLOGY_ALGORITHMS, default_algorithm
 from devices.spec import DTYPES
+from emulator.app.catalog import registry
+from emulator.engine.registry import RegistryError
 
 MAX_DIM = 1 << 20
 MAX_SEED = 2**63 - 1
@@ -57,11 +58,18 @@ class RunConfig:
     trace: str | None = None  # Chrome/Perfetto trace JSON path
     record_wall: bool = False
     inject_fault: str | None = None  # test hook "KIND@RANK", see FAULTS
+    configs: tuple[str, ...] = ()  # configuration files to register (--configs)
+
+    @property
+    def operation(self):
+        """The registry entry of ``collective`` (an operation name or its alias)."""
+        return registry(self.configs).operation(self.collective)
 
     @property
     def modes(self) -> tuple[str, ...]:
         if self.mode == "all":
-            return modes_for(self.collective)
+            reg = registry(self.configs)
+            return reg.configurations_for(reg.operation(self.collective))
         return tuple(m.strip() for m in self.mode.split(","))
 
     def to_dict(self) -> dict:
@@ -71,7 +79,11 @@ class RunConfig:
         """Check every option; return the config with the algorithm resolved."""
         if not 1 <= self.ranks <= 4096:
             raise ConfigError("-n/--ranks", self.ranks, "an integer from 1 to 4096")
-        for opt, val, allowed in (("--collective", self.collective, COLLECTIVES),
+        try:
+            reg = registry(self.configs)
+        except RegistryError as exc:
+            raise ConfigError("--configs", ",".join(self.configs), str(exc)) from None
+        for opt, val, allowed in (("--collective", self.collective, tuple(reg.names())),
                                   ("--topology", self.topology, TOPOLOGIES),
                                   ("--dtype", self.dtype, DTYPES),
                                   ("--values", self.values, VALUES)):
@@ -82,18 +94,18 @@ class RunConfig:
                 raise ConfigError(opt, val, f"an integer from 1 to {MAX_DIM}")
         if self.m < self.ranks:
             raise ConfigError("--m", self.m, f"needs at least one row per rank (>= {self.ranks})")
-        if not any(a in TOPOLOGY_ALGORITHMS[self.topology]
-                   for a in COLLECTIVE_ALGORITHMS[self.collective]):
+        op = reg.operation(self.collective)
+        if not any(a in TOPOLOGY_ALGORITHMS[self.topology] for a in op.algorithms):
             fits = [t for t in TOPOLOGIES if any(a in TOPOLOGY_ALGORITHMS[t] for a in
-                                                 COLLECTIVE_ALGORITHMS[self.collective])]
+                                                 op.algorithms)]
             raise ConfigError("--topology", self.topology, f"--collective {self.collective} "
                               f"needs --topology {' or '.join(fits)}")
-        algo = self.algorithm or default_algorithm(self.collective, self.topology)
+        algo = self.algorithm or default_algorithm(op.algorithms, self.topology)
         if algo not in ALGORITHMS:
             raise ConfigError("--algorithm", algo, f"allowed: {', '.join(ALGORITHMS)}")
-        if algo not in COLLECTIVE_ALGORITHMS[self.collective]:
+        if algo not in op.algorithms:
             raise ConfigError("--algorithm", algo, f"--collective {self.collective} runs "
-                              f"{' or '.join(COLLECTIVE_ALGORITHMS[self.collective])}")
+                              f"{' or '.join(op.algorithms)}")
         if algo not in TOPOLOGY_ALGORITHMS[self.topology]:
             fits = [t for t in TOPOLOGIES if algo in TOPOLOGY_ALGORITHMS[t]]
             raise ConfigError("--algorithm", algo, f"a {self.topology} topology runs "
@@ -101,14 +113,16 @@ class RunConfig:
                               f"--topology {' or '.join(fits)}")
         if self.mode != "all":
             modes = self.modes
+            applies = reg.configurations_for(op)
             for mode in modes:
-                if mode not in MODES:
-                    raise ConfigError("--mode", self.mode, f"allowed: {', '.join(MODES)}, all, "
-                                      f"or a comma-separated list")
-                if mode not in modes_for(self.collective):
+                if mode not in reg.configurations:
+                    raise ConfigError("--mode", self.mode, f"allowed: "
+                                      f"{', '.join(reg.configurations)}, all, or a "
+                                      f"comma-separated list")
+                if mode not in applies:
                     raise ConfigError("--mode", self.mode, f"--collective {self.collective} has "
-                                      f"{', '.join(modes_for(self.collective))} (NMC-assisted "
-                                      f"RS needs a reduction)")
+                                      f"{', '.join(applies)} ({mode}: "
+                                      f"{reg.configuration(mode).help})")
             if len(set(modes)) != len(modes):
                 raise ConfigError("--mode", self.mode, "a mode is listed twice")
         if not 1 <= self.split_k <= min(self.k, 64):
@@ -157,12 +171,13 @@ class RunConfig:
         timing-only rank about 6 KB of plan and tracker state per output tile)."""
         if self.timing_only:
             tiles = -(-self.m // spec.wg_tile_m) * -(-self.n // spec.wg_tile_n)
-            if self.collective == "ag-gemm":
+            if self.operation.parts.consumer:  # the gathered input has tiles too
                 tiles += -(-self.m // spec.wg_tile_m) * -(-self.k // spec.wg_tile_n)
             return (64 << 20) + 8192 * tiles
         e = 2 if self.dtype == "fp16" else 4
-        out = self.m * self.n + (self.m * self.k if self.collective == "ag-gemm" else 0)
-        rows = -(-self.m // self.ranks) if self.collective in ("ag", "ag-gemm") else self.m
+        op = self.operation
+        out = self.m * self.n + (self.m * self.k if op.parts.consumer else 0)
+        rows = -(-self.m // self.ranks) if op.a_rows == "own" else self.m
         return (200 << 20) + out * (24 + 4 * e) + 3 * e * (rows * self.k + self.k * self.n)
 
     def check_memory(self, spec, ranks_here: int, available: int | None) -> None:

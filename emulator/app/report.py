@@ -28,9 +28,13 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from emulator.scenario import SUBLAYERS, ScenarioError, geomean
+from emulator.app.catalog import registry
+from emulator.app.scenario import SUBLAYERS, ScenarioError, geomean
 
-FUSED_ORDER = ("sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc")
+_REG = registry()
+FUSED_ORDER = tuple(_REG.configurations)  # the registry's order
+BASE = _REG.baseline() or BASE  # speedups are over this configuration
+TRAFFIC_MODES = tuple(n for n, c in _REG.configurations.items() if c.short)
 DRAM_CATS = (("gemm_read", "GEMM reads"), ("gemm_write", "GEMM writes"),
              ("rs_read", "RS reads"), ("rs_write", "RS writes"), ("ag_read", "AG reads"),
              ("ag_write", "AG writes"), ("a2a_read", "A2A reads"), ("a2a_write", "A2A writes"))
@@ -68,12 +72,12 @@ def _label(pt: dict, with_device: bool = False) -> str:
 
 
 def speedup_table(doc: dict) -> tuple[str, dict[str, list[float]]]:
-    modes = [m for m in modes_of(doc) if m != "sequential"]
+    modes = [m for m in modes_of(doc) if m != BASE]
     rows = [("sub-layer", "M x N x K", "sequential us", *modes)]
     per_mode: dict[str, list[float]] = defaultdict(list)
     for pt in doc["points"]:
         runs = _runs(pt)
-        seq = runs.get("sequential")
+        seq = runs.get(BASE)
         if seq is None:
             continue
         cells = []
@@ -97,14 +101,14 @@ def _mb(nbytes: float) -> str:
 
 
 def dram_table(doc: dict) -> str:
-    modes = [m for m in ("sequential", "t3", "t3-mca") if m in doc["modes"]]
+    modes = [m for m in TRAFFIC_MODES if m in doc["modes"]]
     cats = [(c, name) for c, name in DRAM_CATS
             if any(r["dram_bytes"].get(c, 0) for pt in doc["points"] for r in pt["runs"])]
     rows = [("sub-layer", "config", *(name for _, name in cats), "total", "vs sequential")]
     reductions: dict[str, list[float]] = defaultdict(list)
     for pt in doc["points"]:
         runs = _runs(pt)
-        base = sum(runs["sequential"]["dram_bytes"].values()) if "sequential" in runs else None
+        base = sum(runs[BASE]["dram_bytes"].values()) if BASE in runs else None
         for m in modes:
             if m not in runs:
                 continue
@@ -112,7 +116,7 @@ def dram_table(doc: dict) -> str:
             tp = pt["tp"]
             total = sum(d.values())
             rel = ""
-            if base and m != "sequential":
+            if base and m != BASE:
                 reductions[m].append(1 - total / base)
                 rel = f"{(total / base - 1) * 100:+.1f}%"
             rows.append((_label(pt) if m == modes[0] else "", m,
@@ -131,14 +135,14 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
     modes = modes_of(doc)
     out = []
     for (model, tp, device), subs in by_case.items():
-        if set(subs) != set(SUBLAYERS) or not all("sequential" in _runs(p) for p in subs.values()):
+        if set(subs) != set(SUBLAYERS) or not all(BASE in _runs(p) for p in subs.values()):
             continue
         any_pt = next(iter(subs.values()))
         t, h = any_pt["m"], any_pt["n"]
         unit = 2.0 * t * h * h / tp  # FLOPs of a T x H x H/TP GEMM
         flops = gemm_s = 0.0
         for p in subs.values():
-            seq = _runs(p)["sequential"]
+            seq = _runs(p)[BASE]
             g = seq["phases"].get("gemm")
             if g:
                 flops += 2.0 * p["m"] * p["n"] * p["k"]
@@ -156,13 +160,13 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
     if not out:
         return None, out
     rows = [("model", "TP", "layer (seq) us", "AR sub-layers share",
-             *(m for m in modes if m != "sequential"))]
+             *(m for m in modes if m != BASE))]
     for r in out:
-        seq = r["sequential"]
+        seq = r[BASE]
         rows.append((r["model"], str(r["tp"]), f"{seq * 1e6:.0f}",
                      f"{(seq - r['other_gemms_s']) / seq * 100:.0f}%",
                      *(f"{seq / r[m]:.3f}x" if m in r else "-" for m in modes
-                       if m != "sequential")))
+                       if m != BASE)))
     return _grid(rows) + "\n" + E2E_METHOD, out
 
 
@@ -201,8 +205,7 @@ def text_report(doc: dict) -> str:
 
 
 # ---------------------------------------------------------------------------- figures
-_COLORS = {"sequential": "#7f7f7f", "t3": "#1f77b4", "t3-mca": "#2ca02c",
-           "ideal-overlap": "#ff7f0e", "ideal-rs-nmc": "#d62728"}
+_COLORS = {n: c.color for n, c in _REG.configurations.items()}
 _CAT_COLORS = {"gemm_read": "#1f77b4", "gemm_write": "#aec7e8", "rs_read": "#d62728",
                "rs_write": "#ff9896", "ag_read": "#2ca02c", "ag_write": "#98df8a",
                "a2a_read": "#9467bd", "a2a_write": "#c5b0d5"}
@@ -230,8 +233,8 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     import matplotlib.pyplot as plt
 
     written = []
-    pts = [p for p in doc["points"] if "sequential" in _runs(p)]
-    modes = [m for m in modes_of(doc) if m != "sequential"]
+    pts = [p for p in doc["points"] if BASE in _runs(p)]
+    modes = [m for m in modes_of(doc) if m != BASE]
     title = f"{doc['scenario']}: {doc['collective'].upper()} on a {doc['topology']}, " \
             f"{doc['dtype']}, device {', '.join(sorted({p['device'] for p in pts}))}"
 
@@ -244,7 +247,7 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
             r = _runs(p)
             if m in r:
                 xs.append(i + (j - (len(modes) - 1) / 2) * width)
-                ys.append(r["sequential"]["modelled_time_s"] / r[m]["modelled_time_s"])
+                ys.append(r[BASE]["modelled_time_s"] / r[m]["modelled_time_s"])
         ax.bar(xs, ys, width, label=m, color=_COLORS.get(m))
     ax.axhline(1.0, color="black", linewidth=0.8)
     _point_axis(ax, pts)
@@ -257,14 +260,14 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     written.append(_save(plt, fig, out / "speedup.png"))
 
     # 2. stacked DRAM traffic, normalised to sequential
-    dmodes = [m for m in ("sequential", "t3", "t3-mca") if m in doc["modes"]]
+    dmodes = [m for m in TRAFFIC_MODES if m in doc["modes"]]
     cats = [c for c, _ in DRAM_CATS
             if any(r["dram_bytes"].get(c, 0) for p in pts for r in p["runs"])]
     fig, ax = plt.subplots(figsize=(min(16.0, max(8.0, 0.6 * len(pts) + 3)), 5.4))
     width = 0.8 / len(dmodes)
     for i, p in enumerate(pts):
         r = _runs(p)
-        base = sum(r["sequential"]["dram_bytes"].values())
+        base = sum(r[BASE]["dram_bytes"].values())
         for j, m in enumerate(dmodes):
             if m not in r:
                 continue
@@ -275,7 +278,7 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
                 ax.bar(x, v, width * 0.95, bottom=bottom, color=_CAT_COLORS[c],
                        edgecolor="white", linewidth=0.3)
                 bottom += v
-            ax.text(x, bottom + 0.01, {"sequential": "S", "t3": "T", "t3-mca": "M"}.get(m, m),
+            ax.text(x, bottom + 0.01, (_REG.configurations[m].short if m in _REG.configurations else m),
                     ha="center", va="bottom", fontsize=6)
     names = dict(DRAM_CATS)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_CAT_COLORS[c]) for c in cats]

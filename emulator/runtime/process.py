@@ -50,11 +50,11 @@ def abort(exc: BaseException, where: str = "") -> None:
     from mpi4py import MPI
 
     from devices.tracker import WatchdogTimeout
-    from emulator.clock import ProgramOrderTimeout
+    from emulator.model.clock import ProgramOrderTimeout
 
     rank = MPI.COMM_WORLD.rank
     if isinstance(exc, (WatchdogTimeout, ProgramOrderTimeout)):
-        from emulator import watchdog
+        from emulator.runtime import watchdog
 
         try:
             board = watchdog.describe()
@@ -93,7 +93,7 @@ def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
     others wait at least 15 minutes for it)."""
     from mpi4py import MPI
 
-    from emulator import watchdog
+    from emulator.runtime import watchdog
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:

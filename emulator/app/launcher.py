@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from emulator.config import ConfigError, RunConfig
+from emulator.app.config import ConfigError, RunConfig
 
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID",
             "MV2_COMM_WORLD_SIZE")
@@ -65,8 +65,8 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
     ConfigError or OutputError with one line naming the option, the value and what is
     allowed."""
     from devices.spec import SpecError, load_device
-    from emulator.config import available_memory
-    from emulator.files import check_output_file
+    from emulator.app.config import available_memory
+    from emulator.app.files import check_output_file
 
     cfg = cfg.validate()
     try:
@@ -145,7 +145,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     The job's stdout passes through this process (to ``stdout``, default ours). With the
     mpich wheel's Hydra on Linux and every rank on this host, a ``RankWatch`` names a rank
     that dies without reporting (SIGKILL, a crash) and stops the others."""
-    from emulator.runtime import pin_threads
+    from emulator.runtime.process import pin_threads
 
     env = pin_threads(dict(os.environ))  # numba compiles once per node (runtime.warm_kernels)
     mpiexec = shlex.split(find_mpiexec())
@@ -156,7 +156,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     if watched:
         mpiexec.append("-disable-auto-cleanup")
     argv = [*mpiexec, "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
-            "emulator.cli", "run", *_cfg_args(cfg)]
+            "emulator.app.cli", "run", *_cfg_args(cfg)]
     out = stdout or sys.stdout
     with tempfile.TemporaryDirectory(prefix="t3emu-ranks-") as pid_dir:
         env["T3EMU_PID_DIR"] = pid_dir
@@ -210,4 +210,6 @@ def _cfg_args(cfg: RunConfig) -> list[str]:
         args.append("--record-wall")
     if cfg.inject_fault:
         args += ["--inject-fault", cfg.inject_fault]
+    for path in cfg.configs:
+        args += ["--configs", str(Path(path).resolve())]
     return args

@@ -12,12 +12,17 @@ peer at once, each over its own link).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from devices.hbm import Hbm, Region, region_elems
-from devices.tracker import TrackedRegion, Tracker
-from emulator import watchdog
-from emulator.clock import RankClock
-from emulator.costmodel import CostModel
+from devices.regions import Region, region_elems
+from devices.signals import TrackedRegion
+from emulator.model import transfers
+from emulator.model.clock import RankClock
+from emulator.model.cost import CostModel
+
+if TYPE_CHECKING:  # the runner's types; collectives build steps without MPI
+    from devices.hbm import Hbm
+    from devices.tracker import Tracker
 
 
 @dataclass
@@ -39,6 +44,8 @@ class CuStep:
 def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
               cost: CostModel, watchdog_s: float, start: float) -> float:
     """Execute the steps functionally and in modelled time; return the kernel's end."""
+    from emulator.runtime import watchdog
+
     spec = cost.spec
     lat = spec.interconnect.link_latency_s
     t = group_start = max(start, clock.cu.free_at)
@@ -52,11 +59,8 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                           waiting=True)
             t_arr = tracker.wait(step.wait, watchdog_s)
             watchdog.post("compute", f"CU kernel step {step.name}")
-            t_in = clock.receive(t_arr, step.wait_bytes)
-            landed = clock.hbm.reserve(clock.streamed_from(t_in, step.wait_bytes),
-                                       cost.update_cost_bytes(step.wait_bytes, step.wait_op))[1]
-            clock.log("hbm", f"{step.name} received data lands", t_arr, landed)
-            ready = max(ready, t_in, landed)
+            ready = max(ready, transfers.land(clock, cost, t_arr, step.wait_bytes, step.wait_op,
+                                              f"{step.name} received data lands"))
         read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end
@@ -66,8 +70,7 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                 end = arrival = clock.hbm.reserve(
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
-                link_end = clock.link(step.dst_rank).reserve(ready, nbytes)[1]
-                clock.log(f"link->{step.dst_rank}", step.name, ready, link_end, bytes=nbytes)
+                link_end = transfers.send(clock, step.dst_rank, ready, nbytes, step.name)
                 end = max(read_end, link_end)
                 arrival = end + lat
         clock.log(step.stream, step.name, ready, end)

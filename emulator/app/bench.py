@@ -1,6 +1,6 @@
 """``t3emu bench``: the emulator's own speed and size on this machine, against its floor.
 
-Every figure is measured side by side in one run (``python -m emulator.bench`` jobs and
+Every figure is measured side by side in one run (``python -m emulator.app.bench`` jobs and
 ``t3emu`` subprocesses, one after another, each with one BLAS thread per rank):
 
 - ``gemm_vs_numpy_ratio``: the emulator's GEMM stages (operand widening, every stage of
@@ -8,7 +8,7 @@ Every figure is measured side by side in one run (``python -m emulator.bench`` j
   same shape, same thread count, as throughput (GFLOP/s); best of several alternating
   repetitions. Also for fp16 (numpy: widen both operands, then fp32 ``matmul``).
 - ``overhead_vs_bare_ratio``: wall time of one fused ``t3`` all-reduce run (4 ranks,
-  M=N=2048, K=1024 fp32; ``runner.run_mode`` whole: plan, maps, HBM binding, GEMM,
+  M=N=2048, K=1024 fp32; ``runs.run_mode`` whole: plan, maps, HBM binding, GEMM,
   DMA, the AG kernel) over a bare run of the same arithmetic and data movement (numpy
   ``matmul``, MPI ``Reduce_scatter_block`` and ``Allgather``) on the same ranks, the
   median of alternating repetitions after one warm-up of each. Both results are checked
@@ -59,7 +59,7 @@ def _gemm_job(m: int, n: int, k: int, reps: int) -> dict:
     from collectives.common import Problem, plain_gemm
     from devices import kernels
     from devices.spec import load_device
-    from emulator.plan import Slots
+    from emulator.engine.plan import Slots
 
     kernels.warm_up()
     spec = load_device("t3-sim")
@@ -109,11 +109,12 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
 
     from collectives.common import ring_chunks
     from devices.spec import load_device
-    from emulator import watchdog
-    from emulator.config import RunConfig
-    from emulator.reference import check, compute_reference, make_inputs
-    from emulator.runner import DeviceMemory, device_for, run_mode
-    from emulator.runtime import warm_kernels
+    from emulator.runtime import watchdog
+    from emulator.app.config import RunConfig
+    from collectives.reference import check, compute_reference, make_inputs
+    from emulator.app.runs import device_for, run_mode
+    from emulator.engine.runner import DeviceMemory
+    from emulator.runtime.process import warm_kernels
 
     comm = MPI.COMM_WORLD
     world = comm.size
@@ -125,7 +126,9 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
     spec = device_for(load_device(cfg.device), cfg.topology)
     warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
     a, b = make_inputs(m, n, k, "fp32", "int", cfg.seed, comm.rank)
-    ref, tol = compute_reference(comm, a, b, "fp32", "int", ring_chunks(m, world), "ar")
+    op = cfg.operation
+    ref, tol = compute_reference(comm, a, b, "fp32", "int", ring_chunks(m, world), op.reference,
+                                 op.parts.consumer, world)
     memory = DeviceMemory(comm)
 
     def bare() -> np.ndarray:
@@ -169,7 +172,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
 
 
 def job_main(argv: list[str]) -> int:
-    from emulator.runtime import install_abort_handlers, pin_threads
+    from emulator.runtime.process import install_abort_handlers, pin_threads
 
     pin_threads()
     kind, args = argv[0], [int(x) for x in argv[1:]]
@@ -186,7 +189,7 @@ def job_main(argv: list[str]) -> int:
 # ------------------------------------------------------------------ orchestration
 
 def _env() -> dict:
-    from emulator.runtime import pin_threads
+    from emulator.runtime.process import pin_threads
 
     env = pin_threads(dict(os.environ))
     env.pop("T3EMU_PID_DIR", None)
@@ -224,9 +227,9 @@ def _last_json(out: str, what: str) -> dict:
 def _mpi_job(ranks: int, argv: list[str], what: str) -> dict:
     import shlex
 
-    from emulator.launcher import find_mpiexec
+    from emulator.app.launcher import find_mpiexec
 
-    cmd = [*shlex.split(find_mpiexec()), "-n", str(ranks), sys.executable, "-m", "emulator.bench",
+    cmd = [*shlex.split(find_mpiexec()), "-n", str(ranks), sys.executable, "-m", "emulator.app.bench",
            *argv]
     return _last_json(_run(cmd, what)[0], what)
 
@@ -270,7 +273,7 @@ def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, floa
     watch.start()
     launched = time.time()
     try:
-        _, wall = _run([sys.executable, "-m", "emulator.cli", "run", *args, "--json", str(path)],
+        _, wall = _run([sys.executable, "-m", "emulator.app.cli", "run", *args, "--json", str(path)],
                        what)
     finally:
         used = watch.used_mb()
@@ -307,7 +310,7 @@ def machine() -> dict:
 def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> dict:
     """Run the chosen parts; return the results document (figures at the top level)."""
     from devices import kernels
-    from emulator.runtime import pin_threads
+    from emulator.runtime.process import pin_threads
 
     os.environ.update({k: v for k, v in pin_threads(dict(os.environ)).items()
                        if k == "NUMBA_CACHE_DIR"})
@@ -319,7 +322,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
         tmp = Path(tmpdir)
         if "gemm" in parts:
             shape = (512, 512, 256) if quick else (2048, 2048, 1024)
-            res = _last_json(_run([sys.executable, "-m", "emulator.bench", "gemm", *map(str, shape),
+            res = _last_json(_run([sys.executable, "-m", "emulator.app.bench", "gemm", *map(str, shape),
                                    "3" if quick else "7"], "GEMM bench")[0], "GEMM bench")
             det["gemm"] = {"m": shape[0], "n": shape[1], "k": shape[2], **res}
             doc["gemm_vs_numpy_ratio"] = res["fp32"]["ratio"]
@@ -385,7 +388,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                     f"{entry['rss_mb_per_rank_max']:.0f} MB per rank")
         if "sweep" in parts:
             out = tmp / "sweep"
-            _, wall = _run([sys.executable, "-m", "emulator.cli", "sweep", scenario,
+            _, wall = _run([sys.executable, "-m", "emulator.app.cli", "sweep", scenario,
                             "--timing-only", "--out", str(out)], f"sweep {scenario}")
             points = len(json.loads((out / "results.json").read_text())["points"])
             doc["timing_only_points_per_min"] = points / (wall / 60)

@@ -3,10 +3,15 @@
 A collective algorithm (``collectives/``) builds a ``Plan``: the HBM arrays to
 allocate, where the inputs go, and the phases in order:
 
-- ``GemmPhase``: the producer GEMM with its address-space maps. Fused phases
-  also run the DMA engine on the queue the maps programmed, under the mode's
-  arbitration policy; a consumer GEMM may be gated on tracked input regions.
+- ``KernelPhase``: a producer kernel (``Kernel``: a GEMM, GEMV, elementwise
+  kernel, ordinary or persistent) with its address-space maps. Its executors
+  (DMA engines, NICs, a concurrent CU kernel) serve the commands the maps
+  programmed, under the plan's arbitration policy when ``fused``; work items
+  may wait on signals (gates).
 - ``StepsPhase``: a CU-driven collective kernel (a list of ``CuStep``).
+
+Every phase is a kernel launch: it pays the device's ``launch_s`` and may wait
+on signals (``waits``) before it starts.
 
 Phases run functionally in list order. In modelled time a phase starts when
 its clock's CUs are free (``clock="main"`` for one chained timeline), or, on a
@@ -20,10 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from devices.tracker import TrackedRegion
-from emulator.addrmap import AddressMap
-from emulator.custeps import CuStep
-from emulator.producer import GemmJob
+from devices.signals import Signal, TrackedRegion
+from emulator.engine.addrmap import AddressMap
+from emulator.engine.steps import CuStep
+from emulator.engine.kernel import Kernel
 
 
 class Slots:
@@ -50,15 +55,16 @@ class Slots:
 
 
 @dataclass
-class GemmPhase:
+class KernelPhase:
     name: str
-    job: GemmJob
-    maps: list[AddressMap]  # the map over the job's output space first
+    kernel: Kernel
+    maps: list[AddressMap]  # the map over the kernel's output space first
     stream: str  # traffic category of the collective part ("rs", "ag", "a2a")
-    fused: bool = False
+    fused: bool = False  # its executors run beside it under the plan's arbitration
     preload: list[tuple[list[int], list[int]]] = field(default_factory=list)  # resident inputs
     clock: str = "main"
     after: tuple[str, ...] = ()
+    waits: tuple[Signal, ...] = ()  # signals the launch waits for
 
 
 @dataclass
@@ -76,6 +82,7 @@ class StepsPhase:
     clock: str = "main"
     after: tuple[str, ...] = ()
     credit: Credit | None = None
+    waits: tuple[Signal, ...] = ()  # signals the launch waits for
 
 
 @dataclass
@@ -86,3 +93,4 @@ class Plan:
     slots: Slots
     result: list[tuple[str, tuple[int, int, int, int]]]  # regions checked, concatenated by rows
     isolated: bool = False  # phases are separate isolated runs (ideal configurations)
+    arbitration: str = "exclusive"  # the HBM policy of fused phases (model.arbitration)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import click
 
-from emulator.config import ConfigError, RunConfig
-from emulator.files import write_json_atomic, write_text_atomic
-from emulator.scenario import Point, Scenario, ScenarioError
+from emulator.app.config import ConfigError, RunConfig
+from emulator.app.files import write_json_atomic, write_text_atomic
+from emulator.app.scenario import Point, Scenario, ScenarioError
 
 CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_write",
               "a2a_read", "a2a_write")
@@ -106,7 +106,7 @@ def save(out: Path, header: dict, points: list[dict]) -> None:
 
 def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed."""
-    from emulator.launcher import launch
+    from emulator.app.launcher import launch
 
     header = _header(sc, timing_only)
     prior = load_results(out)
@@ -135,8 +135,8 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> 
                 done[p.key] = _record(p, doc)
                 continue
         todo.append((p, cfg))
-    from emulator.launcher import preflight
-    from emulator.files import OutputError
+    from emulator.app.launcher import preflight
+    from emulator.app.files import OutputError
 
     for p, cfg in todo:  # every point's options, device, memory: before the first job
         try:

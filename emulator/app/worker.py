@@ -5,9 +5,10 @@ from __future__ import annotations
 import sys
 import time
 
-from emulator.config import RunConfig
-from emulator.files import write_json_atomic
-from emulator.runtime import abort, install_abort_handlers, mark_rank, pin_threads
+from emulator.app.config import RunConfig
+from emulator.app.files import write_json_atomic
+from emulator.runtime.process import abort, install_abort_handlers, mark_rank, pin_threads
+from emulator.runtime.rank import RANK
 
 pin_threads()
 
@@ -78,30 +79,13 @@ def pss_mb() -> float | None:
     return None
 
 
-def lower_bounds(cfg: RunConfig, spec, world: int, chunks) -> dict[str, float]:
-    """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
-    every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1)."""
-    from emulator.costmodel import DTYPE_BYTES
-
-    e = DTYPE_BYTES[cfg.dtype]
-    rows_min = min(r1 - r0 for r0, r1 in chunks)
-    others = (cfg.m - rows_min) * e
-    moved = {"rs": others * cfg.n, "ag": others * cfg.n, "ar": 2 * others * cfg.n,
-             "a2a": others * cfg.n, "ag-gemm": others * cfg.k}[cfg.collective]
-    links = spec.interconnect.links_needed(world)
-    rows = rows_min if cfg.collective == "ag" else cfg.m
-    return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
-            "collective_link": moved / (max(links, 1) * spec.interconnect.link_bw)
-            if world > 1 else 0.0}
-
-
 def _memory_refused(comm, cfg: RunConfig, device) -> bool:
     """The per-node memory check (a launch by the CLI also checked this host before)."""
     import os
 
     from mpi4py import MPI
 
-    from emulator.config import ConfigError, available_memory
+    from emulator.app.config import ConfigError, available_memory
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     msg = ""
@@ -138,10 +122,11 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     from mpi4py import MPI
 
     from collectives.common import ring_chunks
-    from emulator import faults, watchdog
-    from emulator.reference import check, compute_reference, make_inputs
-    from emulator.runner import DeviceMemory, categories, device_for, run_mode
-    from emulator.runtime import warm_kernels
+    from emulator.runtime import faults, watchdog
+    from collectives.reference import check, compute_reference, make_inputs
+    from emulator.app.runs import device_for, lower_bounds, run_mode
+    from emulator.engine.runner import DeviceMemory, categories
+    from emulator.runtime.process import warm_kernels
 
     world, rank = comm.size, comm.rank
     spec = device_for(device, cfg.topology)
@@ -151,14 +136,16 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     if not cfg.timing_only:
         warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
         own = chunks[rank][1] - chunks[rank][0]
-        rows = own if cfg.collective in ("ag", "ag-gemm") else cfg.m
+        op = cfg.operation
+        rows = own if op.a_rows == "own" else cfg.m
         a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
         faults.in_inputs(cfg.fault, rank, a)
         bad_input = non_finite_inputs(a=a, b=b)
         watchdog.wait_all(comm, "the numpy/MPI reference", cfg.watchdog_s)
         watchdog.post("compute", "computing the numpy/MPI reference")
-        ref, tol = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, cfg.collective,
-                                     cfg.split_k)
+        ref, tol = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, op.reference,
+                                     op.parts.consumer,
+                                     world * cfg.split_k if op.reducing else cfg.split_k)
     runs = []
     traced = []
     any_fail = False
@@ -216,12 +203,13 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
     pss = comm.gather(pss_mb(), root=0)
-    from emulator import producer
-
-    first_stage = comm.gather(producer.FIRST_STAGE_UNIX, root=0)
+    first_stage = comm.gather(RANK.first_stage_unix, root=0)
     if rank != 0:
         return (None if any_fail else {}), traced
-    seq = next((r["modelled_time_s"] for r in runs if r["mode"] == "sequential"), None)
+    from emulator.app.catalog import registry
+
+    base = registry(cfg.configs).baseline()
+    seq = next((r["modelled_time_s"] for r in runs if r["mode"] == base), None)
     for run in runs:
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
     doc = {
@@ -242,7 +230,7 @@ def _main(cfg: RunConfig) -> int:
     from mpi4py import MPI
 
     from devices.spec import load_device
-    from emulator import faults, watchdog
+    from emulator.runtime import faults, watchdog
 
     comm = MPI.COMM_WORLD
     world, rank = comm.size, comm.rank
@@ -258,7 +246,7 @@ def _main(cfg: RunConfig) -> int:
         return 2
     doc, traced = execute(comm, cfg, device)
     watchdog.close_board()
-    if cfg.fault[1] == rank and not faults.FIRED:
+    if cfg.fault[1] == rank and not RANK.faults_fired:
         sys.stderr.write(f"[t3emu rank {rank}] warning: --inject-fault {cfg.inject_fault} never "
                          f"fired (this run has no such operation on rank {rank}, e.g. no DMA "
                          f"transfer carrying data)\n")
@@ -268,7 +256,7 @@ def _main(cfg: RunConfig) -> int:
     if cfg.json:
         write_json_atomic(cfg.json, doc)
     if cfg.trace:
-        from emulator.trace import chrome_trace
+        from emulator.app.trace import chrome_trace
 
         write_json_atomic(cfg.trace, chrome_trace(traced, doc), indent=None)
         print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev)", flush=True)

@@ -1,5 +1,7 @@
 """Independent numerics reference: numpy GEMMs per rank, then MPI's own collectives.
 
+Not an algorithm of this package: the check every configuration is held to.
+
 Nothing here uses the emulator's HBM, maps, tracker or kernels: each rank
 computes its producer output with numpy in fp32 from the same inputs, and
 MPI's ``Reduce_scatter`` (chunk counts as the emulator uses them; the block
@@ -41,54 +43,64 @@ def make_inputs(m: int, n: int, k: int, dtype: str, values: str, seed: int,
     return a, b
 
 
-def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: str,
-                      values: str, chunks: list[tuple[int, int]], collective: str,
-                      split: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """The rank's expected result (in the layout the emulator checks) and its tolerance."""
-    world, rank = comm.size, comm.rank
-    a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    rows = [r1 - r0 for r0, r1 in chunks]
-    r0, r1 = chunks[rank]
+def _chunk_counts(chunks, cols):
+    return [(r1 - r0) * cols for r0, r1 in chunks]
 
-    def apply(x: np.ndarray, mag: bool) -> np.ndarray:
-        """The collective of one rank's producer output (or input, for ag-gemm)."""
-        cols = x.shape[1]
-        if collective == "rs":
-            out = np.empty((r1 - r0, cols), np.float32)
-            if len(set(rows)) == 1:
-                comm.Reduce_scatter_block(x, out, op=MPI.SUM)
-            else:
-                comm.Reduce_scatter(x, out, recvcounts=[n * cols for n in rows], op=MPI.SUM)
-            return out
-        if collective == "ar":
-            out = np.empty_like(x)
-            comm.Allreduce(x, out, op=MPI.SUM)
-            return out
-        if collective in ("ag", "ag-gemm"):
-            out = np.empty((sum(rows), cols), np.float32)
-            counts = [n * cols for n in rows]
-            comm.Allgatherv(np.ascontiguousarray(x), [out, counts, None, MPI.FLOAT])
-            return out
-        if collective == "a2a":
-            out = np.empty((world * (r1 - r0), cols), np.float32)
-            send = [n * cols for n in rows]
-            recv = [(r1 - r0) * cols] * world
-            comm.Alltoallv([np.ascontiguousarray(x), send, None, MPI.FLOAT],
-                           [out, recv, None, MPI.FLOAT])
-            return out
-        raise ValueError(f"unknown collective {collective!r}")
 
-    if collective == "ag-gemm":
-        ref = apply(a32, False) @ b32
-        mag = (apply(np.abs(a32), True) @ np.abs(b32)) if values != "int" else np.abs(ref)
+def reduce_scatter(comm: MPI.Intracomm, x: np.ndarray, chunks) -> np.ndarray:
+    """MPI's reduce-scatter of ``x`` by row chunks (the block form when they are even)."""
+    r0, r1 = chunks[comm.rank]
+    out = np.empty((r1 - r0, x.shape[1]), np.float32)
+    if len({b - a for a, b in chunks}) == 1:
+        comm.Reduce_scatter_block(x, out, op=MPI.SUM)
     else:
-        ref = apply(a32 @ b32, False)
+        comm.Reduce_scatter(x, out, recvcounts=_chunk_counts(chunks, x.shape[1]), op=MPI.SUM)
+    return out
+
+
+def all_reduce(comm: MPI.Intracomm, x: np.ndarray, chunks) -> np.ndarray:
+    out = np.empty_like(x)
+    comm.Allreduce(x, out, op=MPI.SUM)
+    return out
+
+
+def all_gather(comm: MPI.Intracomm, x: np.ndarray, chunks) -> np.ndarray:
+    out = np.empty((sum(b - a for a, b in chunks), x.shape[1]), np.float32)
+    comm.Allgatherv(np.ascontiguousarray(x), [out, _chunk_counts(chunks, x.shape[1]), None,
+                                              MPI.FLOAT])
+    return out
+
+
+def all_to_all(comm: MPI.Intracomm, x: np.ndarray, chunks) -> np.ndarray:
+    r0, r1 = chunks[comm.rank]
+    cols = x.shape[1]
+    out = np.empty((comm.size * (r1 - r0), cols), np.float32)
+    comm.Alltoallv([np.ascontiguousarray(x), _chunk_counts(chunks, cols), None, MPI.FLOAT],
+                   [out, [(r1 - r0) * cols] * comm.size, None, MPI.FLOAT])
+    return out
+
+
+def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: str,
+                      values: str, chunks: list[tuple[int, int]], collective, consumer: bool,
+                      roundings: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rank's expected result (in the layout the emulator checks) and its tolerance.
+
+    ``collective(comm, x, chunks)`` is MPI's own collective for the operation (one of
+    the functions above); ``consumer``: the collective gathers the inputs, which numpy
+    then multiplies (else numpy's product is the collective's input); ``roundings``:
+    R below (an operation's registry entry gives all three)."""
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    if consumer:
+        ref = collective(comm, a32, chunks) @ b32
+        mag = ((collective(comm, np.abs(a32), chunks) @ np.abs(b32)) if values != "int"
+               else np.abs(ref))
+    else:
+        ref = collective(comm, a32 @ b32, chunks)
         if values == "int":
-            mag = apply(np.abs(a32 @ b32), True)
+            mag = collective(comm, np.abs(a32 @ b32), chunks)
         else:
-            mag = apply(np.abs(a32) @ np.abs(b32), True)
+            mag = collective(comm, np.abs(a32) @ np.abs(b32), chunks)
     u = UNIT_ROUNDOFF[dtype]
-    roundings = world * split if collective in ("rs", "ar") else split
     if values == "int":
         top = float(comm.allreduce(float(mag.max()) if mag.size else 0.0, MPI.MAX))
         if dtype == "fp32" and top < 2**24:

@@ -9,14 +9,12 @@ import sys
 import time
 from collections.abc import Callable
 
-from emulator import watchdog
-
-
-FIRED: list[str] = []  # what this rank injected so far
+from emulator.runtime import watchdog
+from emulator.runtime.rank import RANK
 
 
 def announce(rank: int, what: str) -> None:
-    FIRED.append(what)
+    RANK.faults_fired.append(what)
     sys.stderr.write(f"[t3emu rank {rank}] injected fault: {what} at unix time {time.time():.3f}\n")
     sys.stderr.flush()
 

@@ -8,9 +8,18 @@ its tiles, identical on every rank, so a sender can name a receiver's slots):
   writes to ``region`` go straight to peers (fine-grained peer stores or
   updates), into the same region or into ``to=(space, region)``; they are not
   written locally unless ``keep_local``;
-- ``dma_map(region, dst_ranks, op, after=k, to=)``: the region is tracked; when
-  every element has seen ``k`` writes (the producer's own and the peers'), the
-  DMA engine sends it to each destination as ``op``;
+- ``dma_map(region, dst_ranks, op, after=k, to=, executor=)``: the region is
+  tracked; when every element has seen ``k`` writes (the producer's own and the
+  peers'), the executor sends it to each destination as ``op``: DMA engine i
+  (``Executor("dma", i)``, the default engine 0), NIC i (put, fence, flag put)
+  or a concurrent CU-driven kernel (``Executor("cu", share=f)``, which can add
+  local copies to the region on the way: ``adds=``);
+- ``pull_map(region, src_rank, after=k, flag=, executor=)``: once this rank's
+  ``flag`` signal completes (the source said its region is ready), a DMA engine
+  of this rank gets ``region`` from ``src_rank`` into the same local region;
+- ``flag_map(region, dst_ranks, flags, after=k)``: once the region is complete
+  here, a DMA engine writes a flag (no data) into each destination's ``flags``
+  space (the tiles of ``region`` there): what a pulling peer waits on;
 - ``track(region, after=k)``: tracked, nothing forwarded (a finished chunk, or
   an input region a consumer waits for);
 - ``local(region)``: written here with the producer's op, untracked (data that
@@ -23,6 +32,9 @@ rectangles made of whole tiles. A tile mapped twice or never (without
 ``local_ok``), a region that cuts a tile, a rank outside the job, a destination
 region of another shape, or ``after`` smaller than the producer's own writes
 raise ``MapError`` when the map is built, before anything runs.
+
+Every entry returns its signal handle (a ``TrackedRegion``): what a work item, a
+kernel launch or a persistent WG's exit poll can wait on.
 """
 
 from __future__ import annotations
@@ -32,25 +44,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from devices.dma import DmaCommand
-from devices.hbm import Region, region_elems
-from devices.tracker import TrackedRegion
+from devices.commands import DMA0, DmaCommand, Executor
+from devices.regions import Region, region_elems, tile_grid
+from devices.signals import Signal, TrackedRegion
 
 OPS = ("store", "update")
 
 
 class MapError(ValueError):
     """A map that cannot be right: overlapping, misaligned or out-of-range regions."""
-
-
-def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n: int) -> np.ndarray:
-    """Tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own."""
-    tiles = []
-    for r0, r1 in row_blocks:
-        for a in range(r0, r1, tile_m):
-            for c in range(0, ncols, tile_n):
-                tiles.append((a, min(a + tile_m, r1), c, min(c + tile_n, ncols)))
-    return np.array(tiles, dtype=np.int64).reshape(-1, 4)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,14 +128,20 @@ class _Entry:
     to: TileSpace | None = None
     to_region: Region | None = None
     keep_local: bool = False
+    executor: Executor = DMA0
+    adds: tuple[tuple[str, Region], ...] = ()
+    src_rank: int = -1  # pull: the rank read from
+    flag: TrackedRegion | None = None  # pull: the source's flag it waits for
+    signal: TrackedRegion | None = None
 
 
 @dataclass
 class CompiledMap:
     routes: dict[int, Route]  # tile id -> route, for tiles the producer writes
     commands: list[DmaCommand]  # one per (dma_map entry, destination) and per track entry
-    incoming: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (peer writes
-    # per element, their op)
+    incoming: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(signal) -> (peer
+    # writes per element, their op)
+    signals: list[TrackedRegion] = field(default_factory=list)  # one per tracked entry
 
 
 class AddressMap:
@@ -206,6 +214,16 @@ class AddressMap:
                                f"by {prev.kind} {prev.region} and by {entry.kind} {entry.region}")
         for t in entry.tiles:
             self._owner[t] = len(self.entries)
+        if entry.kind in ("dma", "track", "pull", "flag"):
+            elems = [region_elems(self.space.region(t)) for t in entry.tiles]
+            where = {"dma": f"-> ranks {list(entry.dsts)} {entry.op} by {entry.executor.queue}",
+                     "track": "kept locally", "pull": f"pulled from rank {entry.src_rank}",
+                     "flag": f"flags to ranks {list(entry.dsts)}"}[entry.kind]
+            entry.signal = TrackedRegion(
+                name=f"{self.buffer}{list(entry.region)}",
+                slots=np.array([self.space.slot(t) for t in entry.tiles], np.int64),
+                thresholds=np.array(elems, np.int64) * entry.after,
+                label=f"after={entry.after}, {where}", meta={"after": entry.after})
         self.entries.append(entry)
 
     def remote_map(self, region: Region, dst_ranks: int | Sequence[int], op: str = "update",
@@ -216,12 +234,46 @@ class AddressMap:
 
     def dma_map(self, region: Region, dst_ranks: int | Sequence[int], op: str = "update",
                 after: int = 2, to: TileSpace | None = None,
-                to_region: Region | None = None) -> None:
+                to_region: Region | None = None, executor: Executor = DMA0,
+                adds: Sequence[tuple[str, Region]] = ()) -> Signal:
+        if adds and executor.kind != "cu":
+            raise MapError(f"region {region}: only a CU kernel adds copies on the way "
+                           f"(executor {executor.queue})")
         self._add(_Entry("dma", region, self.tiles_in(region), self._dsts(dst_ranks, to), op,
-                         after, to, to_region))
+                         after, to, to_region, executor=executor, adds=tuple(adds)))
+        return self.entries[-1].signal
 
-    def track(self, region: Region, after: int = 1) -> None:
+    def track(self, region: Region, after: int = 1) -> Signal:
         self._add(_Entry("track", region, self.tiles_in(region), (), "update", after))
+        return self.entries[-1].signal
+
+    def pull_map(self, region: Region, src_rank: int, flag: Signal, after: int = 1,
+                 executor: Executor = DMA0) -> Signal:
+        """Get ``region`` of ``src_rank``'s buffer into this rank's once ``flag`` (a local
+        signal the source writes) completes; returns the signal of its arrival here."""
+        if executor.kind != "dma":
+            raise MapError(f"region {region}: pulls are DMA reads, not {executor.queue}")
+        if not 0 <= src_rank < self.world or src_rank == self.rank:
+            raise MapError(f"pull source rank {src_rank} must be a peer in 0..{self.world - 1}")
+        self._add(_Entry("pull", region, self.tiles_in(region), (), "store", after,
+                         executor=executor, src_rank=int(src_rank), flag=flag))
+        return self.entries[-1].signal
+
+    def flag_map(self, region: Region, dst_ranks: int | Sequence[int], flags: TileSpace,
+                 after: int = 1, executor: Executor = DMA0) -> Signal:
+        """When ``region`` is complete here, write a flag into each destination's
+        ``flags`` space (no data); returns the local completion signal."""
+        self._add(_Entry("flag", region, self.tiles_in(region), self._dsts(dst_ranks, flags),
+                         "update", after, flags, executor=executor))
+        return self.entries[-1].signal
+
+    def flag_signal(self, flags: TileSpace, region: Region, label: str = "") -> Signal:
+        """The signal of the flags a peer's ``flag_map`` writes here for ``region``."""
+        tiles = flags.tiles_in(region)
+        return TrackedRegion(f"{flags.buffer} flags{list(region)}",
+                             np.array([flags.slot(t) for t in tiles], np.int64),
+                             np.array([region_elems(flags.region(t)) for t in tiles], np.int64),
+                             label or "flag from the source", {"after": 1})
 
     def local(self, region: Region) -> None:
         """The region stays here, written with the producer's op, untracked (a one-rank
@@ -253,7 +305,8 @@ class AddressMap:
         for t in written:
             routes[int(t)] = Route(self.producer_op)
         commands: list[DmaCommand] = []
-        incoming: dict[str, tuple[int, str]] = {}
+        incoming: dict[int, tuple[int, str]] = {}
+        signals: list[TrackedRegion] = []
         for entry in self.entries:
             space, dst_tiles = self._dst_tiles(entry)
             if entry.kind == "local":
@@ -266,20 +319,24 @@ class AddressMap:
                                            space.slot(dt)) for d in entry.dsts)
                     routes[t] = Route(self.producer_op if entry.keep_local else "none", targets)
                 continue
+            if entry.kind == "pull":  # the slots count the data's arrival, not local writes
+                sig = entry.signal
+                commands.append(DmaCommand(
+                    trigger=entry.flag, result=sig, buffer=self.buffer, src=entry.region, dst_rank=self.rank,
+                    dst_buffer=self.buffer, dst=entry.region, op="store",
+                    dst_slots=[int(s) for s in sig.slots],
+                    dst_elems=[int(e) for e in sig.thresholds // entry.after],
+                    executor=entry.executor, pull=True, src_rank=entry.src_rank))
+                signals.append(sig)
+                continue
             for t in entry.tiles:
                 if self.local_writes[t] > 0:
                     routes[t] = Route(self.producer_op, slot=self.space.slot(t))
             elems = [region_elems(self.space.region(t)) for t in entry.tiles]
-            name = f"{self.buffer}{list(entry.region)}"
-            trigger = TrackedRegion(
-                name=name,
-                slots=np.array([self.space.slot(t) for t in entry.tiles], np.int64),
-                thresholds=np.array(elems, np.int64) * entry.after,
-                label=(f"after={entry.after} -> ranks {list(entry.dsts)} {entry.op}"
-                       if entry.kind == "dma" else f"after={entry.after}, kept locally"),
-                meta={"after": entry.after})
+            trigger = entry.signal
+            signals.append(trigger)
             local = int(self.local_writes[entry.tiles[0]])
-            incoming[name] = (entry.after - local, self.incoming_op)
+            incoming[id(trigger)] = (entry.after - local, self.incoming_op)
             if entry.kind == "track":
                 commands.append(DmaCommand(trigger=trigger, buffer=self.buffer, src=None))
                 continue
@@ -287,5 +344,6 @@ class AddressMap:
                 commands.append(DmaCommand(
                     trigger=trigger, buffer=self.buffer, src=entry.region, dst_rank=d,
                     dst_buffer=space.buffer, dst=entry.to_region or entry.region, op=entry.op,
-                    dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems))
-        return CompiledMap(routes, commands, incoming)
+                    dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems,
+                    executor=entry.executor, adds=entry.adds, flag_only=entry.kind == "flag"))
+        return CompiledMap(routes, commands, incoming, signals)

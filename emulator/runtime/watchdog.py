@@ -25,7 +25,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from devices.mpiutil import Backoff, one_node
 from devices.tracker import WatchdogTimeout
+from emulator.runtime.rank import RANK
 
 THREADS = ("compute", "dma")
 _LABEL = 112  # bytes of text per thread
@@ -33,16 +35,13 @@ _SLOT = 16 + _LABEL  # per thread: (since, waiting) float64, label
 _SIZE = _SLOT * len(THREADS)
 _PACK = struct.Struct(f"dd{_LABEL}s")  # since, waiting, label (zero padded)
 
-_board: StatusBoard | None = None
 __all__ = ["StatusBoard", "WatchdogTimeout", "close_board", "describe", "open_board", "post", "wait_all"]
 
 
 class StatusBoard:
     def __init__(self, comm: MPI.Intracomm):
         self.comm = comm
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.shared = node.size == comm.size
-        node.Free()
+        self.shared = one_node(comm)
         if self.shared:
             self.win = MPI.Win.Allocate_shared(_SIZE, 1, comm=comm)
             self._peers = [np.frombuffer(self.win.Shared_query(r)[0], np.uint8, _SIZE)
@@ -67,11 +66,11 @@ class StatusBoard:
             return self._peers[rank].copy()
         buf = np.empty(_SIZE, np.uint8)
         req = self.win.Rget(buf, rank)
-        end = time.monotonic() + deadline_s
+        backoff = Backoff(1e-3, 1e-3, limit_s=deadline_s)
         while not req.Test():
-            if time.monotonic() > end:
+            if backoff.expired:
                 return None
-            time.sleep(1e-3)
+            backoff.nap()
         return buf
 
     def describe(self) -> str:
@@ -112,37 +111,33 @@ class StatusBoard:
 
 
 def open_board(comm: MPI.Intracomm) -> StatusBoard:
-    global _board
-    _board = StatusBoard(comm)
-    return _board
+    RANK.board = StatusBoard(comm)
+    return RANK.board
 
 
 def close_board() -> None:
-    global _board
-    if _board is not None:
-        board, _board = _board, None
+    if RANK.board is not None:
+        board, RANK.board = RANK.board, None
         board.free()
 
 
 def post(thread: str, label: str, waiting: bool = False) -> None:
-    if _board is not None:
-        _board.post(thread, label, waiting)
+    if RANK.board is not None:
+        RANK.board.post(thread, label, waiting)
 
 
 def describe() -> str:
-    return _board.describe() if _board is not None else ""
+    return RANK.board.describe() if RANK.board is not None else ""
 
 
 def wait_all(comm: MPI.Intracomm, what: str, limit_s: float, thread: str = "compute") -> None:
     """A barrier bounded by ``limit_s``: ``MPI_Ibarrier`` tested with back-off."""
     post(thread, f"waiting at {what}", waiting=True)
     req = comm.Ibarrier()
-    deadline = time.monotonic() + limit_s
-    delay = 1e-4
+    backoff = Backoff(1e-4, 5e-3, limit_s=limit_s)
     while not req.Test():
-        if time.monotonic() > deadline:
+        if backoff.expired:
             raise WatchdogTimeout(f"rank {comm.rank}: watchdog: waited {limit_s:g} s at {what} "
                                   f"for ranks that never arrived")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 5e-3)
+        backoff.nap()
     post(thread, f"past {what}")

@@ -24,6 +24,16 @@ split-K GEMM, whose WGs update the same tile):
   then a bursty write phase (T3: "a read phase followed by a bursty write
   phase"). Tiles remote-mapped to a peer leave on the link instead; the stage
   retires when its link stores have drained.
+GEMV stage (decode: a few right-hand-side columns w): the same panels and
+reads as a GEMM stage (each weight row panel read once, the vector shared in
+L2), its FLOPs on the vector ALUs: compute = max over WGs of 2 h w kK x S / Pv
+(Pv = vector FLOP/s; 0 if the spec gives none): memory-bound in practice.
+Elementwise stage (a reduction of n source copies into one tile, or a copy
+when n = 1): reads n h w e per WG, (n - 1) h w vector FLOPs, compute = max
+over WGs x S / Pv; writes as above (memory-bound: bytes at the HBM rate the
+arbitration leaves).
+Persistent kernels: P resident WGs each get 1 / max(P, CUs) of the device's
+rate (a WG alone on a CU has all of it) instead of 1 / S.
 Link transfer of B bytes: B / L on the sender's outgoing link (behind a
 switch: its up port, then the receiver's down port), arrival = end + lat.
 DMA command: ``dma_setup_s``, then the source read (B at the HBM) and the link
@@ -70,14 +80,30 @@ class CostModel:
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
               rank: int, outputs_cached: bool = False) -> StageCost:
-        """Cost of one stage. ``wgs`` rows (r0, r1, c0, c1, k0, k1); ``local_ops[i]`` is
-        'store', 'update' or 'none'; ``remote[i]`` the ranks WG i's tile is also written
-        to (this rank itself for a write into another local buffer)."""
+        """Cost of one GEMM stage. ``wgs`` rows (r0, r1, c0, c1, k0, k1); ``local_ops[i]``
+        is 'store', 'update' or 'none'; ``remote[i]`` the ranks WG i's tile is also
+        written to (this rank itself for a write into another local buffer)."""
+        flops, compute, reads = self.gemm_compute(wgs, outputs_cached)
+        return self.with_writes(wgs, flops, compute, reads, local_ops, remote, rank)
+
+    def wg_seconds(self, flops: float, peak: float | None, resident: int | None = None) -> float:
+        """Time of a WG's ``flops``: each WG has 1/S of the peak in a stage, 1/max(P, CUs)
+        with P resident (persistent kernels); 0 if the spec gives no such rate."""
+        if not peak:
+            return 0.0
+        return flops * (self.slots if resident is None else max(resident, self.spec.cus)) / peak
+
+    def gemm_compute(self, wgs: np.ndarray, outputs_cached: bool = False,
+                     resident: int | None = None, vector: bool = False
+                     ) -> tuple[float, float, float]:
+        """(FLOPs, compute seconds, DRAM read bytes) of GEMM (or GEMV: ``vector``) WGs run
+        at once."""
         h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
         w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
         kk = (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
         flops = 2.0 * h * w * kk
-        compute = float(flops.max()) * self.slots / self.peak if len(flops) else 0.0
+        peak = self.spec.vector_flops(self.dtype) if vector else self.peak
+        compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
         rows = {(int(a), int(b), int(k0), int(k1)) for a, b, _, _, k0, k1 in wgs}
         cols = {(int(c), int(d), int(k0), int(k1)) for _, _, c, d, k0, k1 in wgs}
         unique = (sum((b - a) * (k1 - k0) for a, b, k0, k1 in rows)
@@ -87,6 +113,24 @@ class CostModel:
         l2 = self.spec.l2_bytes - (float(out_bytes.sum()) if outputs_cached else 0.0)
         l2 = max(0.0, l2)
         reads = unique + max(0.0, 1.0 - l2 / unique) * (naive - unique) if unique else 0.0
+        return float(flops.sum()), compute, reads
+
+    def elementwise_compute(self, wgs: np.ndarray, copies: int,
+                            resident: int | None = None) -> tuple[float, float, float]:
+        """(FLOPs, compute seconds, DRAM read bytes) of elementwise WGs summing ``copies``
+        source tiles each (a copy when 1)."""
+        elems = ((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).astype(np.float64)
+        flops = (copies - 1) * elems
+        compute = (self.wg_seconds(float(flops.max()), self.spec.vector_flops(self.dtype),
+                                   resident) if len(flops) else 0.0)
+        return float(flops.sum()), compute, float(copies * elems.sum() * self.e)
+
+    def with_writes(self, wgs: np.ndarray, flops: float, compute: float, reads: float,
+                    local_ops: list[str], remote: list[list[int]], rank: int) -> StageCost:
+        """A stage's cost: its compute and reads plus where its tiles are written."""
+        h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
+        w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
+        out_bytes = h * w * self.e
         upd = self.spec.nmc_update_cost
         write = write_cost = 0.0
         remote_bytes: dict[int, float] = {}
@@ -100,7 +144,7 @@ class CostModel:
                     write_cost += out_bytes[i]
                 else:
                     remote_bytes[dst] = remote_bytes.get(dst, 0.0) + out_bytes[i]
-        return StageCost(float(flops.sum()), compute, reads, write, write_cost, remote_bytes)
+        return StageCost(flops, compute, reads, write, write_cost, remote_bytes)
 
     def update_cost_bytes(self, nbytes: float, op: str) -> float:
         """HBM time-equivalent bytes of a write landing as ``op``."""

@@ -29,12 +29,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from collectives import COLLECTIVES, MODES, TOPOLOGIES
+from collectives import TOPOLOGIES
 from devices.spec import DTYPES
 
 # sub-layer -> (direction, K factor over H / TP)
 SUBLAYERS = {"OP": ("fwd", 1), "FC-2": ("fwd", 4), "FC-1": ("bwd", 4), "IP": ("bwd", 3)}
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "run"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "run"
 
 _TOP = {"name": str, "description": str, "device": str, "collective": str, "topology": str,
         "dtype": str, "modes": list, "models": list}
@@ -134,23 +134,25 @@ def find_scenario(name_or_path: str) -> Path:
 
 def load_scenario(name_or_path: str) -> Scenario:
     """Parse and check a scenario; every error names the file and the key."""
-    from collectives import modes_for
+    from emulator.app.catalog import registry
 
+    reg = registry()
     path = find_scenario(name_or_path)
     try:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: malformed TOML: {exc}") from None
     _typed(str(path), doc, _TOP)
-    for key, allowed in (("collective", COLLECTIVES), ("topology", TOPOLOGIES),
+    for key, allowed in (("collective", tuple(reg.names())), ("topology", TOPOLOGIES),
                          ("dtype", DTYPES)):
         if doc[key] not in allowed:
             raise ScenarioError(f"{path}: {key} = {doc[key]!r} (allowed: {', '.join(allowed)})")
     modes = tuple(doc["modes"])
-    bad = [m for m in modes if m not in MODES or m not in modes_for(doc["collective"])]
+    applies = reg.configurations_for(reg.operation(doc["collective"]))
+    bad = [m for m in modes if m not in applies]
     if bad or not modes:
         raise ScenarioError(f"{path}: modes {bad or '[]'} (allowed for {doc['collective']}: "
-                            f"{', '.join(modes_for(doc['collective']))})")
+                            f"{', '.join(applies)})")
     models = []
     for i, md in enumerate(doc["models"]):
         where = f"{path}: models[{i}]"

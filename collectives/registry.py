@@ -1,0 +1,62 @@
+"""The registry entries of this package: T3's operations and its five configurations.
+
+Importing this module fills ``REGISTRY`` (``emulator.engine.registry``). A new
+configuration is one file in ``collectives/`` and one ``add_configuration`` call
+here (or, outside the repository, in a file given to ``--configs``).
+"""
+
+from __future__ import annotations
+
+from collectives import baselines, operations, t3
+from emulator.engine.registry import REGISTRY, Configuration, Operation
+
+
+def _mpi_collective(name: str):
+    """MPI's own collective for the reference (imported when a check runs, not before)."""
+    def collective(comm, x, chunks):
+        from collectives import reference
+
+        return getattr(reference, name)(comm, x, chunks)
+    collective.__name__ = name
+    return collective
+
+
+BOTH = ("ring", "direct")
+
+REGISTRY.add_operation(Operation(
+    "gemm+rs", "reduce-scatter of the GEMM's partial output", "T3 sec. 1",
+    BOTH, operations.REDUCE_SCATTER, _mpi_collective("reduce_scatter"),
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("rs",), reducing=True))
+REGISTRY.add_operation(Operation(
+    "gemm+ag", "all-gather of each rank's GEMM output rows", "T3 sec. 1",
+    BOTH, operations.ALL_GATHER, _mpi_collective("all_gather"),
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("ag",), a_rows="own",
+    compute_rows="own"))
+REGISTRY.add_operation(Operation(
+    "gemm+ar", "all-reduce = RS + AG (T3's tensor-parallel case)", "T3 sec. 1",
+    BOTH, operations.ALL_REDUCE, _mpi_collective("all_reduce"),
+    lambda m, n, k, rows, e: 2 * (m - rows) * e * n, aliases=("ar",), reducing=True))
+REGISTRY.add_operation(Operation(
+    "gemm+a2a", "all-to-all of the GEMM's output row chunks", "T3 sec. 1",
+    ("direct",), operations.ALL_TO_ALL, _mpi_collective("all_to_all"),
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",)))
+REGISTRY.add_operation(Operation(
+    "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
+    "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),
+    lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own"))
+
+REGISTRY.add_configuration(Configuration(
+    "sequential", "the GEMM, then the collective as a CU-driven kernel (baseline)",
+    "T3 baseline", baselines.sequential, baseline=True, color="#7f7f7f", short="S"))
+REGISTRY.add_configuration(Configuration(
+    "t3", "GEMM fused with the collective by track & trigger, NMC updates, round-robin HBM "
+    "arbitration", "T3", t3.t3, color="#1f77b4", short="T"))
+REGISTRY.add_configuration(Configuration(
+    "t3-mca", "t3 with memory-controller arbitration", "T3", t3.t3_mca, color="#2ca02c",
+    short="M"))
+REGISTRY.add_configuration(Configuration(
+    "ideal-overlap", "max(GEMM alone, collective alone) (+ AG alone), isolated runs",
+    "T3 bound", baselines.ideal_overlap, color="#ff7f0e"))
+REGISTRY.add_configuration(Configuration(
+    "ideal-rs-nmc", "ideal-overlap with a near-memory RS (reductions only)", "T3 bound",
+    baselines.ideal_rs_nmc, applies=lambda op: op.reducing, color="#d62728"))

@@ -1,0 +1,77 @@
+"""Pre-programmed transfer commands: what an executor (a DMA engine, a NIC, a CU-driven
+kernel) does when its trigger signal completes. Pure data, no MPI.
+
+T3: "DMA commands are pre-programmed by the driver when the output is
+configured (source, destination device and address, size, operation
+store-or-update, trigger condition)". Here the same record also describes a
+NIC put (put, fence, flag put), a CU kernel step (read the local copies, add,
+send) and a pull (a get from a peer into local memory).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from devices.regions import Region
+from devices.signals import TrackedRegion
+
+Op = Literal["store", "update"]
+ExecutorKind = Literal["dma", "nic", "cu"]
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Who moves a map entry's data (besides the producing WG itself, ``remote_map``).
+
+    ``dma``: DMA engine ``index`` (several per device, one queue each);
+    ``nic``: NIC ``index`` (GPU-initiated put, fence, flag put);
+    ``cu``: a CU-driven kernel running beside the producer on ``share`` of the CUs.
+    """
+
+    kind: ExecutorKind = "dma"
+    index: int = 0
+    share: float = 0.0  # cu only: fraction of the CUs the concurrent kernel holds
+
+    def __post_init__(self):
+        if self.kind not in ("dma", "nic", "cu"):
+            raise ValueError(f"executor kind {self.kind!r} not in dma, nic, cu")
+        if self.index < 0:
+            raise ValueError(f"executor index {self.index} < 0")
+        if self.kind == "cu" and not 0.0 < self.share < 1.0:
+            raise ValueError(f"a CU kernel's share of the CUs must be in (0, 1), got {self.share}")
+
+    @property
+    def queue(self) -> str:
+        return f"{self.kind}{self.index}"
+
+
+DMA0 = Executor()
+
+
+@dataclass
+class DmaCommand:
+    trigger: TrackedRegion
+    buffer: str
+    src: Region | None  # None: a sink entry, tracked but not forwarded
+    dst_rank: int = -1
+    dst_buffer: str = ""
+    dst: Region | None = None
+    op: Op = "update"
+    dst_slots: list[int] = field(default_factory=list)
+    dst_elems: list[int] = field(default_factory=list)
+    executor: Executor = DMA0
+    pull: bool = False  # get ``src`` of rank ``src_rank`` into the local ``dst``
+    src_rank: int = -1  # pulls only
+    adds: tuple[tuple[str, Region], ...] = ()  # cu only: local copies added to ``src``
+    flag_only: bool = False  # a signal with no data (a flag put)
+    result: TrackedRegion | None = None  # pulls: the local signal the data's arrival completes
+    order: int = 0  # index in the rank's program order
+    compute_after: bool = False  # a producer stage follows it in program order
+
+    @property
+    def moves_data(self) -> bool:
+        return self.src is not None and not self.flag_only
+
+
+Command = DmaCommand

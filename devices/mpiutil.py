@@ -1,0 +1,41 @@
+"""Two helpers every MPI-facing part shares: is the job on one node, and bounded waits
+with back-off."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from mpi4py import MPI
+
+
+def one_node(comm: MPI.Intracomm) -> bool:
+    """True when every rank of ``comm`` shares this node's memory (collective call)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.size == comm.size
+    finally:
+        node.Free()
+
+
+class Backoff:
+    """Sleep between polls, starting at ``first`` seconds and growing by ``factor`` up to
+    ``longest``; ``expired`` once ``limit_s`` (None: never) has passed since creation.
+    ``nap`` sleeps the current delay through ``sleeper`` (default ``time.sleep``; a
+    doorbell's wait wakes sooner when rung)."""
+
+    def __init__(self, first: float, longest: float, factor: float = 1.5,
+                 limit_s: float | None = None):
+        if not 0 < first <= longest or factor < 1:
+            raise ValueError(f"back-off needs 0 < first <= longest and factor >= 1, got "
+                             f"{first}, {longest}, {factor}")
+        self.delay, self.longest, self.factor = first, longest, factor
+        self.deadline = None if limit_s is None else time.monotonic() + limit_s
+
+    @property
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def nap(self, sleeper: Callable[[float], None] = time.sleep) -> None:
+        sleeper(self.delay)
+        self.delay = min(self.delay * self.factor, self.longest)

@@ -1,0 +1,2 @@
+"""The application: command line, run configuration, launcher, the per-rank worker,
+scenarios, sweeps, reports, traces and the emulator's own benchmark."""

@@ -1,0 +1,80 @@
+"""Modelled timing of the queued commands of every executor (DMA engines, NICs, a
+concurrent CU-driven kernel), reserved in the rank's program order.
+
+The first command of a trigger also models the trigger's completion: the
+producer's local writes (``slot_done``) and the peers' writes that land in this
+HBM (``land``), under the arbitration policy. The formulas are the model's
+(``emulator/model/transfers.py``); this module only picks one per executor.
+"""
+
+from __future__ import annotations
+
+from devices.commands import DmaCommand
+from emulator.engine.launch import KernelRunner
+from emulator.model import transfers
+from emulator.model.arbitration import CommWindow
+from emulator.model.clock import RankClock
+from emulator.model.cost import CostModel
+from emulator.runtime import watchdog
+
+
+class ExecutorTiming:
+    def __init__(self, clock: RankClock, cost: CostModel, incoming: dict[int, tuple[int, str]],
+                 runner: KernelRunner, policy):
+        self.clock, self.cost, self.incoming, self.runner = clock, cost, incoming, runner
+        self.policy = policy
+        self.complete_at = runner.complete_at
+        self.last_end = 0.0
+
+    def _complete(self, cmd: DmaCommand, t_remote: float, window: CommWindow) -> float:
+        """When the trigger's region is complete (computed once per trigger)."""
+        trig = cmd.trigger
+        key = id(trig)
+        if key not in self.complete_at:  # the first command of a trigger sees it land
+            elems = int(trig.thresholds.sum() // max(1, trig.meta.get("after", 1)))
+            t_local = float(self.runner.slot_done[trig.slots].max()) if len(trig.slots) else 0.0
+            if key not in self.incoming:  # a flag a peer wrote: done when it arrived
+                t_local = max(t_local, t_remote)
+            per_elem, op = self.incoming.get(key, (0, "store"))
+            landed = 0.0
+            if per_elem > 0:  # peers' writes land in this HBM from their arrival on
+                nbytes = elems * per_elem * self.cost.e
+                landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
+                                        f"{trig.name} remote {op}s land", self.policy, window)
+            done = max(t_local, landed)
+            self.complete_at[key] = done
+            self.clock.log("tracker", f"{trig.name} complete", done, done)
+            self.last_end = max(self.last_end, done)
+        return self.complete_at[key]
+
+    def __call__(self, cmd: DmaCommand, t_remote: float) -> float:
+        clock, cost = self.clock, self.cost
+        name = cmd.trigger.name
+        watchdog.post("dma", f"{cmd.executor.queue} entry {name}: its turn in program order",
+                      waiting=True)
+        with clock.order.turn(cmd.order, f"{cmd.executor.queue} entry {name}"):
+            window = CommWindow(cmd.compute_after)
+            done = self._complete(cmd, t_remote, window)
+            if cmd.src is None:
+                return done
+            ex = cmd.executor
+            res = clock.executor(ex.kind, ex.index, ex.share)
+            elems = int(cmd.trigger.thresholds.sum() // max(1, cmd.trigger.meta.get("after", 1)))
+            nbytes = elems * cost.e
+            if cmd.flag_only:
+                end, arrival = transfers.flag_put(clock, cost, res, done, cmd.dst_rank, name)
+            elif cmd.pull:
+                end, arrival = transfers.dma_pull(clock, cost, res, done, cmd.src_rank, nbytes, name,
+                                             self.policy, window)
+            elif ex.kind == "nic":
+                end, arrival = transfers.nic_put(clock, cost, res, done, cmd.dst_rank, nbytes, name,
+                                            self.policy, window)
+            elif ex.kind == "cu":
+                end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,
+                                            1 + len(cmd.adds), nbytes, cmd.op, name,
+                                            self.policy, window, ex.share)
+            else:
+                end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes, name,
+                                             self.policy, window)
+            self.last_end = max(self.last_end, end)
+            return arrival

@@ -1,0 +1,101 @@
+"""A kernel: work items of one producer, run as stages (or by a persistent grid), every
+finished tile routed through the map.
+
+The runner knows nothing of collectives. It computes a group of work items with
+the producer's kernel, then hands each item's tile to its route: a local store or
+update (signalling the local tracker if the tile is tracked) and/or fine-grained
+stores or updates by the producing WG itself into peers' HBM (put-with-signal).
+A work item may wait on signal handles (``gates``); a stage is split into groups
+of items with the same gates, so one late tile holds back only the items that
+need it. Fusion is entirely in the routes and gates, as in T3.
+
+Two ways to run:
+- ordinary kernels: stages of ``stage_size`` items (T3's stages); a stage's
+  groups start when the CUs are free and their gates have completed, and the next
+  stage starts when all its groups have retired;
+- persistent kernels (``persistent=P``): P physical WGs, each with its own
+  modelled timeline, run the task list round-robin (task i on WG i mod P); after
+  its last task each WG polls its share of ``exit_waits``.
+A WG that completes the last tile of a region a NIC sends (the last WG of a
+slice) pays the NIC's issue cost twice (the put and the flag put).
+
+This module holds the kernel's description (pure data, no MPI); ``launch.py``
+runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from devices.signals import Signal
+from emulator.engine.addrmap import TileSpace
+
+Gates = tuple[Signal, ...]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    producer: object  # a ``producers.Producer``
+    space: TileSpace  # the output buffer's tiles
+    wgs: np.ndarray  # (n, 6): r0, r1, c0, c1, k0, k1 of each work item
+    wg_tile: np.ndarray  # work item -> output tile id
+    order: np.ndarray  # work item ids in dispatch order
+    stage_size: int  # items per stage (persistent: the P physical WGs)
+    gates: dict[int, Gates] = field(default_factory=dict)  # work item -> signals it waits on
+    persistent: bool = False
+    exit_waits: tuple[Signal, ...] = ()  # persistent: flags polled by the WGs at exit
+
+    def __post_init__(self):
+        if self.stage_size < 1:
+            raise ValueError(f"a kernel needs stage_size >= 1, got {self.stage_size}")
+        if self.exit_waits and not self.persistent:
+            raise ValueError("exit_waits are polled by a persistent kernel's WGs")
+
+    def stages(self) -> list[np.ndarray]:
+        o = self.order
+        return [o[i : i + self.stage_size] for i in range(0, len(o), self.stage_size)]
+
+    def groups(self, ids: np.ndarray) -> list[np.ndarray]:
+        """The stage's items split where their gates differ (in dispatch order); one group
+        when they agree (every item of a T3 consumer stage waits on the same regions)."""
+        if not self.gates:
+            return [ids]
+        keys: dict[tuple, list[int]] = {}
+        for w in ids:
+            keys.setdefault(tuple(id(g) for g in self.gates.get(int(w), ())), []).append(int(w))
+        return [np.array(v, np.int64) for v in keys.values()]
+
+    def gates_of(self, ids: np.ndarray) -> Gates:
+        seen: dict[int, Signal] = {}
+        for w in ids:
+            for g in self.gates.get(int(w), ()):
+                seen.setdefault(id(g), g)
+        return tuple(seen.values())
+
+    def local_writes(self) -> np.ndarray:
+        """How many work items write each output tile."""
+        return np.bincount(self.wg_tile, minlength=len(self.space)).astype(np.int64)
+
+    def with_stage_gates(self, stage_gates: dict[int, Gates]) -> Kernel:
+        """The kernel with every item of stage s waiting on ``stage_gates[s]``."""
+        gates = {int(w): g for s, ids in enumerate(self.stages())
+                 for g in [stage_gates.get(s, ())] if g for w in ids}
+        return Kernel(self.producer, self.space, self.wgs, self.wg_tile, self.order,
+                      self.stage_size, gates, self.persistent, self.exit_waits)
+
+
+def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,
+             split: int) -> tuple[np.ndarray, np.ndarray]:
+    """WGs for the given tiles, in that order: ``split`` WGs per tile over K slices."""
+    bounds = [k * j // split for j in range(split + 1)]
+    wgs, wg_tile = [], []
+    for t in tile_ids:
+        r0, r1, c0, c1 = space.region(t)
+        for j in range(split):
+            wgs.append((r0, r1, c0, c1, bounds[j], bounds[j + 1]))
+            wg_tile.append(int(t))
+    return np.array(wgs, np.int64).reshape(-1, 6), np.array(wg_tile, np.int64)
+
+

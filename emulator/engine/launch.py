@@ -1,0 +1,267 @@
+"""Runs a ``Kernel`` on this rank: the numba arithmetic, the modelled time of its stages
+(or of a persistent grid's WG timelines) in program order, and the routing of every
+finished tile (see ``kernel.py`` for the model)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from devices.hbm import Hbm
+from devices.regions import join, region_shape
+from devices.tracker import Tracker
+from emulator.engine.addrmap import Route
+from emulator.engine.kernel import Gates, Kernel
+from emulator.model import transfers
+from emulator.model.arbitration import Exclusive
+from emulator.model.clock import RankClock
+from emulator.model.cost import CostModel
+from emulator.runtime import faults, watchdog
+from emulator.runtime.rank import RANK
+
+
+class KernelRunner:
+    """Runs one kernel on this rank: functionally (numba) and in modelled time."""
+
+    def __init__(self, hbm: Hbm, tracker: Tracker, clock: RankClock, cost: CostModel,
+                 kernel: Kernel, routes: dict[int, Route], stage_index: list[int],
+                 stream: str, policy=None, fault: tuple[str, int] = ("", -1),
+                 label: str = "GEMM", cu_share: float = 0.0,
+                 nic_regions: list[np.ndarray] | None = None):
+        self.hbm, self.tracker, self.clock, self.cost = hbm, tracker, clock, cost
+        self.kernel, self.routes = kernel, routes
+        self.stage_index = stage_index
+        self.stream = stream
+        self.policy = policy or Exclusive()
+        self.fault_kind, self.fault_stage = fault
+        self.label = label
+        self.cu_share = cu_share  # CUs held by a concurrent CU-driven kernel
+        self.slot_done = np.zeros(tracker.nslots, np.float64)  # modelled local-write times
+        self.complete_at: dict[int, float] = {}  # id(signal) -> modelled completion
+        self.wall_events: list[tuple[int, float, float]] = []
+        self.start = clock.cu.free_at
+        self.end = self.start
+        # NIC-sent regions: slots -> tiles still to be written (the last WG issues the put)
+        self._nic_left: dict[int, list] = {}
+        for slots in nic_regions or []:
+            entry = [len(slots)]
+            for s in slots:
+                self._nic_left[int(s)] = entry
+        self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
+
+    # ---------------------------------------------------------------- modelled time
+    def _gate_time(self, gates: Gates) -> float:
+        t = 0.0
+        for g in gates:
+            t = max(t, self.complete_at[id(g)] if id(g) in self.complete_at
+                    else self.tracker.arrival(g))
+        return t
+
+    def _issues(self, ids: np.ndarray) -> int:
+        """NIC puts the items ``ids`` issue: regions whose last tile one of them writes."""
+        n = 0
+        for w in ids:
+            route = self.routes[int(self.kernel.wg_tile[w])]
+            entry = self._nic_left.get(route.slot) if route.slot >= 0 else None
+            if entry is not None:
+                entry[0] -= 1
+                n += entry[0] == 0
+        return n
+
+    def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None):
+        """Reserve items run at once from ``start``; return (end, arrival per destination
+        rank, their StageCost)."""
+        clock, cost, k = self.clock, self.cost, self.kernel
+        routes = [self.routes[int(k.wg_tile[w])] for w in ids]
+        flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
+        if self.cu_share:
+            compute /= 1.0 - self.cu_share
+        sc = cost.with_writes(k.wgs[ids], flops, compute, reads, [r.local_op for r in routes],
+                              [[t.rank for t in r.targets] for r in routes], self.hbm.rank)
+        compute_end = start + sc.compute_s
+        read_end = compute_end
+        if sc.read_bytes:
+            cap = sc.read_bytes / sc.compute_s if sc.compute_s > 0 else None
+            read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap)[1])
+        end = clock.hbm.reserve(read_end, sc.write_cost_bytes)[1]
+        arrivals = {self.hbm.rank: end}
+        lat = cost.spec.interconnect.link_latency_s
+        for dst, nbytes in sorted(sc.remote_bytes.items()):
+            link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores")
+            arrivals[dst] = link_end + lat
+            end = max(end, link_end)
+        if s == 0 and end > start and resident is None:
+            self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)
+                                            / ((end - start) * cost.spec.hbm_bw))
+        self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
+        return end, arrivals, sc
+
+    def _time_stage(self, s: int, groups: list[np.ndarray]) -> tuple[list[float], list[dict]]:
+        """An ordinary stage: its groups start together (or at their gates) and the stage
+        retires with its last group."""
+        clock = self.clock
+        stage_start = clock.cu.free_at
+        ends, arrivals, stage_end = [], [], stage_start
+        issue = 2 * self.cost.spec.nic_issue_s
+        for g, ids in enumerate(groups):
+            start = max(stage_start, self._gate_time(self.kernel.gates_of(ids)))
+            end, arr, sc = self._time_items(s, ids, start, None)
+            end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
+            clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),
+                      start, end, wgs=len(ids), flops=sc.flops, read_bytes=sc.read_bytes,
+                      write_bytes=sc.write_bytes)
+            ends.append(end)
+            arrivals.append(arr)
+            stage_end = max(stage_end, end)
+        clock.cu.free_at = stage_end
+        return ends, arrivals
+
+    def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
+        """A persistent kernel's round: task j of the round on physical WG j, each on its own
+        timeline."""
+        clock, k = self.clock, self.kernel
+        ends, arrivals = [], []
+        issue = self.cost.spec.nic_issue_s
+        for j, w in enumerate(ids):
+            one = ids[j : j + 1]
+            start = max(float(self.wg_free[j]), self._gate_time(k.gates_of(one)))
+            end, arr, sc = self._time_items(s, one, start, k.stage_size)
+            end += 2 * issue * self._issues(one)
+            self.wg_free[j] = end
+            clock.log(f"wg{j}", f"task {int(w)}", start, end, flops=sc.flops,
+                      read_bytes=sc.read_bytes, write_bytes=sc.write_bytes)
+            ends.append(end)
+            arrivals.append(arr)
+        clock.cu.free_at = float(self.wg_free.max())
+        return ends, arrivals
+
+    # ---------------------------------------------------------------- the run
+    def run(self) -> float:
+        k, hbm = self.kernel, self.hbm
+        ws = k.producer.bind(hbm, RANK, k.wgs, k.stage_size, k.space.buffer) if hbm.payload \
+            else None
+        nstages = len(self.stage_index)
+        for s, ids in enumerate(k.stages()):
+            where = f"{self.label} stage {s}/{nstages}"
+            for g in k.gates_of(ids):  # the tracker releases the WGs that need it
+                watchdog.post("compute", f"{where} waits for {g.name}", waiting=True)
+                self.tracker.wait(g, self.clock.watchdog_s)
+            watchdog.post("compute", where)
+            w0 = time.perf_counter()
+            if RANK.first_stage_unix is None:
+                RANK.first_stage_unix = time.time()
+            if s == self.fault_stage:
+                faults.in_stage(self.fault_kind, where, hbm.rank)
+            if ws is not None:  # the arithmetic first: it needs no modelled time
+                ws.compute(k.wgs[ids])
+            watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
+            with self.clock.order.turn(self.stage_index[s], f"stage {s}"):
+                if k.persistent:
+                    groups = [ids[j : j + 1] for j in range(len(ids))]
+                    ends, arrivals = self._time_round(s, ids)
+                else:
+                    groups = k.groups(ids)
+                    ends, arrivals = self._time_stage(s, groups)
+            watchdog.post("compute", f"{where}: writes its tiles")
+            done = {int(w): (end, arr) for ids_g, end, arr in zip(groups, ends, arrivals)
+                    for w in ids_g}
+            writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
+            signals: dict[tuple[int, float], dict[int, int]] = {}
+            for j, w in enumerate(ids):
+                region = tuple(int(x) for x in k.wgs[w, :4])
+                end, arr = done[int(w)]
+                self._route(int(k.wg_tile[w]), region, j, end, arr, signals, writes)
+            writes.flush()
+            for (rank, t_arrival), counts in signals.items():  # one signal per destination
+                self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
+            self.wall_events.append((s, w0, time.perf_counter()))
+        if k.persistent:
+            self._poll_at_exit()
+        self.end = self.clock.cu.free_at
+        return self.end
+
+    def _poll_at_exit(self) -> None:
+        """Each physical WG polls its share of the exit flags (WG i: flags i, i+P, ...)."""
+        P = self.kernel.stage_size
+        for i, g in enumerate(self.kernel.exit_waits):
+            watchdog.post("compute", f"{self.label}: WG {i % P} polls {g.name}", waiting=True)
+            t = self.tracker.wait(g, self.clock.watchdog_s)
+            self.wg_free[i % P] = max(self.wg_free[i % P], t)
+        if self.kernel.exit_waits:
+            self.clock.log("tracker", "exit flags polled", self.clock.cu.free_at,
+                           float(self.wg_free.max()))
+        self.clock.cu.free_at = float(self.wg_free.max())
+
+    def _route(self, t: int, region, j: int, end: float, arrivals: dict[int, float],
+               signals: dict, writes: _Writes) -> None:
+        """Write item ``j``'s tile where its route says; add its tracker signals to
+        ``signals`` ((rank, arrival) -> {slot: element-updates}), sent once the stage's
+        tiles are out."""
+        route, hbm = self.routes[t], self.hbm
+        elems = (region[1] - region[0]) * (region[3] - region[2])
+
+        def signal(rank: int, slot: int, t_arrival: float) -> None:
+            counts = signals.setdefault((rank, t_arrival), {})
+            counts[slot] = counts.get(slot, 0) + elems
+
+        if route.local_op != "none":
+            writes.add(hbm.rank, self.kernel.space.buffer, route.local_op, "gemm", region,
+                       region, j)
+            if route.slot >= 0:
+                self.slot_done[route.slot] = max(self.slot_done[route.slot], end)
+                signal(hbm.rank, route.slot, 0.0)
+        for tg in route.targets:
+            stream = "gemm" if tg.rank == hbm.rank else self.stream
+            writes.add(tg.rank, tg.buffer, tg.op, stream, tg.region, region, j)
+            signal(tg.rank, tg.slot, arrivals[tg.rank])
+
+
+class _Writes:
+    """A stage's tile writes, coalesced: tiles that go side by side to one destination
+    array (same rank, op and stream) from side-by-side WG outputs are one store or update
+    of their union, as a GPU's write-combining merges a row of WGs' lines into one
+    stream. Bytes and tracker signals are per tile either way; only the number of MPI
+    operations changes."""
+
+    def __init__(self, hbm: Hbm, ws, src_width: int):
+        self.hbm = hbm
+        self.canvas = ws.canvas if ws is not None else None
+        self.buf = ws.buf if ws is not None else None
+        self.src_width = src_width  # of the output buffer the WG regions (and canvas) index
+        self.pending: dict[tuple, list] = {}
+
+    def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
+        key = (rank, buffer, op, stream)
+        cur = self.pending.get(key)
+        if cur is not None and self.buf is None:  # WG outputs side by side in the canvas
+            to = join(cur[0], dst, self.hbm.specs[buffer].shape[1])
+            frm = join(cur[1], src, self.src_width)
+            if to and frm and region_shape(to) == region_shape(frm):
+                cur[0], cur[1] = to, frm
+                return
+        if cur is not None:
+            self._write(key, cur)
+        self.pending[key] = [dst, src, j]
+
+    def flush(self) -> None:
+        for key, cur in self.pending.items():
+            self._write(key, cur)
+        self.pending.clear()
+
+    def _write(self, key: tuple, cur: list) -> None:
+        rank, buffer, op, stream = key
+        dst, src, j = cur
+        data = None  # timing-only: the same writes, no data
+        if self.canvas is not None:
+            data = self.canvas[src[0] : src[1], src[2] : src[3]]
+        elif self.buf is not None:
+            data = self.buf[j, : src[1] - src[0], : src[3] - src[2]]
+        if data is not None and self.hbm.specs[buffer].dtype == np.float16:
+            from devices import kernels
+
+            data = kernels.f32_to_f16(np.ascontiguousarray(data))
+        if op == "update":
+            self.hbm.update(buffer, dst, data, stream, rank)
+        else:
+            self.hbm.store(buffer, dst, data, stream, rank)

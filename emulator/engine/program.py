@@ -1,0 +1,54 @@
+"""The rank's program order: when, among a kernel's stages, each queued command reserves
+its resources (so modelled time never depends on host scheduling)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from devices.commands import DmaCommand
+from emulator.engine.kernel import Kernel
+
+
+def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
+                  nslots: int) -> tuple[list[int], list[DmaCommand]]:
+    """Fix the rank's program order of stages and queued commands (every executor's).
+
+    Stage s sits at position s. A command whose trigger (or, for a pull, whose
+    result) gates stage g comes just before it; a command whose region the producer writes comes after the stage of
+    its last local write plus ``lookahead`` stages (the arbitration policy's); any
+    other command comes after the last stage. Returns each stage's order index and
+    the commands in program order (with ``order`` and ``compute_after`` set).
+    """
+    stages = kernel.stages()
+    slot_stage = np.full(nslots, -1, np.int64)
+    for s, ids in enumerate(stages):
+        slots = kernel.space.slot_base + kernel.wg_tile[ids]
+        slot_stage[slots] = np.maximum(slot_stage[slots], s)
+    gate_stage: dict[int, int] = {}
+    for s, ids in enumerate(stages):
+        for g in kernel.gates_of(ids):
+            gate_stage.setdefault(id(g), s)
+    last = len(stages) - 1
+    keyed = []
+    for i, cmd in enumerate(commands):
+        keys = [id(cmd.trigger)] + ([id(cmd.result)] if cmd.result is not None else [])
+        gated = [gate_stage[k] for k in keys if k in gate_stage]
+        written = int(slot_stage[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
+        if gated:
+            pos = min(gated) - 0.5
+        elif written >= 0:
+            pos = min(written + lookahead, last) + 0.5
+        else:
+            pos = last + 0.5
+        keyed.append((pos, i, cmd))
+    items = sorted([(float(s), -1, None) for s in range(len(stages))] + keyed,
+                   key=lambda x: (x[0], x[1]))
+    stage_index, ordered = [], []
+    for idx, (pos, _, cmd) in enumerate(items):
+        if cmd is None:
+            stage_index.append(idx)
+        else:
+            cmd.order = idx
+            cmd.compute_after = pos < last
+            ordered.append(cmd)
+    return stage_index, ordered

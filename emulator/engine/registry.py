@@ -1,0 +1,125 @@
+"""The registry of operations and configurations: the one place that knows them by name.
+
+An **operation** is what is computed and communicated (``gemm+rs``: a GEMM whose
+partial output is reduce-scattered; ``ag+gemm``: an all-gather feeding a GEMM;
+...): its algorithms, the builders configurations compose (``parts``), its
+independent reference and its lower bounds. A **configuration** is one design's
+way to run an operation (T3's ``t3``, its baselines ``sequential``,
+``ideal-overlap``, ...): a builder ``build(problem, operation, algorithm) ->
+Plan``, the operations it applies to, the design it comes from and how reports
+draw it. The CLI, the validation, the worker, the reference check, sweeps and
+reports read this registry; nothing else branches on a name.
+
+A researcher's own configuration is a Python file that imports the registry and
+registers itself (``t3emu run --configs FILE``; see the README).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class RegistryError(ValueError):
+    """An unknown name, a duplicate registration or a plugin file that cannot load."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str  # e.g. "gemm+rs"
+    help: str
+    design: str  # where it is described (a paper's section)
+    algorithms: tuple[str, ...]  # collective algorithms it has, the default first
+    parts: Any  # the builders its configurations compose (collectives' OperationParts)
+    reference: Callable  # (comm, a, b, dtype, values, chunks, split) -> (expected, tolerance)
+    link_bytes: Callable[[int, int, int, int, int], float]  # (m, n, k, rows_min, e) -> bytes
+    aliases: tuple[str, ...] = ()  # older names users type (``--collective rs``)
+    reducing: bool = False  # reduces partial outputs (near-memory reduction applies)
+    a_rows: str = "all"  # "own": each rank holds its chunk of A's rows; "all": every row
+    compute_rows: str = "all"  # rows of C each rank's GEMM computes ("own" or "all")
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str  # e.g. "t3"
+    help: str
+    design: str  # "T3", "Flux", ... or "baseline"
+    build: Callable  # (problem, operation, algorithm) -> Plan
+    applies: Callable[[Operation], bool] = lambda op: True
+    baseline: bool = False  # speedups are over this configuration
+    color: str = "#8c564b"  # reports
+    short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
+
+
+@dataclass
+class Registry:
+    operations: dict[str, Operation] = field(default_factory=dict)
+    configurations: dict[str, Configuration] = field(default_factory=dict)
+    plugins: list[str] = field(default_factory=list)
+
+    def add_operation(self, op: Operation) -> Operation:
+        for name in (op.name, *op.aliases):
+            if name in self.operations or self._alias(name):
+                raise RegistryError(f"operation {name!r} is registered twice")
+        self.operations[op.name] = op
+        return op
+
+    def add_configuration(self, cfg: Configuration) -> Configuration:
+        if cfg.name in self.configurations:
+            raise RegistryError(f"configuration {cfg.name!r} is registered twice")
+        if cfg.name == "all" or "," in cfg.name:
+            raise RegistryError(f"{cfg.name!r} cannot name a configuration")
+        self.configurations[cfg.name] = cfg
+        return cfg
+
+    def _alias(self, name: str) -> Operation | None:
+        return next((op for op in self.operations.values() if name in op.aliases), None)
+
+    def operation(self, name: str) -> Operation:
+        op = self.operations.get(name) or self._alias(name)
+        if op is None:
+            raise RegistryError(f"unknown operation {name!r}; allowed: {', '.join(self.names())}")
+        return op
+
+    def names(self) -> list[str]:
+        """Every operation name users may type: aliases first (the older vocabulary)."""
+        return [a for op in self.operations.values() for a in op.aliases] + list(self.operations)
+
+    def configuration(self, name: str) -> Configuration:
+        if name not in self.configurations:
+            raise RegistryError(f"unknown configuration {name!r}; allowed: "
+                                f"{', '.join(self.configurations)}")
+        return self.configurations[name]
+
+    def configurations_for(self, op: Operation) -> tuple[str, ...]:
+        return tuple(n for n, c in self.configurations.items() if c.applies(op))
+
+    def baseline(self) -> str | None:
+        return next((n for n, c in self.configurations.items() if c.baseline), None)
+
+    def load(self, path: str) -> None:
+        """Run a configuration file (it registers its entries); each file once."""
+        p = Path(path).resolve()
+        if str(p) in self.plugins:
+            return
+        if not p.is_file():
+            raise RegistryError(f"configuration file {path!r} does not exist")
+        spec = importlib.util.spec_from_file_location(f"t3emu_plugin_{len(self.plugins)}", p)
+        module = importlib.util.module_from_spec(spec)
+        self.plugins.append(str(p))
+        sys.modules[spec.name] = module
+        try:
+            spec.loader.exec_module(module)
+        except RegistryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user's file: say which and why
+            self.plugins.remove(str(p))
+            raise RegistryError(f"configuration file {path!r} failed to load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+
+
+REGISTRY = Registry()

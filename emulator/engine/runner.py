@@ -1,0 +1,219 @@
+"""Run one plan on this rank: functionally and in modelled time.
+
+The runner is the engine's one entry point: it binds the device memory, writes
+the inputs, runs the plan's phases in order (kernels with their executors, CU
+kernels), and returns the rank's modelled phase windows, traffic and result.
+It knows no operation or configuration by name (``collectives`` builds plans,
+``emulator.app`` picks them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from devices.dma import DmaEngine
+from devices.hbm import KINDS, WIN_INFO, Hbm, Segment
+from devices.spec import DeviceSpec
+from devices.tracker import Tracker
+from emulator.engine.executors import ExecutorTiming
+from emulator.engine.launch import KernelRunner
+from emulator.engine.plan import KernelPhase, Plan, StepsPhase
+from emulator.engine.program import program_order
+from emulator.engine.steps import run_steps
+from emulator.model.arbitration import Exclusive, policy_named
+from emulator.model.clock import Event, RankClock
+from emulator.model.cost import CostModel
+from emulator.runtime import faults, watchdog
+from emulator.runtime.process import abort
+
+STREAMS = ("gemm", "rs", "ag", "a2a")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    dtype: str  # "fp16" or "fp32": the stored element type
+    watchdog_s: float = 60.0
+    record: bool = False  # keep the modelled event log (traces, timeline tests)
+    record_wall: bool = False  # keep wall-clock stage and queue events too
+    fault: tuple[str, int] = ("", -1)  # --inject-fault (kind, rank)
+
+
+@dataclass
+class RankResult:
+    mode: str
+    phases: dict[str, tuple[float, float]]  # name -> modelled (start, end) on this rank
+    end: float
+    result: np.ndarray | None  # the rank's checked output (None: a timing-only run)
+    traffic: np.ndarray  # (world, stream, kind) bytes, every rank's HBM
+    wall_s: float
+    policy: dict = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    wall_events: dict = field(default_factory=dict)
+
+
+class _Clocks:
+    """The rank's modelled clocks by name: one chained timeline, or one per isolated run."""
+
+    def __init__(self, rank: int, world: int, spec: DeviceSpec, watchdog_s: float, record: bool):
+        self.rank, self.spec, self.watchdog_s, self.record = rank, spec, watchdog_s, record
+        topo = spec.interconnect.topology
+        self.switched = topo == "switch"
+        self.peers = (frozenset({(rank - 1) % world, (rank + 1) % world}) if topo == "ring"
+                      else None)
+        self.by_name: dict[str, RankClock] = {}
+
+    def __getitem__(self, name: str) -> RankClock:
+        if name not in self.by_name:
+            s = self.spec
+            self.by_name[name] = RankClock(self.rank, s.hbm_bw, s.interconnect.link_bw,
+                                           s.dma_engines, self.watchdog_s, self.switched,
+                                           self.peers, self.record, s.nics, s.nic_bw)
+        return self.by_name[name]
+
+
+class DeviceMemory:
+    """The emulated GPU's memory for a whole job: its HBM and its tracker's counters,
+    each one window allocated by the first run and reused (re-zeroed) by the next ones,
+    as a GPU's DRAM exists before the kernels that use it. Free it at the end of the job."""
+
+    def __init__(self, comm: MPI.Intracomm):
+        self.hbm = Segment(comm, WIN_INFO)
+        self.tracker = Segment(comm)
+
+    def free(self) -> None:
+        self.tracker.free()
+        self.hbm.free()
+
+
+def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
+             inputs: dict[str, np.ndarray] | None, opts: RunOptions,
+             memory: DeviceMemory | None = None) -> RankResult:
+    """Run ``plan`` (configuration ``mode``). ``inputs`` (name -> array, placed as
+    ``plan.inputs`` says) None: a timing-only run (same protocol, no payload).
+
+    With ``memory`` the run binds the job's device memory (and its result is a view of
+    it, valid until the next run); without, it allocates and frees windows of its own."""
+    rank = comm.rank
+    compiled = {id(ph): [m.compile() for m in ph.maps] for ph in plan.phases
+                if isinstance(ph, KernelPhase)}  # MapError here, before anything runs
+    payload = inputs is not None
+    watchdog.wait_all(comm, f"{mode}: allocation of the HBM and tracker windows", opts.watchdog_s)
+    shapes = {name: tuple(shape) for name, shape, _ in plan.layout}
+    whole = [array for name, (array, row) in plan.inputs.items()  # inputs written whole
+             if payload and row == 0 and inputs[name].shape == shapes[array]]
+    hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm,
+              overwritten=whole)
+    tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker)
+    if payload:  # inputs are resident before the operation
+        for name, (array, row) in plan.inputs.items():
+            data = inputs[name]
+            hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
+    cost = CostModel(spec, opts.dtype)
+    clocks = _Clocks(rank, comm.size, spec, opts.watchdog_s, opts.record or opts.record_wall)
+    fault_kind, fault_rank = opts.fault
+    lat = spec.interconnect.link_latency_s
+    times: dict[str, tuple[float, float]] = {}
+    policy_info: dict = {}
+    wall_events: dict = {}
+    watchdog.wait_all(comm, f"{mode}: start", opts.watchdog_s)
+    w0 = time.perf_counter()
+    for idx, ph in enumerate(plan.phases):
+        if plan.isolated and idx:
+            hbm.win.Sync()  # isolated runs: the previous run is over everywhere
+            watchdog.wait_all(comm, f"{mode}: end of {plan.phases[idx - 1].name}", opts.watchdog_s)
+        clock = clocks[ph.clock]
+        start = max([clock.cu.free_at] + [times[n][1] for n in ph.after])
+        for sig in ph.waits:  # a launch that waits on signals (a stream wait)
+            watchdog.post("compute", f"{mode} {ph.name}: waits for {sig.name}", waiting=True)
+            start = max(start, tracker.wait(sig, opts.watchdog_s))
+        if spec.launch_s:
+            clock.log("launch", ph.name, start, start + spec.launch_s)
+        start += spec.launch_s  # every kernel launch pays the device's launch cost
+        if isinstance(ph, StepsPhase):
+            if ph.credit is not None:
+                for r in ph.credit.notify:
+                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1], start + lat)
+                watchdog.post("compute", f"{mode} {ph.name}: waits for credit "
+                              f"{ph.credit.region.name}", waiting=True)
+                start = max(start, tracker.wait(ph.credit.region, opts.watchdog_s))
+            watchdog.post("compute", f"{mode} {ph.name}: CU kernel")
+            end = run_steps(ph.steps, hbm, tracker, clock, cost, opts.watchdog_s, start)
+        else:
+            mine = fault_rank == rank and not any(  # the mode's first kernel phase
+                isinstance(q, KernelPhase) for q in plan.phases[:idx])
+            end, policy, walls = _run_kernel(ph, compiled[id(ph)], mode, hbm, tracker, clock,
+                                             cost, start, fault_kind if mine else "", opts,
+                                             plan.arbitration)
+            if ph.fused:
+                policy_info = policy.describe()
+                wall_events = walls
+        clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
+        times[ph.name] = (start, end)
+    hbm.win.Sync()
+    watchdog.wait_all(comm, f"{mode}: end", opts.watchdog_s)
+    wall = time.perf_counter() - w0
+    result = None
+    if payload:
+        parts = [hbm.view(buf, region) for buf, region in plan.result]
+        result = parts[0] if len(parts) == 1 and memory else np.concatenate(parts, axis=0)
+    traffic = hbm.traffic_by_rank()
+    events = [ev for c in clocks.by_name.values() for ev in c.events]
+    tracker.free()
+    hbm.free()
+    return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
+                      policy_info, events, wall_events if opts.record_wall else {})
+
+
+def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
+                clock: RankClock, cost: CostModel, start: float, fault_kind: str,
+                opts: RunOptions, arbitration: str):
+    clock.new_program()
+    clock.cu.free_at = start
+    routes = compiled[0].routes
+    commands = [c for cm in compiled for c in cm.commands]
+    incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
+    policy = policy_named(arbitration) if ph.fused else Exclusive()
+    stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots)
+    stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
+    fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
+             else ("", -1))
+    shares = {c.executor.share for c in commands if c.executor.kind == "cu"}
+    if len(shares) > 1:
+        raise ValueError(f"{ph.name}: one concurrent CU kernel per phase, got CU shares {shares}")
+    nic_regions = [c.trigger.slots for c in commands if c.executor.kind == "nic"
+                   and c.moves_data and not c.pull]
+    runner = KernelRunner(hbm, tracker, clock, cost, ph.kernel, routes, stage_index, ph.stream,
+                          policy, fault, f"{mode} {ph.name}", shares.pop() if shares else 0.0,
+                          list({id(s): s for s in nic_regions}.values()))
+    for slots, elems in ph.preload:  # resident inputs: written before the phase starts
+        runner.slot_done[slots] = start
+        tracker.signal(hbm.rank, slots, elems, start)
+    if not commands:
+        return runner.run(), policy, {}
+    timing = ExecutorTiming(clock, cost, incoming, runner, policy)
+    dma = DmaEngine(hbm, tracker, commands, timing, opts.watchdog_s,
+                    on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream,
+                    fault=faults.for_dma(fault_kind, hbm.rank, mode),
+                    status=lambda label, waiting: watchdog.post("dma", f"{mode} {label}",
+                                                                waiting))
+    dma.start()
+    kernel_end = runner.run()
+    watchdog.post("compute", f"{mode} {ph.name}: waits for its executors", waiting=True)
+    dma.join()
+    walls = {"stages": runner.wall_events, "dma": dma.wall_events}
+    return max(kernel_end, timing.last_end), policy, walls
+
+
+def categories(traffic: np.ndarray) -> dict[str, int]:
+    """DRAM bytes by T3's categories (GEMM, RS, AG reads and writes; plus A2A) from
+    (stream, kind) counts of one HBM (or a sum); updates count as writes."""
+    out = {}
+    for s, stream in enumerate(STREAMS):
+        out[f"{stream}_read"] = int(traffic[s, KINDS.index("read")])
+        out[f"{stream}_write"] = int(traffic[s, KINDS.index("update")]
+                                     + traffic[s, KINDS.index("write")])
+    return out

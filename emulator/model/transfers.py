@@ -1,0 +1,126 @@
+"""Every modelled-time formula of data movement, once (the cost model's transfer half).
+
+Symbols as in ``emulator/model/cost.py``; L = link bytes/s per direction, lat =
+link latency, e = bytes per element. Each function reserves the resources it
+uses on a rank's ``RankClock``, logs the modelled event it makes, and (for the
+executors) returns (end: when the executor is done, arrival: when the data is
+usable at its destination).
+
+- ``send``: B bytes leave on the sender's outgoing link (behind a switch: its
+  up port) from ``ready``: the link is busy until ``link_end``; the last byte
+  arrives at ``link_end + lat``.
+- ``land``: B bytes whose last byte arrived at ``t_arrival`` pass the
+  receiver's down port (switch), and land in its HBM as they stream in, from
+  ``t_in - B / L`` on, costing B (store) or ``nmc_update_cost`` x B (update) of
+  HBM time under the arbitration policy; usable at max(t_in, landed).
+- ``dma_push``: ``dma_setup_s``, then the source read at the HBM and the link
+  transfer stream concurrently; the engine is busy until both end.
+- ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
+  the link (lat), the data crosses the peer->reader direction, lands in the
+  reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
+- ``flag_put``: a signal with no data: ``dma_setup_s`` on the engine, then lat.
+- ``nic_put`` (GPU-initiated, ROC_SHMEM style): the issuing WG has paid
+  ``nic_issue_s`` per put (charged by the kernel); the NIC reads the source at
+  the HBM while it sends at its own rate; the flag put, ordered behind the data
+  by the fence, arrives with it: usable at end + ``nic_latency_s``.
+- ``cu_send``: a CU-driven kernel step on ``share`` of the CUs: read the local
+  copies (each B) at the HBM, add them (vector FLOPs at ``share`` of the
+  vector rate), then write the sum locally (B, or ``nmc_update_cost`` x B) or
+  send it on the link while the reads stream.
+"""
+
+from __future__ import annotations
+
+from emulator.model.arbitration import CommWindow, Exclusive
+from emulator.model.clock import RankClock
+from emulator.model.cost import CostModel
+
+_EXCLUSIVE = Exclusive()
+_ALONE = CommWindow()
+
+
+def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str) -> float:
+    """Reserve ``dst``'s outgoing link for ``nbytes`` from ``ready``; return its end."""
+    link_end = clock.link(dst).reserve(ready, nbytes)[1]
+    clock.log(f"link->{dst}", what, ready, link_end, bytes=nbytes)
+    return link_end
+
+
+def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
+         what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> float:
+    """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM."""
+    t_in = clock.receive(t_arrival, nbytes)
+    landed = max(t_in, policy.comm(clock.hbm, clock.streamed_from(t_in, nbytes),
+                                   cost.update_cost_bytes(nbytes, op), window))
+    clock.log("hbm", what, t_arrival, landed)
+    return landed
+
+
+def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, nbytes: float,
+             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
+    """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival."""
+    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    read_end = policy.comm(clock.hbm, t0, nbytes, window)
+    link_end = clock.link(dst).reserve(t0, nbytes)[1]
+    end = max(read_end, link_end)
+    engine.free_at = end
+    clock.log("dma", f"{what} -> {dst}", t0, end, bytes=nbytes)
+    clock.log(f"link->{dst}", f"dma {what}", t0, link_end, bytes=nbytes)
+    return end, end + cost.spec.interconnect.link_latency_s
+
+
+def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, nbytes: float,
+             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
+    """A DMA get of ``nbytes`` from ``src`` into this HBM; when the data is usable here."""
+    lat = cost.spec.interconnect.link_latency_s
+    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    link_start = t0 + lat  # the read request reaches the peer
+    link_end = clock.link_in(src).reserve(link_start, nbytes)[1]
+    clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
+    arrived = link_end + lat
+    landed = max(arrived, policy.comm(clock.hbm, max(link_start + lat, arrived - nbytes
+                                                     / clock.link_bw), nbytes, window))
+    engine.free_at = landed
+    clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
+    return landed, landed
+
+
+def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
+             what: str) -> tuple[float, float]:
+    """A signal with no data (a stream write of a flag) once ``done``; its arrival."""
+    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    engine.free_at = t0
+    clock.log("dma", f"flag {what} -> {dst}", done, t0)
+    return t0, t0 + cost.spec.interconnect.link_latency_s
+
+
+def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbytes: float,
+            what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
+    """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives."""
+    read_end = policy.comm(clock.hbm, done, nbytes, window)
+    nic_end = nic.reserve(done, nbytes)[1]
+    end = max(read_end, nic_end)
+    clock.log("nic", f"put {what} -> {dst}", done, end, bytes=nbytes)
+    return end, end + cost.spec.nic_latency_s
+
+
+def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies: int,
+            nbytes: float, op: str, what: str, policy=_EXCLUSIVE,
+            window: CommWindow = _ALONE, share: float = 1.0) -> tuple[float, float]:
+    """A CU kernel step: read ``copies`` local copies of ``nbytes``, add, write locally
+    (``dst`` = this rank) or send to ``dst``; when the result is usable there."""
+    t0 = max(done, cu.free_at)
+    read_end = policy.comm(clock.hbm, t0, copies * nbytes, window)
+    vec = cost.spec.vector_flops(cost.dtype)
+    if copies > 1 and vec:
+        read_end = max(read_end, t0 + (copies - 1) * nbytes / cost.e / (share * vec))
+    if dst == clock.rank:
+        end = arrival = policy.comm(clock.hbm, read_end, cost.update_cost_bytes(nbytes, op),
+                                    window)
+    else:
+        link_end = send(clock, dst, t0, nbytes, f"cu {what}")
+        end = max(read_end, link_end)
+        arrival = end + cost.spec.interconnect.link_latency_s
+    cu.free_at = end
+    clock.log("cu-kernel", f"{what} -> {dst}", t0, end, bytes=nbytes)
+    return end, arrival
