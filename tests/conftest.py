@@ -28,6 +28,9 @@ def test_env() -> dict:
     env = dict(os.environ)
     for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(key, "1")
+    # MPI scripts under tests/mpi import test helpers (tests.ops) as well as the packages
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "")
+                                                       .split(os.pathsep) if p])
     # a run launched from a test must not think it is already under MPI
     for key in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID"):
         env.pop(key, None)

@@ -8,7 +8,9 @@ from collectives.common import Problem, ring_chunks
 from devices.spec import load_device
 from emulator.engine.addrmap import AddressMap, MapError, TileSpace, tile_grid
 from emulator.engine.plan import Slots
-from emulator.engine.producer import GemmJob, make_wgs, program_order
+from emulator.engine.kernel import Kernel, make_wgs
+from emulator.engine.producers import TiledGemm
+from emulator.engine.program import program_order
 
 SPEC = load_device("t3-sim")
 
@@ -48,7 +50,7 @@ def test_ring_rs_map_routes_each_ring_step(split):
         after = 2 * split if chunk == 3 else split + 1
         assert c.dst_rank == 0 and c.op == "update"
         assert (c.trigger.thresholds == after * np.array(c.dst_elems)).all()
-        assert compiled.incoming[c.trigger.name][0] == after - split
+        assert compiled.incoming[id(c.trigger)][0] == after - split
 
 
 def test_direct_maps_send_every_slice_to_its_owner():
@@ -59,7 +61,7 @@ def test_direct_maps_send_every_slice_to_its_owner():
         owner = _chunk_of(p, amap.space, t)
         assert [g.rank for g in route.targets] == ([] if owner == 0 else [owner])
     (sink,) = compiled.commands
-    assert sink.src is None and compiled.incoming[sink.trigger.name][0] == 2
+    assert sink.src is None and compiled.incoming[id(sink.trigger)][0] == 2
     # direct AG: stored locally and multicast to every peer
     job, amap = direct.ag_map(p, Slots())
     routes = amap.compile().routes
@@ -117,18 +119,18 @@ def test_unmapped_tiles_keep_the_producer_op_only_where_allowed():
 @pytest.mark.parametrize("world", [1, 2, 3, 5])
 def test_every_collective_map_places_every_tile_once(world, split):
     """Each built-in plan compiles (a tile never mapped or mapped twice would raise)."""
-    from collectives import COLLECTIVE_ALGORITHMS, modes_for
-    from collectives.plans import build_plan
-    from emulator.engine.plan import GemmPhase
+    from emulator.app.catalog import registry
+    from emulator.engine.plan import KernelPhase
 
-    for collective, algos in COLLECTIVE_ALGORITHMS.items():
-        for algo in algos:
-            for mode in modes_for(collective):
+    reg = registry()
+    for op in reg.operations.values():
+        for algo in op.algorithms:
+            for mode in reg.configurations_for(op):
                 for rank in range(world):
-                    plan = build_plan(problem(rank, world, split=split), collective, algo,
-                                      mode)
+                    plan = reg.configuration(mode).build(problem(rank, world, split=split), op,
+                                                         algo)
                     for ph in plan.phases:
-                        if isinstance(ph, GemmPhase):
+                        if isinstance(ph, KernelPhase):
                             for m in ph.maps:
                                 m.compile()
 
@@ -140,15 +142,14 @@ def test_program_order_places_entries_by_last_write_and_by_gate():
     amap.track((0, 4, 4, 8))  # tile 1
     amap.track((4, 8, 4, 8))  # tile 3
     wgs, wg_tile = make_wgs(space, [0, 1, 2, 3], 5, 1)
-    job = GemmJob("A", "B", space, wgs, wg_tile, np.arange(4), stage_size=2)
+    job = Kernel(TiledGemm(), space, wgs, wg_tile, np.arange(4), stage_size=2)
     stage_index, commands = program_order(job, amap.compile().commands, 0, 4)
     # stage 0 = tiles 0,1 -> track tile 1; stage 1 = tiles 2,3 -> dma (0,2), track tile 3
     assert stage_index == [0, 2]
     assert [(c.order, list(c.trigger.slots)) for c in commands] == [(1, [1]), (3, [0, 2]), (4, [3])]
     assert [c.compute_after for c in commands] == [True, False, False]
     # a consumer gate pulls its entry before the stage that needs it
-    gated = GemmJob("A", "B", space, wgs, wg_tile, np.arange(4), 2,
-                    gates={1: [commands[2].trigger.name]})
+    gated = job.with_stage_gates({1: (commands[2].trigger,)})
     stage_index, commands = program_order(gated, amap.compile().commands, 0, 4)
     assert [c.order for c in commands if list(c.trigger.slots) == [3]] == [2]
     assert stage_index == [0, 3]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from collectives import COLLECTIVES, TOPOLOGIES, modes_for, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, modes_for, supported
 from tests.conftest import run_cli, run_mpi_script
 
 
@@ -44,7 +44,7 @@ def test_t3_orderings_on_the_balanced_case(emulate):
     (["--collective", "a2a"], "--collective a2a needs --topology full-mesh or switch"),
     (["--collective", "a2a", "--topology", "switch", "--algorithm", "ring"],
      "--collective a2a runs direct"),
-    (["--collective", "ag", "--mode", "ideal-rs-nmc"], "NMC-assisted RS needs a reduction"),
+    (["--collective", "ag", "--mode", "ideal-rs-nmc"], "reductions only"),
     (["--topology", "torus"], "allowed: ring, full-mesh, switch"),
     (["--split-k", "0"], "--split-k"),
     (["--algorithm", "tree"], "allowed: ring, direct"),

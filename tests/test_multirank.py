@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from collectives import modes_for
+from tests.ops import modes_for
 from tests.conftest import run_cli
 
 UNEVEN = ["--m", "517", "--n", "300", "--k", "129"]  # divisible neither by N nor by 128

@@ -2,7 +2,7 @@
 
 import pytest
 
-from collectives import COLLECTIVES, TOPOLOGIES, modes_for, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, modes_for, supported
 from tests.conftest import run_mpi_script
 
 

@@ -69,12 +69,14 @@ class KernelRunner:
                 n += entry[0] == 0
         return n
 
-    def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None):
+    def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None,
+                    read_scale: float = 1.0):
         """Reserve items run at once from ``start``; return (end, arrival per destination
         rank, their StageCost)."""
         clock, cost, k = self.clock, self.cost, self.kernel
         routes = [self.routes[int(k.wg_tile[w])] for w in ids]
         flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
+        reads *= read_scale
         if self.cu_share:
             compute /= 1.0 - self.cu_share
         sc = cost.with_writes(k.wgs[ids], flops, compute, reads, [r.local_op for r in routes],
@@ -104,9 +106,15 @@ class KernelRunner:
         stage_start = clock.cu.free_at
         ends, arrivals, stage_end = [], [], stage_start
         issue = 2 * self.cost.spec.nic_issue_s
+        scale = 1.0
+        if len(groups) > 1:  # the stage's groups share the L2: its panels are read once
+            k = self.kernel
+            whole = k.producer.cost(self.cost, k.wgs[np.concatenate(groups)])[2]
+            parts = sum(k.producer.cost(self.cost, k.wgs[ids])[2] for ids in groups)
+            scale = whole / parts if parts else 1.0
         for g, ids in enumerate(groups):
             start = max(stage_start, self._gate_time(self.kernel.gates_of(ids)))
-            end, arr, sc = self._time_items(s, ids, start, None)
+            end, arr, sc = self._time_items(s, ids, start, None, scale)
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
             clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),
                       start, end, wgs=len(ids), flops=sc.flops, read_bytes=sc.read_bytes,

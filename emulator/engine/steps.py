@@ -60,7 +60,8 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
             t_arr = tracker.wait(step.wait, watchdog_s)
             watchdog.post("compute", f"CU kernel step {step.name}")
             ready = max(ready, transfers.land(clock, cost, t_arr, step.wait_bytes, step.wait_op,
-                                              f"{step.name} received data lands"))
+                                              f"{step.name} received data lands",
+                                              log_hbm_end=True))
         read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end

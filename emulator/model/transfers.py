@@ -47,12 +47,16 @@ def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str) -> 
 
 
 def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
-         what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> float:
-    """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM."""
+         what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
+         log_hbm_end: bool = False) -> float:
+    """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM. The
+    logged event ends when they are usable, or (``log_hbm_end``, a CU kernel's wait)
+    when the HBM has absorbed them."""
     t_in = clock.receive(t_arrival, nbytes)
-    landed = max(t_in, policy.comm(clock.hbm, clock.streamed_from(t_in, nbytes),
-                                   cost.update_cost_bytes(nbytes, op), window))
-    clock.log("hbm", what, t_arrival, landed)
+    absorbed = policy.comm(clock.hbm, clock.streamed_from(t_in, nbytes),
+                           cost.update_cost_bytes(nbytes, op), window)
+    landed = max(t_in, absorbed)
+    clock.log("hbm", what, t_arrival, absorbed if log_hbm_end else landed)
     return landed
 
 

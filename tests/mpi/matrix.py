@@ -8,7 +8,7 @@ import sys
 
 from mpi4py import MPI
 
-from collectives import COLLECTIVES, TOPOLOGIES, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 

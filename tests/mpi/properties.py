@@ -27,7 +27,8 @@ import traceback
 
 from mpi4py import MPI
 
-from collectives import COLLECTIVE_ALGORITHMS, TOPOLOGY_ALGORITHMS
+from collectives import TOPOLOGY_ALGORITHMS
+from tests.ops import COLLECTIVE_ALGORITHMS
 from collectives.common import ring_chunks
 from devices.spec import load_device
 from emulator.app.config import RunConfig

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from collectives import COLLECTIVES, TOPOLOGIES, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
