@@ -1,2 +1,3 @@
 """The rank's runtime services: fail-fast abort, the status board and watchdog, fault
-hooks, MPI helpers (one node?, back-off), and the rank's own state object."""
+hooks, and the rank's own state object (the MPI helpers every layer shares, one
+node? and back-off, are in ``devices/mpiutil.py``)."""
