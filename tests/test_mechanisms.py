@@ -79,3 +79,9 @@ def test_a_plugin_configuration_pulls_with_per_wg_gates_on_several_engines(emula
     launches = [e for e in trace["traceEvents"] if e.get("cat") == "launch"]
     assert launches and all(e["dur"] == pytest.approx(2.0) for e in launches)  # 2 us each
     assert runs["pull-ag-gemm"]["modelled_time_s"] > 0
+    timing = emulate(["-n", str(ranks), "--configs", PLUGIN, "--collective", "ag+gemm",
+                      "--topology", "full-mesh", "--device", DEVICE, "--m", "517", "--n", "300",
+                      "--k", "129", "--mode", "t3,pull-ag-gemm", "--timing-only"])
+    for a, b in zip(doc["runs"], timing["runs"], strict=True):  # the same model, no payload
+        for key in ("modelled_time_s", "rank_phases_s", "dram_bytes_per_rank"):
+            assert a[key] == b[key], (a["mode"], key)

@@ -18,6 +18,11 @@ from emulator.model.cost import CostModel
 from emulator.runtime import watchdog
 
 
+def _elems(trigger) -> int:
+    """Elements of a trigger's region (its thresholds count ``after`` writes of each)."""
+    return int(trigger.thresholds.sum() // max(1, trigger.meta.get("after", 1)))
+
+
 class ExecutorTiming:
     def __init__(self, clock: RankClock, cost: CostModel, incoming: dict[int, tuple[int, str]],
                  runner: KernelRunner, policy):
@@ -31,7 +36,7 @@ class ExecutorTiming:
         trig = cmd.trigger
         key = id(trig)
         if key not in self.complete_at:  # the first command of a trigger sees it land
-            elems = int(trig.thresholds.sum() // max(1, trig.meta.get("after", 1)))
+            elems = _elems(trig)
             t_local = float(self.runner.slot_done[trig.slots].max()) if len(trig.slots) else 0.0
             if key not in self.incoming:  # a flag a peer wrote: done when it arrived
                 t_local = max(t_local, t_remote)
@@ -59,22 +64,22 @@ class ExecutorTiming:
                 return done
             ex = cmd.executor
             res = clock.executor(ex.kind, ex.index, ex.share)
-            elems = int(cmd.trigger.thresholds.sum() // max(1, cmd.trigger.meta.get("after", 1)))
-            nbytes = elems * cost.e
+            nbytes = _elems(cmd.trigger) * cost.e
+            pol = self.policy
             if cmd.flag_only:
                 end, arrival = transfers.flag_put(clock, cost, res, done, cmd.dst_rank, name)
             elif cmd.pull:
-                end, arrival = transfers.dma_pull(clock, cost, res, done, cmd.src_rank, nbytes, name,
-                                             self.policy, window)
+                end, arrival = transfers.dma_pull(clock, cost, res, done, cmd.src_rank, nbytes,
+                                                  name, pol, window)
             elif ex.kind == "nic":
-                end, arrival = transfers.nic_put(clock, cost, res, done, cmd.dst_rank, nbytes, name,
-                                            self.policy, window)
+                end, arrival = transfers.nic_put(clock, cost, res, done, cmd.dst_rank, nbytes,
+                                                 name, pol, window)
             elif ex.kind == "cu":
                 end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,
-                                            1 + len(cmd.adds), nbytes, cmd.op, name,
-                                            self.policy, window, ex.share)
+                                                 1 + len(cmd.adds), nbytes, cmd.op, name, pol,
+                                                 window, ex.share)
             else:
-                end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes, name,
-                                             self.policy, window)
+                end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes,
+                                                  name, pol, window)
             self.last_end = max(self.last_end, end)
             return arrival

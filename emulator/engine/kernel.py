@@ -25,6 +25,7 @@ runs it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,12 +79,14 @@ class Kernel:
         """How many work items write each output tile."""
         return np.bincount(self.wg_tile, minlength=len(self.space)).astype(np.int64)
 
+    def with_gates(self, gates: dict[int, Gates]) -> Kernel:
+        """The kernel with work item w waiting on ``gates[w]``."""
+        return dataclasses.replace(self, gates=gates)
+
     def with_stage_gates(self, stage_gates: dict[int, Gates]) -> Kernel:
         """The kernel with every item of stage s waiting on ``stage_gates[s]``."""
-        gates = {int(w): g for s, ids in enumerate(self.stages())
-                 for g in [stage_gates.get(s, ())] if g for w in ids}
-        return Kernel(self.producer, self.space, self.wgs, self.wg_tile, self.order,
-                      self.stage_size, gates, self.persistent, self.exit_waits)
+        return self.with_gates({int(w): g for s, ids in enumerate(self.stages())
+                                for g in [stage_gates.get(s, ())] if g for w in ids})
 
 
 def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,

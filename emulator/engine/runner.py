@@ -214,6 +214,6 @@ def categories(traffic: np.ndarray) -> dict[str, int]:
     out = {}
     for s, stream in enumerate(STREAMS):
         out[f"{stream}_read"] = int(traffic[s, KINDS.index("read")])
-        out[f"{stream}_write"] = int(traffic[s, KINDS.index("update")]
-                                     + traffic[s, KINDS.index("write")])
+        out[f"{stream}_write"] = int(traffic[s, KINDS.index("write")]
+                                     + traffic[s, KINDS.index("update")])
     return out

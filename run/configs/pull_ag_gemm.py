@@ -48,10 +48,8 @@ def build(p: Problem, op: Operation, algorithm: str) -> Plan:
     cspace = p.space(slots, "C", p.chunks)
     order = [t for c in [i] + p.others for t in cspace.tiles_in(p.chunk_region(c))]
     kernel = p.gemm(cspace, order, a="AG")
-    gates = {int(w): (arrived[(int(kernel.wgs[w, 0]), int(kernel.wgs[w, 1]), 0, p.k)],)
-             for w in range(len(kernel.wgs))}
-    kernel = type(kernel)(kernel.producer, kernel.space, kernel.wgs, kernel.wg_tile,
-                          kernel.order, kernel.stage_size, gates)
+    kernel = kernel.with_gates({w: (arrived[(int(r0), int(r1), 0, p.k)],)
+                                for w, (r0, r1) in enumerate(kernel.wgs[:, :2])})
     cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
     preload = [([aspace.slot(t) for t in own],
                 [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
