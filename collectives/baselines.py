@@ -18,7 +18,7 @@ from emulator.engine.registry import Operation
 
 def _phases(p: Problem, op: Operation, algorithm: str, isolated: bool, nmc: bool) -> Plan:
     parts, slots = op.parts, Slots()
-    layout, inputs, result = parts.layout(p, algorithm)
+    layout, inputs, result = parts.layout(p, algorithm, recv_buffer=not nmc)
 
     def iso(name: str) -> dict:
         return {"clock": name} if isolated else {}

@@ -25,7 +25,8 @@ ALGORITHMS = {"ring": ring, "direct": direct}
 class OperationParts:
     stream: str  # traffic category and the name of its collective kernel's phase
     fused_name: str  # the fused kernel's phase name
-    layout: Callable  # (p, algorithm) -> (layout, inputs, result regions)
+    layout: Callable  # (p, algorithm, recv_buffer=False) -> (layout, inputs, result regions);
+    # recv_buffer: add the buffer the collective run as a kernel receives into
     producer: Callable  # (p, slots) -> (kernel, map): the baseline producer
     steps: Callable  # (p, slots, algorithm, nmc) -> [CuStep]: the collective as a kernel
     fused: Callable  # (p, slots, algorithm) -> (kernel, maps, preload)
@@ -43,12 +44,16 @@ class OperationParts:
         return steps, credit
 
 
-def _layout(extra: Callable, own_rows: bool, result: Callable):
-    def layout(p: Problem, algorithm: str):
+def _layout(extra: Callable, own_rows: bool, result: Callable, recv: Callable | None = None):
+    """``extra``: arrays every configuration uses; ``recv``: the receive buffer only the
+    collective run as a CU kernel needs (``layout(..., recv=True)``)."""
+    def layout(p: Problem, algorithm: str, recv_buffer: bool = False):
         dt = p.dtype
         r0 = p.chunk(p.rank)[0]
         arrays = [("B", (p.k, p.n), dt), ("C", (p.m, p.n), dt), ("A", (p.m, p.k), dt)]
         arrays += extra(p, algorithm)
+        if recv_buffer and recv is not None:
+            arrays += recv(p, algorithm)
         return arrays, {"B": ("B", 0), "A": ("A", r0 if own_rows else 0)}, result(p)
     return layout
 
@@ -60,6 +65,10 @@ def _own_chunk(p: Problem):
 
 def _whole(p: Problem):
     return [("C", (0, p.m, 0, p.n))]
+
+
+def _none(p: Problem, algorithm: str):
+    return []
 
 
 def _recv(p: Problem, algorithm: str):
@@ -78,15 +87,15 @@ def _rs_steps(p, slots, algorithm, nmc):
 
 
 REDUCE_SCATTER = OperationParts(
-    "rs", "gemm+rs", _layout(_recv, False, _own_chunk), lambda p, s: plain_gemm(p, s),
+    "rs", "gemm+rs", _layout(_none, False, _own_chunk, _recv), lambda p, s: plain_gemm(p, s),
     _rs_steps, _one_map("rs_map"))
 
 ALL_REDUCE = OperationParts(
-    "rs", "gemm+rs", _layout(_recv, False, _whole), lambda p, s: plain_gemm(p, s),
+    "rs", "gemm+rs", _layout(_none, False, _whole, _recv), lambda p, s: plain_gemm(p, s),
     _rs_steps, _one_map("rs_map"), then_ag=True)
 
 ALL_GATHER = OperationParts(
-    "ag", "gemm+ag", _layout(lambda p, a: [], True, _whole),
+    "ag", "gemm+ag", _layout(_none, True, _whole),
     lambda p, s: plain_gemm(p, s, rows=[p.chunk(p.rank)]),
     lambda p, s, a, nmc: ALGORITHMS[a].ag_steps(p, s), _one_map("ag_map"))
 
@@ -103,7 +112,7 @@ ALL_TO_ALL = OperationParts(
     lambda p, s: plain_gemm(p, s), lambda p, s, a, nmc: direct.a2a_steps(p, s), _a2a_fused)
 
 
-def _ag_gemm_layout(p: Problem, algorithm: str):
+def _ag_gemm_layout(p: Problem, algorithm: str, recv_buffer: bool = False):
     dt = p.dtype
     arrays = [("B", (p.k, p.n), dt), ("C", (p.m, p.n), dt), ("AG", (p.m, p.k), dt)]
     return arrays, {"B": ("B", 0), "A": ("AG", p.chunk(p.rank)[0])}, _whole(p)

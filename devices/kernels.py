@@ -157,7 +157,11 @@ def _gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarra
     while t < tiles.shape[0]:
         e = _block_end(tiles, t)
         r0, r1, c0, c1 = tiles[t, 0], tiles[e - 1, 1], tiles[t, 2], tiles[e - 1, 3]
-        if c0 == 0 and c1 == out.shape[1]:
+        k0, k1 = tiles[t, 4], tiles[t, 5]
+        if c0 == 0 and c1 == out.shape[1] and k0 == 0 and k1 == a.shape[1] \
+                and c1 == b.shape[1]:  # whole rows: BLAS writes them in place
+            np.dot(a[r0:r1], b, out[r0:r1])
+        elif c0 == 0 and c1 == out.shape[1]:
             out[r0:r1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])
         else:
             out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])

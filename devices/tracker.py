@@ -100,13 +100,19 @@ class Doorbell:
 
 
 class Tracker:
+    """A rank's tracker: per-slot counts of element-updates and the latest modelled arrival
+    time, in a window peers accumulate into. ``segment`` and ``bell``: the job's memory
+    and doorbell, reused by every run (without, the tracker allocates its own and frees
+    them with itself)."""
+
     def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str],
-                 segment: Segment | None = None):
+                 segment: Segment | None = None, bell: Doorbell | None = None):
         self.comm = comm
         self.rank = comm.rank
         self.nslots = int(nslots)
         self.slot_name = slot_names
-        self.bell = Doorbell(comm)
+        self._own_bell = bell is None
+        self.bell = bell or Doorbell(comm)
         size = max(self.nslots, 1) * 16
         self._own = segment is None
         self._segment = segment or Segment(comm)
@@ -164,11 +170,17 @@ class Tracker:
 
     def complete(self, region: TrackedRegion) -> bool:
         self.win.Sync()
-        return bool((self._counts[region.slots] >= region.thresholds).all())
+        slots = region.slots
+        if len(slots) == 1:  # most regions are one tile: no fancy indexing
+            return bool(self._counts[slots[0]] >= region.thresholds[0])
+        return bool((self._counts[slots] >= region.thresholds).all())
 
     def arrival(self, region: TrackedRegion) -> float:
         self.win.Sync()
-        return float(self._times[region.slots].max()) if len(region.slots) else 0.0
+        slots = region.slots
+        if len(slots) == 1:
+            return float(self._times[slots[0]])
+        return float(self._times[slots].max()) if len(slots) else 0.0
 
     def wait(self, region: TrackedRegion, watchdog_s: float,
              pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:
@@ -208,7 +220,8 @@ class Tracker:
         return "\n".join(lines)
 
     def free(self) -> None:
-        self.bell.close()
+        if self._own_bell:
+            self.bell.close()
         if self.win == MPI.WIN_NULL:
             return
         if self._own:

@@ -131,6 +131,34 @@ def test_numeric_sweep_checks_numerics(tmp_path):
     assert mixed.returncode == 2 and "timing_only" in mixed.stderr
 
 
+def test_sweep_and_report_run_a_configuration_of_ones_own(tmp_path):
+    """A scenario naming a configuration from a file of one's own: refused without
+    ``--configs``, swept (numerically) and reported with it, resumed only with it."""
+    text = TINY.read_text().replace('collective = "ar"', 'collective = "ag+gemm"').replace(
+        'topology = "ring"', 'topology = "full-mesh"').replace(
+        'modes = ["sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc"]',
+        'modes = ["sequential", "pull-ag-gemm"]').replace("tp = [2, 4]", "tp = [2]").replace(
+        'sublayers = ["OP", "FC-2", "FC-1", "IP"]', 'sublayers = ["OP"]')
+    text = text[: text.index("[[models]]\nname = \"Tiny-B\"")]
+    path = tmp_path / "mine.toml"
+    path.write_text(text)
+    plugin = str(ROOT / "run" / "configs" / "pull_ag_gemm.py")
+    out = tmp_path / "o"
+    refused = run_cli(["sweep", str(path), "--out", str(out)], timeout=60)
+    assert refused.returncode == 2 and "pull-ag-gemm" in refused.stderr, refused.stderr
+    proc = run_cli(["sweep", str(path), "--out", str(out), "--configs", plugin], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(out)
+    assert [r["mode"] for r in rows] == ["sequential", "pull-ag-gemm"]
+    assert {r["numerics"] for r in rows} == {"pass"}
+    seq, mine = (float(r["modelled_time_s"]) for r in rows)
+    assert float(rows[1]["speedup_vs_sequential"]) == pytest.approx(seq / mine, rel=1e-12)
+    rep = run_cli(["report", str(out), "--no-figures"], timeout=120)
+    assert rep.returncode == 0 and "pull-ag-gemm" in rep.stdout, rep.stderr
+    again = run_cli(["sweep", str(path), "--out", str(out)], timeout=60)
+    assert again.returncode == 2 and "configs" in again.stderr, again.stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
 def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
     out = tmp_path / "sweep"

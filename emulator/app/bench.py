@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale", "size")
-TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.8), "overhead_vs_bare_ratio": ("<=", 1.3)}
+TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.9), "overhead_vs_bare_ratio": ("<=", 1.25)}
 STEP_TIMEOUT_S = 1200
 
 

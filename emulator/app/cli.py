@@ -138,7 +138,10 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sp
               help="Timing-only runs (same modelled times, no numerics): paper scale in minutes.")
 @click.option("--watchdog-s", type=float, default=_DEFAULT.watchdog_s, show_default=True,
               help="Per-run watchdog (wall seconds without progress before a job is aborted).")
-def sweep(scenario, out_dir, timing_only, watchdog_s) -> None:
+@click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
+              help="A Python file that registers configurations of one's own, which the "
+                   "scenario's modes may name (repeatable; resume with the same files).")
+def sweep(scenario, out_dir, timing_only, watchdog_s, configs) -> None:
     """Run every point of SCENARIO (a name under run/, or a .toml path) in every configuration."""
     from pathlib import Path
 
@@ -153,9 +156,9 @@ def sweep(scenario, out_dir, timing_only, watchdog_s) -> None:
                                 f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}"))
     out = Path(out_dir)
     try:
-        sc = load_scenario(scenario)
+        sc = load_scenario(scenario, tuple(configs))
         check_output_dir(out, "--out", len(sc.points) * (2 << 20))
-        rc = run_sweep(sc, out, timing_only, watchdog_s)
+        rc = run_sweep(sc, out, timing_only, watchdog_s, tuple(configs))
     except (ScenarioError, OutputError) as exc:
         _fail_usage(exc)
     except KeyboardInterrupt:

@@ -132,11 +132,16 @@ def find_scenario(name_or_path: str) -> Path:
     return path
 
 
-def load_scenario(name_or_path: str) -> Scenario:
-    """Parse and check a scenario; every error names the file and the key."""
+def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
+    """Parse and check a scenario; every error names the file and the key. ``configs``:
+    configuration files whose configurations the scenario's modes may name."""
     from emulator.app.catalog import registry
+    from emulator.engine.registry import RegistryError
 
-    reg = registry()
+    try:
+        reg = registry(configs)
+    except RegistryError as exc:
+        raise ScenarioError(f"--configs: {exc}") from None
     path = find_scenario(name_or_path)
     try:
         doc = tomllib.loads(path.read_text())
@@ -152,7 +157,8 @@ def load_scenario(name_or_path: str) -> Scenario:
     bad = [m for m in modes if m not in applies]
     if bad or not modes:
         raise ScenarioError(f"{path}: modes {bad or '[]'} (allowed for {doc['collective']}: "
-                            f"{', '.join(applies)})")
+                            f"{', '.join(applies)}; a configuration of one's own needs "
+                            f"--configs FILE)")
     models = []
     for i, md in enumerate(doc["models"]):
         where = f"{path}: models[{i}]"

@@ -40,18 +40,21 @@ def _file_key(point: Point) -> str:
 
 
 def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
-                 watchdog_s: float) -> RunConfig:
+                 watchdog_s: float, configs: tuple[str, ...] = ()) -> RunConfig:
     return RunConfig(ranks=p.tp, collective=sc.collective, topology=sc.topology,
                      mode=",".join(sc.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
                      device=p.device, watchdog_s=watchdog_s,
                      json=str(out / "points" / f"{_file_key(p)}.json"),
-                     timing_only=timing_only).validate()
+                     timing_only=timing_only, configs=configs).validate()
 
 
-def _header(sc: Scenario, timing_only: bool) -> dict:
-    return {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
+def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = ()) -> dict:
+    head = {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
             "timing_only": timing_only, "device": sc.device, "collective": sc.collective,
             "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes)}
+    if configs:  # configurations of one's own the modes may name (absolute paths)
+        head["configs"] = [str(Path(c).resolve()) for c in configs]
+    return head
 
 
 def _record(p: Point, doc: dict) -> dict:
@@ -104,18 +107,21 @@ def save(out: Path, header: dict, points: list[dict]) -> None:
     write_text_atomic(out / "results.csv", csv_text(header, points))
 
 
-def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> int:
-    """Run the scenario's missing points; return 0 if every point finished and passed."""
+def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
+              configs: tuple[str, ...] = ()) -> int:
+    """Run the scenario's missing points; return 0 if every point finished and passed.
+    ``configs``: configuration files to register in every point's job (``--configs``)."""
     from emulator.app.launcher import launch
 
-    header = _header(sc, timing_only)
+    header = _header(sc, timing_only, configs)
     prior = load_results(out)
     done: dict[str, dict] = {}
     if prior is not None:
-        for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes"):
-            if prior.get(key) != header[key]:
+        for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes",
+                    "configs"):
+            if prior.get(key) != header.get(key):
                 raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
-                                    f"{header[key]!r}; use another --out directory")
+                                    f"{header.get(key)!r}; use another --out directory")
         done = {pt["key"]: pt for pt in prior["points"]}
     (out / "points").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -127,7 +133,7 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float) -> 
     for p in sc.points:
         if p.key in done:
             continue
-        cfg = point_config(sc, p, out, timing_only, watchdog_s)
+        cfg = point_config(sc, p, out, timing_only, watchdog_s, configs)
         path = Path(cfg.json)
         if path.exists():  # finished just before an interruption: keep it
             doc = json.loads(path.read_text())

@@ -64,8 +64,10 @@ class TileSpace:
     slot_base: int
 
     def __post_init__(self):
-        object.__setattr__(self, "_index", {(int(t[0]), int(t[1]), int(t[2]), int(t[3])): i
-                                            for i, t in enumerate(self.tiles)})
+        regions = [tuple(t) for t in np.asarray(self.tiles, np.int64).tolist()]
+        object.__setattr__(self, "_regions", regions)  # tile id -> region (Python ints)
+        object.__setattr__(self, "_elems", [(r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in regions])
+        object.__setattr__(self, "_index", {r: i for i, r in enumerate(regions)})
 
     def __len__(self) -> int:
         return len(self.tiles)
@@ -74,7 +76,10 @@ class TileSpace:
         return self.slot_base + int(t)
 
     def region(self, t: int) -> Region:
-        return tuple(int(x) for x in self.tiles[t])
+        return self._regions[t]
+
+    def elems(self, t: int) -> int:
+        return self._elems[t]
 
     def tile_at(self, region: Region) -> int:
         t = self._index.get(tuple(region))
@@ -84,7 +89,7 @@ class TileSpace:
 
     def tiles_in(self, region: Region) -> list[int]:
         """Tile ids exactly covering ``region``; MapError if it cuts a tile."""
-        exact = self._index.get(tuple(int(x) for x in region))
+        exact = self._index.get(tuple(map(int, region)))
         if exact is not None:  # the common case: a map entry per tile
             return [exact]
         r0, r1, c0, c1 = region
@@ -200,7 +205,9 @@ class AddressMap:
             r, d = entry.region, entry.to_region
             if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
                 raise MapError(f"destination region {d} is not the shape of {r}")
-        writes = {int(self.local_writes[t]) for t in entry.tiles}
+        lw = self.local_writes
+        writes = {int(lw[t]) for t in entry.tiles} if len(entry.tiles) > 1 \
+            else {int(lw[entry.tiles[0]])} if entry.tiles else set()
         if len(writes) > 1:
             raise MapError(f"region {entry.region}: tiles see different numbers of local "
                            f"writes {sorted(writes)}")
@@ -215,7 +222,7 @@ class AddressMap:
         for t in entry.tiles:
             self._owner[t] = len(self.entries)
         if entry.kind in ("dma", "track", "pull", "flag"):
-            elems = [region_elems(self.space.region(t)) for t in entry.tiles]
+            elems = [self.space.elems(t) for t in entry.tiles]
             where = {"dma": f"-> ranks {list(entry.dsts)} {entry.op} by {entry.executor.queue}",
                      "track": "kept locally", "pull": f"pulled from rank {entry.src_rank}",
                      "flag": f"flags to ranks {list(entry.dsts)}"}[entry.kind]
@@ -332,7 +339,7 @@ class AddressMap:
             for t in entry.tiles:
                 if self.local_writes[t] > 0:
                     routes[t] = Route(self.producer_op, slot=self.space.slot(t))
-            elems = [region_elems(self.space.region(t)) for t in entry.tiles]
+            elems = [self.space.elems(t) for t in entry.tiles]
             trigger = entry.signal
             signals.append(trigger)
             local = int(self.local_writes[entry.tiles[0]])

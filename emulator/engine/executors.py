@@ -25,25 +25,34 @@ def _elems(trigger) -> int:
 
 class ExecutorTiming:
     def __init__(self, clock: RankClock, cost: CostModel, incoming: dict[int, tuple[int, str]],
-                 runner: KernelRunner, policy):
+                 runner: KernelRunner, policy, own_writes: dict[int, int] | None = None):
         self.clock, self.cost, self.incoming, self.runner = clock, cost, incoming, runner
+        self.own_writes = own_writes or {}  # id(trigger) -> element-writes by own WGs
         self.policy = policy
         self.complete_at = runner.complete_at
         self.last_end = 0.0
+        self._elems: dict[int, int] = {}  # id(trigger) -> its elements
+
+    def elems(self, trigger) -> int:
+        n = self._elems.get(id(trigger))
+        if n is None:
+            n = self._elems[id(trigger)] = _elems(trigger)
+        return n
 
     def _complete(self, cmd: DmaCommand, t_remote: float, window: CommWindow) -> float:
         """When the trigger's region is complete (computed once per trigger)."""
         trig = cmd.trigger
         key = id(trig)
         if key not in self.complete_at:  # the first command of a trigger sees it land
-            elems = _elems(trig)
+            elems = self.elems(trig)
             t_local = float(self.runner.slot_done[trig.slots].max()) if len(trig.slots) else 0.0
             if key not in self.incoming:  # a flag a peer wrote: done when it arrived
                 t_local = max(t_local, t_remote)
             per_elem, op = self.incoming.get(key, (0, "store"))
-            landed = 0.0
-            if per_elem > 0:  # peers' writes land in this HBM from their arrival on
-                nbytes = elems * per_elem * self.cost.e
+            remote = elems * per_elem - self.own_writes.get(key, 0)  # this rank's own WGs'
+            landed = 0.0  # stores into its other buffers are local writes (``slot_done``)
+            if remote > 0:  # peers' writes land in this HBM from their arrival on
+                nbytes = remote * self.cost.e
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window)
             done = max(t_local, landed)
@@ -64,7 +73,7 @@ class ExecutorTiming:
                 return done
             ex = cmd.executor
             res = clock.executor(ex.kind, ex.index, ex.share)
-            nbytes = _elems(cmd.trigger) * cost.e
+            nbytes = self.elems(cmd.trigger) * cost.e
             pol = self.policy
             if cmd.flag_only:
                 end, arrival = transfers.flag_put(clock, cost, res, done, cmd.dst_rank, name)

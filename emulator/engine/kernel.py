@@ -2,7 +2,9 @@
 finished tile routed through the map.
 
 The runner knows nothing of collectives. It computes a group of work items with
-the producer's kernel, then hands each item's tile to its route: a local store or
+the producer's kernel (all of them at the first stage when no item waits on a
+signal and the workspace allows it: one BLAS call per block of rows), then
+hands each item's tile to its route: a local store or
 update (signalling the local tracker if the tile is tracked) and/or fine-grained
 stores or updates by the producing WG itself into peers' HBM (put-with-signal).
 A work item may wait on signal handles (``gates``); a stage is split into groups

@@ -150,6 +150,7 @@ class KernelRunner:
         ws = k.producer.bind(hbm, RANK, k.wgs, k.stage_size, k.space.buffer) if hbm.payload \
             else None
         nstages = len(self.stage_index)
+        ahead = ws is not None and ws.ahead and not k.gates
         for s, ids in enumerate(k.stages()):
             where = f"{self.label} stage {s}/{nstages}"
             for g in k.gates_of(ids):  # the tracker releases the WGs that need it
@@ -161,7 +162,10 @@ class KernelRunner:
                 RANK.first_stage_unix = time.time()
             if s == self.fault_stage:
                 faults.in_stage(self.fault_kind, where, hbm.rank)
-            if ws is not None:  # the arithmetic first: it needs no modelled time
+            if ahead and s == 0:  # every input resident: all the arithmetic at once
+                items = k.wgs[k.order]
+                ws.compute(items[np.lexsort((items[:, 2], items[:, 0]))])
+            elif ws is not None and not ahead:  # the arithmetic first: no modelled time
                 ws.compute(k.wgs[ids])
             watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
             with self.clock.order.turn(self.stage_index[s], f"stage {s}"):
@@ -176,10 +180,10 @@ class KernelRunner:
                     for w in ids_g}
             writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
             signals: dict[tuple[int, float], dict[int, int]] = {}
-            for j, w in enumerate(ids):
-                region = tuple(int(x) for x in k.wgs[w, :4])
-                end, arr = done[int(w)]
-                self._route(int(k.wg_tile[w]), region, j, end, arr, signals, writes)
+            for j, (w, region, t) in enumerate(zip(ids.tolist(), k.wgs[ids, :4].tolist(),
+                                                   k.wg_tile[ids].tolist())):
+                end, arr = done[w]
+                self._route(t, tuple(region), j, end, arr, signals, writes)
             writes.flush()
             for (rank, t_arrival), counts in signals.items():  # one signal per destination
                 self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
@@ -206,23 +210,23 @@ class KernelRunner:
         """Write item ``j``'s tile where its route says; add its tracker signals to
         ``signals`` ((rank, arrival) -> {slot: element-updates}), sent once the stage's
         tiles are out."""
-        route, hbm = self.routes[t], self.hbm
+        route, rank = self.routes[t], self.hbm.rank
         elems = (region[1] - region[0]) * (region[3] - region[2])
-
-        def signal(rank: int, slot: int, t_arrival: float) -> None:
-            counts = signals.setdefault((rank, t_arrival), {})
-            counts[slot] = counts.get(slot, 0) + elems
-
         if route.local_op != "none":
-            writes.add(hbm.rank, self.kernel.space.buffer, route.local_op, "gemm", region,
+            writes.add(rank, self.kernel.space.buffer, route.local_op, "gemm", region,
                        region, j)
             if route.slot >= 0:
-                self.slot_done[route.slot] = max(self.slot_done[route.slot], end)
-                signal(hbm.rank, route.slot, 0.0)
+                if end > self.slot_done[route.slot]:
+                    self.slot_done[route.slot] = end
+                counts = signals.setdefault((rank, 0.0), {})
+                counts[route.slot] = counts.get(route.slot, 0) + elems
         for tg in route.targets:
-            stream = "gemm" if tg.rank == hbm.rank else self.stream
+            stream = "gemm" if tg.rank == rank else self.stream
             writes.add(tg.rank, tg.buffer, tg.op, stream, tg.region, region, j)
-            signal(tg.rank, tg.slot, arrivals[tg.rank])
+            if tg.rank == rank and arrivals[rank] > self.slot_done[tg.slot]:
+                self.slot_done[tg.slot] = arrivals[rank]  # a local write, done at the end
+            counts = signals.setdefault((tg.rank, arrivals[tg.rank]), {})
+            counts[tg.slot] = counts.get(tg.slot, 0) + elems
 
 
 class _Writes:

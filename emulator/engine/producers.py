@@ -32,6 +32,11 @@ from devices.regions import Region
 class Workspace(Protocol):
     canvas: np.ndarray | None  # output-shaped fp32 (items own their tiles)
     buf: np.ndarray | None  # one fp32 tile per item of a stage (split-K)
+    # ahead: the items' results land in the canvas and their operands are never written
+    # by the kernel's own routes, so when no item waits on a signal (every input is
+    # resident) the runner may compute all items at once, in one call per block of rows:
+    # the same numbers (modulo BLAS blocking in the last bit), modelled time untouched
+    ahead: bool
 
     def compute(self, items: np.ndarray) -> None: ...
 
@@ -62,8 +67,10 @@ class _GemmWorkspace:
         self.a32 = self.a if self.a.dtype == np.float32 else np.empty(self.a.shape, np.float32)
         self.b32 = kernels.widen(hbm.view(b))
         self.canvas = self.buf = None
+        self.ahead = False  # may compute every item at once (see ``Workspace.ahead``)
         if kernel == "gemv" or _whole_k(items, self.a.shape[1]):  # WGs own their tiles
             self.canvas = runtime.workspace(hbm.specs[out].shape)
+            self.ahead = True
         else:  # split-K: partial tiles overlap, one buffer per WG
             tm = int((items[:, 1] - items[:, 0]).max())
             tn = int((items[:, 3] - items[:, 2]).max())
@@ -136,6 +143,7 @@ class _ElementwiseWorkspace:
         self.hbm, self.kernels, self.groups = hbm, kernels, groups
         self.canvas = runtime.workspace(hbm.specs[out].shape)
         self.buf = None
+        self.ahead = False  # its sources may be what earlier items' routes wrote
 
     def compute(self, items: np.ndarray) -> None:
         for it in items:

@@ -18,7 +18,7 @@ from mpi4py import MPI
 from devices.dma import DmaEngine
 from devices.hbm import KINDS, WIN_INFO, Hbm, Segment
 from devices.spec import DeviceSpec
-from devices.tracker import Tracker
+from devices.tracker import Doorbell, Tracker
 from emulator.engine.executors import ExecutorTiming
 from emulator.engine.launch import KernelRunner
 from emulator.engine.plan import KernelPhase, Plan, StepsPhase
@@ -78,13 +78,16 @@ class _Clocks:
 class DeviceMemory:
     """The emulated GPU's memory for a whole job: its HBM and its tracker's counters,
     each one window allocated by the first run and reused (re-zeroed) by the next ones,
-    as a GPU's DRAM exists before the kernels that use it. Free it at the end of the job."""
+    as a GPU's DRAM exists before the kernels that use it; and the tracker's doorbell.
+    Free it at the end of the job."""
 
     def __init__(self, comm: MPI.Intracomm):
         self.hbm = Segment(comm, WIN_INFO)
         self.tracker = Segment(comm)
+        self.bell = Doorbell(comm)
 
     def free(self) -> None:
+        self.bell.close()
         self.tracker.free()
         self.hbm.free()
 
@@ -107,7 +110,8 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
              if payload and row == 0 and inputs[name].shape == shapes[array]]
     hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm,
               overwritten=whole)
-    tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker)
+    tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker,
+                      memory and memory.bell)
     if payload:  # inputs are resident before the operation
         for name, (array, row) in plan.inputs.items():
             data = inputs[name]
@@ -194,7 +198,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
         tracker.signal(hbm.rank, slots, elems, start)
     if not commands:
         return runner.run(), policy, {}
-    timing = ExecutorTiming(clock, cost, incoming, runner, policy)
+    timing = ExecutorTiming(clock, cost, incoming, runner, policy,
+                            _own_writes(routes, commands, hbm.rank, ph.kernel.space))
     dma = DmaEngine(hbm, tracker, commands, timing, opts.watchdog_s,
                     on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream,
                     fault=faults.for_dma(fault_kind, hbm.rank, mode),
@@ -206,6 +211,21 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     dma.join()
     walls = {"stages": runner.wall_events, "dma": dma.wall_events}
     return max(kernel_end, timing.last_end), policy, walls
+
+
+def _own_writes(routes, commands, rank: int, space) -> dict[int, int]:
+    """id(trigger) -> element-writes into its slots by this rank's own WGs through a
+    route target on this rank (a store into another local buffer, e.g. its own block of
+    a slot buffer): local writes, not peers' data landing from a link."""
+    per_slot: dict[int, int] = {}
+    for t, route in routes.items():
+        for tg in route.targets:
+            if tg.rank == rank:
+                per_slot[tg.slot] = per_slot.get(tg.slot, 0) + space.elems(t)
+    if not per_slot:
+        return {}
+    return {id(c.trigger): n for c in commands
+            for n in [sum(per_slot.get(int(s), 0) for s in c.trigger.slots)] if n}
 
 
 def categories(traffic: np.ndarray) -> dict[str, int]:

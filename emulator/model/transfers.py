@@ -50,13 +50,16 @@ def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op:
          what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
          log_hbm_end: bool = False) -> float:
     """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM. The
-    logged event ends when they are usable, or (``log_hbm_end``, a CU kernel's wait)
-    when the HBM has absorbed them."""
+    logged event runs from the arrival until they are usable, or (``log_hbm_end``, a CU
+    kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
     t_in = clock.receive(t_arrival, nbytes)
-    absorbed = policy.comm(clock.hbm, clock.streamed_from(t_in, nbytes),
-                           cost.update_cost_bytes(nbytes, op), window)
+    first = clock.streamed_from(t_in, nbytes)
+    absorbed = policy.comm(clock.hbm, first, cost.update_cost_bytes(nbytes, op), window)
     landed = max(t_in, absorbed)
-    clock.log("hbm", what, t_arrival, absorbed if log_hbm_end else landed)
+    if log_hbm_end:
+        clock.log("hbm", what, first, absorbed)
+    else:
+        clock.log("hbm", what, t_arrival, landed)
     return landed
 
 

@@ -1,0 +1,153 @@
+"""Modelled clock against hand-computed timelines (SimPy-style tests).
+
+The core: for every executor kind, a two-rank toy plan on tests/data/event-log.toml
+whose whole modelled event log, on each rank, must equal a log derived by hand in
+tests/mpi/event_log.py from the device's numbers and the documented formulas (and
+whose data must equal numpy's). Besides, a few transfer formulas are checked in
+process, on a fresh clock, against hand arithmetic (the switch's down port, a busy
+DMA engine, NIC puts sharing the NIC, a local CU-kernel update)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from tests.conftest import ROOT, run_mpi_script
+
+CASES = ["wg-stores", "dma-push", "pull", "flag", "nic", "cu-executor", "cu-steps",
+         "persistent", "launch-wait", "self-slots"]
+DEVICE = ROOT / "tests" / "data" / "event-log.toml"
+
+
+def _block(stdout: str, case: str) -> str:
+    """The script's report of ``case`` (its OK line, or the mismatch tables)."""
+    m = re.search(rf"^EVENT-LOG (OK|MISMATCH) {re.escape(case)}\b.*?(?=^EVENT-LOG |\Z)",
+                  stdout, re.S | re.M)
+    return m.group(0) if m else stdout[-4000:]
+
+
+@pytest.fixture(scope="module")
+def job():
+    """One 2-rank job runs every case (numba and MPI start once)."""
+    return run_mpi_script("event_log.py", 2, timeout=300)
+
+
+def test_the_job_ran_every_case(job):
+    assert "EVENT-LOG DONE" in job.stdout, job.stdout[-3000:] + job.stderr[-3000:]
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_two_rank_event_log_is_the_hand_computed_one(job, case):
+    assert re.search(rf"^EVENT-LOG OK {re.escape(case)} \(\d+ events per rank\)$", job.stdout,
+                     re.M), _block(job.stdout, case) + job.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- in process, no MPI
+_D = tomllib.loads(DEVICE.read_text())
+BW = _D["memory"]["hbm_gb_per_s"] * 1e9  # 1000 GB/s
+UPD = _D["memory"]["nmc_update_cost"]  # 2
+SETUP = _D["dma"]["setup_ns"] * 1e-9  # 100 ns
+L = _D["interconnect"]["link_gb_per_s_per_direction"] * 1e9  # 100 GB/s
+LAT = _D["interconnect"]["link_latency_ns"] * 1e-9  # 1 us
+NIC_BW = _D["nic"]["gb_per_s"] * 1e9  # 50 GB/s
+NIC_LAT = _D["nic"]["latency_ns"] * 1e-9  # 2 us
+FV = _D["compute"]["cus"] * _D["compute"]["clock_ghz"] * 1e9 \
+    * _D["compute"]["fp32_vector_flops_per_cycle_per_cu"]  # 16 GFLOP/s
+E = 4  # fp32
+B = 65536  # one 128 x 128 fp32 tile
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= max(1e-9 * max(abs(a), abs(b)), 1e-15)
+
+
+def _same(got: list, want: list) -> None:
+    assert len(got) == len(want), (got, want)
+    for g, w in zip(got, want):
+        assert g[:2] == w[:2] and _close(g[2], w[2]) and _close(g[3], w[3]), (g, w)
+
+
+def _clock(switched: bool = False):
+    from devices.spec import load_device
+    from emulator.model.clock import RankClock
+    from emulator.model.cost import CostModel
+
+    spec = load_device(str(DEVICE))
+    clock = RankClock(0, spec.hbm_bw, spec.interconnect.link_bw, spec.dma_engines, 10.0,
+                      switched=switched, nics=spec.nics, nic_bw=spec.nic_bw)
+    return clock, CostModel(spec, "fp32")
+
+
+def _log(clock) -> list:
+    return [(e.track, e.name, e.start, e.end) for e in clock.events]
+
+
+def test_two_writes_landing_behind_a_switch_share_the_down_port():
+    from emulator.model import transfers
+
+    clock, cost = _clock(switched=True)
+    t = 10e-6
+    first = transfers.land(clock, cost, t, B, "store", "a")
+    second = transfers.land(clock, cost, t, B, "update", "b")
+    # a: passes the down port from t - B/L (idle) -> t_in = t; lands from t_in - B/L, B at BW
+    a_in = t
+    a_hbm = (a_in - B / L) + B / BW
+    # b: the down port is a's until t, so b passes it in [t, t + B/L]; lands from t_in - B/L
+    # = t as an update (u B) at the HBM, idle after a's landing
+    b_in = t + B / L
+    b_hbm = (b_in - B / L) + UPD * B / BW
+    assert _close(first, max(a_in, a_hbm)) and _close(second, max(b_in, b_hbm))
+    _same(_log(clock), [("hbm", "a", t, max(a_in, a_hbm)), ("hbm", "b", t, max(b_in, b_hbm))])
+
+
+def test_dma_push_and_pull_wait_for_a_busy_engine():
+    from emulator.model import transfers
+
+    clock, cost = _clock()
+    engine = clock.executor("dma", 1)
+    engine.free_at = 5e-6
+    end, arr = transfers.dma_push(clock, cost, engine, 1e-6, 1, B, "x")
+    t0 = max(1e-6, 5e-6) + SETUP  # max(done, engine free) + setup
+    push_end = max(t0 + B / BW, t0 + B / L)  # HBM read and link from t0
+    assert _close(end, push_end) and _close(arr, push_end + LAT)
+    landed, _ = transfers.dma_pull(clock, cost, engine, 2e-6, 1, B, "y")
+    p0 = max(2e-6, push_end) + SETUP  # the engine is the push's until its end
+    link_end = p0 + LAT + B / L  # the request crosses, then B on 1 -> 0
+    arrived = link_end + LAT
+    hbm_end = max(p0 + 2 * LAT, arrived - B / L) + B / BW  # lands as it streams in
+    assert _close(landed, max(arrived, hbm_end)) and _close(engine.free_at, landed)
+    _same(_log(clock), [("dma", "x -> 1", t0, push_end), ("link->1", "dma x", t0, t0 + B / L),
+                        ("link<-1", "pull y", p0 + LAT, link_end),
+                        ("dma", "y <- 1", p0, max(arrived, hbm_end))])
+
+
+def test_nic_puts_share_the_nic_and_the_flag_follows_the_data():
+    from emulator.model import transfers
+
+    clock, cost = _clock()
+    nic = clock.executor("nic", 0)
+    e1, a1 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "p")
+    e2, a2 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "q")
+    # p: HBM read [0, B/BW], NIC [0, B/NIC_BW]; q: HBM after p's read, NIC after p (the
+    # earlier reservation keeps its rate)
+    p_end = max(B / BW, B / NIC_BW)
+    q_end = max(2 * B / BW, 2 * B / NIC_BW)
+    assert _close(e1, p_end) and _close(a1, p_end + NIC_LAT)
+    assert _close(e2, q_end) and _close(a2, q_end + NIC_LAT)
+
+
+def test_a_cu_kernel_update_written_locally_after_its_adds():
+    from emulator.model import transfers
+
+    clock, cost = _clock()
+    cu = clock.executor("cu", 0, 0.25)
+    cu.free_at = 3e-6
+    end, arrival = transfers.cu_send(clock, cost, cu, 1e-6, 0, 3, B, "update", "z", share=0.25)
+    t0 = 3e-6  # max(done, CU kernel free)
+    read_end = max(t0 + 3 * B / BW, t0 + (3 - 1) * B / E / (0.25 * FV))  # reads, adds at f Fv
+    local = read_end + UPD * B / BW  # a local update after the reads: u B
+    assert _close(end, local) and _close(arrival, local) and _close(cu.free_at, local)
+    _same(_log(clock), [("cu-kernel", "z -> 0", t0, local)])
