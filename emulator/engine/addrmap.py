@@ -166,6 +166,7 @@ class AddressMap:
         self.local_ok = local_ok
         self.local_writes = (np.ones(len(space), np.int64) if local_writes is None
                              else np.asarray(local_writes, np.int64))
+        self._local_writes = self.local_writes.tolist()  # the same, as Python ints
         self._owner: dict[int, int] = {}
         self.entries: list[_Entry] = []
 
@@ -194,6 +195,15 @@ class AddressMap:
             raise MapError(f"destination ranks {dsts} repeat")
         return tuple(int(d) for d in dsts)
 
+    def _where(self, entry: _Entry) -> str:
+        if entry.kind == "dma":
+            return f"-> ranks {list(entry.dsts)} {entry.op} by {entry.executor.queue}"
+        if entry.kind == "pull":
+            return f"pulled from rank {entry.src_rank}"
+        if entry.kind == "flag":
+            return f"flags to ranks {list(entry.dsts)}"
+        return "kept locally"
+
     def _add(self, entry: _Entry) -> None:
         if entry.op not in OPS:
             raise MapError(f"op {entry.op!r} not in {OPS}")
@@ -205,32 +215,29 @@ class AddressMap:
             r, d = entry.region, entry.to_region
             if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
                 raise MapError(f"destination region {d} is not the shape of {r}")
-        lw = self.local_writes
-        writes = {int(lw[t]) for t in entry.tiles} if len(entry.tiles) > 1 \
-            else {int(lw[entry.tiles[0]])} if entry.tiles else set()
+        tiles, lw, owner = entry.tiles, self._local_writes, self._owner
+        writes = {lw[t] for t in tiles}
         if len(writes) > 1:
             raise MapError(f"region {entry.region}: tiles see different numbers of local "
                            f"writes {sorted(writes)}")
         if entry.kind in ("dma", "track") and entry.after < writes.pop():
             raise MapError(f"region {entry.region}: after={entry.after} is below the "
-                           f"producer's own {int(self.local_writes[entry.tiles[0]])} writes")
-        for t in entry.tiles:
-            if t in self._owner:
-                prev = self.entries[self._owner[t]]
+                           f"producer's own {lw[tiles[0]]} writes")
+        for t in tiles:
+            if t in owner:
+                prev = self.entries[owner[t]]
                 raise MapError(f"tile {self.space.region(t)} of {self.buffer} mapped twice: "
                                f"by {prev.kind} {prev.region} and by {entry.kind} {entry.region}")
-        for t in entry.tiles:
-            self._owner[t] = len(self.entries)
+        n = len(self.entries)
+        for t in tiles:
+            owner[t] = n
         if entry.kind in ("dma", "track", "pull", "flag"):
-            elems = [self.space.elems(t) for t in entry.tiles]
-            where = {"dma": f"-> ranks {list(entry.dsts)} {entry.op} by {entry.executor.queue}",
-                     "track": "kept locally", "pull": f"pulled from rank {entry.src_rank}",
-                     "flag": f"flags to ranks {list(entry.dsts)}"}[entry.kind]
+            sp = self.space
             entry.signal = TrackedRegion(
                 name=f"{self.buffer}{list(entry.region)}",
-                slots=np.array([self.space.slot(t) for t in entry.tiles], np.int64),
-                thresholds=np.array(elems, np.int64) * entry.after,
-                label=f"after={entry.after}, {where}", meta={"after": entry.after})
+                slots=np.array([sp.slot_base + t for t in tiles], np.int64),
+                thresholds=np.array([sp.elems(t) * entry.after for t in tiles], np.int64),
+                label=f"after={entry.after}, {self._where(entry)}", meta={"after": entry.after})
         self.entries.append(entry)
 
     def remote_map(self, region: Region, dst_ranks: int | Sequence[int], op: str = "update",
@@ -320,7 +327,7 @@ class AddressMap:
                 continue  # the default route: a local write with the producer's op
             if entry.kind == "remote":
                 for t, dt in zip(entry.tiles, dst_tiles):
-                    if self.local_writes[t] == 0:
+                    if self._local_writes[t] == 0:
                         continue
                     targets = tuple(Target(d, space.buffer, space.region(dt), entry.op,
                                            space.slot(dt)) for d in entry.dsts)
@@ -337,12 +344,12 @@ class AddressMap:
                 signals.append(sig)
                 continue
             for t in entry.tiles:
-                if self.local_writes[t] > 0:
+                if self._local_writes[t] > 0:
                     routes[t] = Route(self.producer_op, slot=self.space.slot(t))
             elems = [self.space.elems(t) for t in entry.tiles]
             trigger = entry.signal
             signals.append(trigger)
-            local = int(self.local_writes[entry.tiles[0]])
+            local = self._local_writes[entry.tiles[0]]
             incoming[id(trigger)] = (entry.after - local, self.incoming_op)
             if entry.kind == "track":
                 commands.append(DmaCommand(trigger=trigger, buffer=self.buffer, src=None))
