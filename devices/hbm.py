@@ -68,6 +68,13 @@ def allocate_window(comm: MPI.Intracomm, size: int,
     return win, win.tomemory()
 
 
+def is_shared(win: MPI.Win) -> bool:
+    """Whether ``win`` is a shared-memory window (every rank on one node): peers' loads and
+    stores reach it without this rank's help. Else one-sided operations from other
+    nodes may need this rank to make MPI progress (``mpiutil.progress``) while it waits."""
+    return win.Get_attr(MPI.WIN_CREATE_FLAVOR) == MPI.WIN_FLAVOR_SHARED
+
+
 class Segment:
     """Memory a rank's runs share: one window allocated once per job (the emulated
     GPU's DRAM is there before any kernel runs) and bound by each run in turn.
@@ -262,7 +269,8 @@ class Hbm:
             self.win.Flush(rank)
             from devices import kernels  # numba: imported only by runs that move data
 
-            self.win.Put(kernels.add(cur, data), rank, target=target)
+            new = kernels.add(cur, data)  # referenced until the flush: a Put to another
+            self.win.Put(new, rank, target=target)  # node may read it only then
             self.win.Flush(rank)
         finally:
             zero, got = np.zeros(1, np.int64), np.empty(1, np.int64)

@@ -39,3 +39,13 @@ class Backoff:
     def nap(self, sleeper: Callable[[float], None] = time.sleep) -> None:
         sleeper(self.delay)
         self.delay = min(self.delay * self.factor, self.longest)
+
+
+def progress(comm: MPI.Comm) -> None:
+    """Let MPI make progress on this rank: passive-target operations that peers on other
+    nodes direct at this rank's windows go through the network module, which (in MPICH's
+    ch4, as in most implementations) completes them only while this rank is inside an MPI
+    call. A wait that only reads its own memory and sleeps would hold those peers' flushes,
+    and them, forever; every such wait calls this between polls. ``Iprobe`` enters the
+    progress engine and takes no message."""
+    comm.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from devices.hbm import Segment
-from devices.mpiutil import Backoff, one_node
+from devices.hbm import Segment, is_shared
+from devices.mpiutil import Backoff, one_node, progress
 from devices.signals import TrackedRegion
 
 
@@ -117,6 +117,7 @@ class Tracker:
         self._own = segment is None
         self._segment = segment or Segment(comm)
         self.win, mem = self._segment.bind(size)
+        self._remote = not is_shared(self.win)  # peers on other nodes need our progress
         self.win.Sync()
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         raw[:] = 0
@@ -141,11 +142,11 @@ class Tracker:
         times = np.broadcast_to(np.asarray(t_arrival, np.float64), (n,))
         if n == 1:
             s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
-            self.win.Accumulate(np.array([times[0]], np.float64), target,
-                                target=self._time_base + 8 * s, op=MPI.MAX)
-            self.win.Flush(target)
-            self.win.Accumulate(np.array([elems[0]], np.int64), target, target=8 * s,
-                                op=MPI.SUM)
+            t_buf = np.array([times[0]], np.float64)  # origin buffers stay referenced until
+            c_buf = np.array([elems[0]], np.int64)  # the flush (RMA to another node reads
+            self.win.Accumulate(t_buf, target, target=self._time_base + 8 * s, op=MPI.MAX)
+            self.win.Flush(target)  # them only then)
+            self.win.Accumulate(c_buf, target, target=8 * s, op=MPI.SUM)
             self.win.Flush(target)
             self.bell.ring(target)
             return
@@ -195,6 +196,8 @@ class Tracker:
             if backoff.expired:
                 raise WatchdogTimeout(self.describe_missing(
                     list(pending()) if pending else [region], watchdog_s, region))
+            if self._remote:
+                progress(self.comm)
             backoff.nap(self.bell.wait)
         return self.arrival(region)
 

@@ -100,18 +100,26 @@ def main() -> None:
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own (repeatable; "
                    "see the README).")
+@click.option("--hosts", type=str, default=None,
+              help="Comma-separated hosts to spread the ranks over in blocks (MPICH's Hydra "
+                   "mpiexec: -hosts, -ppn); see the README, 'Several hosts'.")
+@click.option("--same-machine", is_flag=True,
+              help="With --hosts: start every host's ranks on this machine, as separate nodes "
+                   "to MPI (Hydra -launcher fork): tests the multi-node paths on one host.")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
         values, watchdog_s, json_path, timing_only, trace_path, record_wall,
-        configs, inject_fault) -> None:
+        configs, hosts, same_machine, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
                     mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
-                    inject_fault=inject_fault, configs=tuple(configs))
+                    inject_fault=inject_fault, configs=tuple(configs),
+                    hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
+                    same_machine=same_machine)
     from emulator.app.files import OutputError
 
     mpi = under_mpi()

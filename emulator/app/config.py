@@ -59,6 +59,8 @@ class RunConfig:
     record_wall: bool = False
     inject_fault: str | None = None  # test hook "KIND@RANK", see FAULTS
     configs: tuple[str, ...] = ()  # configuration files to register (--configs)
+    hosts: tuple[str, ...] = ()  # hosts the launcher spreads the ranks over (--hosts)
+    same_machine: bool = False  # every "host" runs on this machine (--same-machine)
 
     @property
     def operation(self):
@@ -79,6 +81,13 @@ class RunConfig:
         """Check every option; return the config with the algorithm resolved."""
         if not 1 <= self.ranks <= 4096:
             raise ConfigError("-n/--ranks", self.ranks, "an integer from 1 to 4096")
+        if self.hosts and (len(set(self.hosts)) != len(self.hosts) or len(self.hosts) > self.ranks
+                           or not all(h and h.replace("-", "").replace(".", "").replace("_", "")
+                                      .isalnum() for h in self.hosts)):
+            raise ConfigError("--hosts", ",".join(self.hosts),
+                              f"distinct host names, at most one per rank ({self.ranks})")
+        if self.same_machine and not self.hosts:
+            raise ConfigError("--same-machine", "set", "needs --hosts (the emulated hosts)")
         try:
             reg = registry(self.configs)
         except RegistryError as exc:

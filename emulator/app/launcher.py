@@ -54,10 +54,24 @@ def find_mpiexec() -> str:
 
 
 def ranks_on_this_host(cfg: RunConfig) -> int:
-    """Ranks this host will hold when the CLI launches mpiexec: all of them, unless a
-    resource manager or host file spreads them (then the per-node check runs in the job)."""
+    """Ranks this host will hold when the CLI launches mpiexec: all of them, unless
+    ``--hosts`` (on other machines), a resource manager or a host file spreads them (then
+    the per-node check runs in the job)."""
+    if cfg.hosts:
+        return cfg.ranks if cfg.same_machine else -(-cfg.ranks // len(cfg.hosts))
     spread = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "HYDRA_HOST_FILE", "PE_HOSTFILE")
     return 1 if any(k in os.environ for k in spread) else cfg.ranks
+
+
+def host_args(cfg: RunConfig) -> list[str]:
+    """Hydra's options placing the ranks on ``--hosts``: ``-hosts`` and ``-ppn`` (ranks
+    per host, rounded up: block placement, the last host may hold fewer), and with
+    ``--same-machine`` ``-launcher fork``: every host's ranks start here and MPICH treats
+    each group as a node of its own (node-local communicators, RMA between groups)."""
+    if not cfg.hosts:
+        return []
+    out = ["-hosts", ",".join(cfg.hosts), "-ppn", str(-(-cfg.ranks // len(cfg.hosts)))]
+    return (["-launcher", "fork"] if cfg.same_machine else []) + out
 
 
 def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
@@ -97,7 +111,8 @@ class RankWatch(threading.Thread):
     """Watches the job's ranks: each records its PID at start-up, and a marker when it
     exits through the emulator (normally or by its own abort). A rank gone without a
     marker died from outside (a signal, a crash): the watch names it and kills the other
-    ranks (mpiexec runs with its auto-cleanup off, so the first death is unambiguous)."""
+    ranks (mpiexec runs with its auto-cleanup off; a pidfd per rank orders the deaths, so
+    ranks that die as a consequence of the first are not named with it)."""
 
     def __init__(self, pid_dir: str, proc: subprocess.Popen, period_s: float = 0.05):
         super().__init__(name="t3emu-rank-watch", daemon=True)
@@ -122,21 +137,75 @@ class RankWatch(threading.Thread):
                       and not (self.pid_dir / f"{r}.abort").exists())
 
     def run(self) -> None:
-        while True:
+        if hasattr(os, "pidfd_open"):
+            self._run_pidfds()
+            return
+        while True:  # no pidfds (old kernel): poll /proc
             running = self.proc.poll() is None
             ranks = self.ranks()
             self.dead = self._unreported(ranks)
             if not running:  # a last look, in case the job ended between two polls
                 return
             if self.dead:
-                for r, pid in ranks.items():
-                    if (r, pid) not in self.dead:
-                        try:
-                            os.kill(pid, 9)
-                        except OSError:
-                            pass
+                self._stop_others(ranks)
                 return
             time.sleep(self.period_s)
+
+    def _stop_others(self, ranks: dict[int, int]) -> None:
+        for r, pid in ranks.items():
+            if (r, pid) not in self.dead:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+
+    def _run_pidfds(self) -> None:
+        """Wait on a pidfd per rank: the kernel says which rank exited first, so when the
+        first death takes the others with it (MPI noticing the lost peer) the watch still
+        names the rank that died from outside, not every rank it finds gone later."""
+        import select
+
+        fds: dict[int, tuple[int, int]] = {}  # fd -> (rank, pid)
+        poller = select.poll()
+        gone: list[tuple[int, int]] = []  # exited without a pidfd (before we opened one)
+        try:
+            while True:
+                running = self.proc.poll() is None
+                for r, pid in self.ranks().items():
+                    if (r, pid) in fds.values() or (r, pid) in gone:
+                        continue
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:
+                        gone.append((r, pid))
+                        continue
+                    fds[fd] = (r, pid)
+                    poller.register(fd, select.POLLIN)
+                ready = [fds[fd] for fd, _ in poller.poll(int(self.period_s * 1000))]
+                first = self._unexplained(gone + ready)
+                gone.clear()
+                if first:
+                    self.dead = first
+                    self._stop_others(dict(fds.values()))
+                    return
+                for fd in [fd for fd, rp in fds.items() if rp in ready]:
+                    poller.unregister(fd)
+                    os.close(fd)
+                    del fds[fd]
+                if not running:
+                    return
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _unexplained(self, exited: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Of ranks that exited, those that left no marker (an abort of the job ends the
+        others legitimately: none then)."""
+        if any(self.pid_dir.glob("*.abort")):
+            return []
+        return sorted((r, pid) for r, pid in exited
+                      if not (self.pid_dir / f"{r}.end").exists()
+                      and not (self.pid_dir / f"{r}.abort").exists())
 
 
 def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
@@ -155,8 +224,8 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                and ranks_on_this_host(cfg) == cfg.ranks)
     if watched:
         mpiexec.append("-disable-auto-cleanup")
-    argv = [*mpiexec, "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py", "-m",
-            "emulator.app.cli", "run", *_cfg_args(cfg)]
+    argv = [*mpiexec, *host_args(cfg), "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py",
+            "-m", "emulator.app.cli", "run", *_cfg_args(cfg)]
     out = stdout or sys.stdout
     with tempfile.TemporaryDirectory(prefix="t3emu-ranks-") as pid_dir:
         env["T3EMU_PID_DIR"] = pid_dir
@@ -183,6 +252,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
             raise
         if watched:
             watch.join()
+            rc = _ranks_rc(Path(pid_dir), rc, cfg.ranks)
     if watch.dead:
         who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
         err = stderr or sys.stderr
@@ -192,6 +262,22 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         err.flush()
         return rc or 1
     return rc
+
+
+def _ranks_rc(pid_dir: Path, rc: int, ranks: int) -> int:
+    """The job's exit code from its ranks when every rank finished through the emulator
+    (an "end" marker holding its exit code): with several Hydra proxies (``--hosts``) and
+    the clean-up off, mpiexec can fail to signal a proxy that has just exited (SIGPIPE, or
+    exit 255) after every rank has finished; that is no failure of the run."""
+    if rc == 0:
+        return rc
+    codes = []
+    for r in range(ranks):
+        try:
+            codes.append(int((pid_dir / f"{r}.end").read_text()))
+        except (OSError, ValueError):
+            return rc  # a rank did not finish through the emulator: mpiexec's code stands
+    return max(codes)
 
 
 def _cfg_args(cfg: RunConfig) -> list[str]:

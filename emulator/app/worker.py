@@ -105,10 +105,10 @@ def main(cfg: RunConfig) -> int:
     install_abort_handlers()
     try:
         rc = _main(cfg)
-        mark_rank("end")
+        mark_rank("end", str(rc))
         return rc
-    except SystemExit:
-        mark_rank("end")
+    except SystemExit as exc:
+        mark_rank("end", str(exc.code if isinstance(exc.code, int) else 1))
         raise
     except BaseException as exc:  # noqa: BLE001
         abort(exc)

@@ -25,10 +25,12 @@ def pin_threads(env: dict | None = None) -> dict:
     return env
 
 
-def mark_rank(what: str) -> None:
+def mark_rank(what: str, content: str | None = None) -> None:
     """For the launcher's watch of the ranks (``T3EMU_PID_DIR``): "pid" records this rank's
     PID at start-up; "end" and "abort" record that it exits through the emulator's own
-    paths, so a rank that disappears without one died from outside (a signal, a crash)."""
+    paths, so a rank that disappears without one died from outside (a signal, a crash).
+    ``content``: what the marker holds (default this process's PID; "end": the rank's exit
+    code)."""
     pid_dir = os.environ.get("T3EMU_PID_DIR")
     if not pid_dir or not os.path.isdir(pid_dir):
         return
@@ -39,7 +41,7 @@ def mark_rank(what: str) -> None:
     tmp = os.path.join(pid_dir, f".{name}.tmp")
     try:
         with open(tmp, "w") as fh:
-            fh.write(str(os.getpid()))
+            fh.write(str(os.getpid()) if content is None else content)
         os.replace(tmp, os.path.join(pid_dir, name))
     except OSError:
         pass
