@@ -162,9 +162,9 @@ def _gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarra
                 and c1 == b.shape[1]:  # whole rows: BLAS writes them in place
             np.dot(a[r0:r1], b, out[r0:r1])
         elif c0 == 0 and c1 == out.shape[1]:
-            out[r0:r1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])
+            out[r0:r1] = _product(a, b, r0, r1, c0, c1, k0, k1)
         else:
-            out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, tiles[t, 4], tiles[t, 5])
+            out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, k0, k1)
         t = e
 
 

@@ -130,11 +130,7 @@ class RankWatch(threading.Thread):
         return out
 
     def _unreported(self, ranks: dict[int, int]) -> list[tuple[int, int]]:
-        if any(self.pid_dir.glob("*.abort")):  # MPI_Abort ends the others: not from outside
-            return []
-        return sorted((r, pid) for r, pid in ranks.items() if not _alive(pid)
-                      and not (self.pid_dir / f"{r}.end").exists()
-                      and not (self.pid_dir / f"{r}.abort").exists())
+        return self._unexplained([(r, pid) for r, pid in ranks.items() if not _alive(pid)])
 
     def run(self) -> None:
         if hasattr(os, "pidfd_open"):
