@@ -8,11 +8,11 @@ the algorithms; ``operations`` composes them per operation; ``t3`` and
 ``baselines`` are the configurations. Importing this package needs no MPI.
 """
 
-TOPOLOGIES = ("ring", "full-mesh", "switch")
+TOPOLOGIES = ("ring", "full-mesh", "switch", "pcie")
 # algorithms each topology can run, the default first (direct needs a link, or a switch
 # port, to every peer)
 TOPOLOGY_ALGORITHMS = {"ring": ("ring",), "full-mesh": ("direct", "ring"),
-                       "switch": ("direct", "ring")}
+                       "switch": ("direct", "ring"), "pcie": ("ring", "direct")}
 ALGORITHMS = ("ring", "direct")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from emulator.engine.addrmap import AddressMap, TileSpace, tile_grid
 from emulator.engine.plan import Slots
 from emulator.engine.kernel import Kernel, make_wgs
 from emulator.engine.producers import TiledGemm
+from emulator.model.topology import Topology
 
 
 def ring_chunks(rows: int, world: int) -> list[tuple[int, int]]:
@@ -35,13 +37,24 @@ class Problem:
     dtype: object  # numpy dtype of the stored data
     split: int = 1  # WGs per output tile (split-K)
 
+    @cached_property
+    def ring(self) -> tuple[int, ...]:
+        """The topology's ring over all ranks (node by node: crosses the network least)."""
+        return Topology.of(self.spec, self.world).ring()
+
+    def ring_at(self, s: int) -> int:
+        """The rank ``s`` places after this one on the ring (``-1``: the one before)."""
+        ring = self.ring
+        return ring[(ring.index(self.rank) + s) % self.world]
+
     @property
     def left(self) -> int:
-        return (self.rank - 1) % self.world
+        """Where ring algorithms send (T3: i -> i-1)."""
+        return self.ring_at(-1)
 
     @property
     def right(self) -> int:
-        return (self.rank + 1) % self.world
+        return self.ring_at(1)
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -100,13 +113,22 @@ class Problem:
                           self.spec.wg_tile_m, tile_n or self.tile_n)
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
+    @property
+    def store_queue(self) -> float:
+        """Bytes of remote stores per destination a GEMM stage may leave queued behind it.
+        ASSUMPTION: stores bound for peers wait in the L2's write path until their link
+        takes them; a quarter of the L2 may hold them (the rest keeps the GEMM's panels),
+        split evenly over the destinations."""
+        return self.spec.l2_bytes / 4 / max(1, self.world - 1)
+
     def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
-             cached: bool = False) -> Kernel:
+             cached: bool = False, store_queue: float = 0.0) -> Kernel:
         """The tiled GEMM over ``tile_ids`` of ``space`` in that order (``split`` WGs per
-        tile); ``gates``: stage -> signals every WG of the stage waits on."""
+        tile); ``gates``: stage -> signals every WG of the stage waits on; ``store_queue``:
+        see ``Kernel``."""
         wgs, wg_tile = make_wgs(space, tile_ids, self.k, self.split)
         kernel = Kernel(TiledGemm(a, "B", cached), space, wgs, wg_tile, np.arange(len(wgs)),
-                        self.stage_size)
+                        self.stage_size, store_queue=store_queue)
         return kernel.with_stage_gates(gates) if gates else kernel
 
     def producer_op(self) -> str:

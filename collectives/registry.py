@@ -43,7 +43,8 @@ REGISTRY.add_operation(Operation(
 REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
     "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),
-    lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own"))
+    lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own",
+    collective_bytes=lambda m, n, k, e: m * k * e))
 
 REGISTRY.add_configuration(Configuration(
     "sequential", "the GEMM, then the collective as a CU-driven kernel (baseline)",

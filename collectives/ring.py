@@ -32,7 +32,7 @@ def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     """T3's fused GEMM-RS: the staggered producer and its map."""
     space = p.space(slots, "C", p.chunks)
     n, i, s_ = p.world, p.rank, p.split
-    steps = [(s, (i + s) % n) for s in range(1, n + 1)]
+    steps = [(s, p.ring_at(s)) for s in range(1, n + 1)]
     order = [t for _, c in steps for t in space.tiles_in(p.chunk_region(c))]
     job = p.gemm(space, order)
     amap = AddressMap(space, i, n, "update", job.local_writes())
@@ -84,7 +84,7 @@ def rs_steps(p: Problem, slots: Slots, nmc: bool = False) -> list[CuStep]:
     base = slots.alloc("rs recv chunk", n)
     steps = []
     for s in range(1, n + 1):
-        c = (i + s) % n
+        c = p.ring_at(s)
         reg = p.chunk_region(c)
         el = p.chunk_elems(c)
         wait = None if s == 1 else slots.region(f"rs recv chunk {c}", [base + c], [el],
@@ -126,14 +126,14 @@ def ag_steps(p: Problem, slots: Slots, buffer: str = "C", cols: int | None = Non
         return slots.region(f"{stream} recv chunk {c}", [base + c], [el], "from the right"), el
 
     for s in range(1, n):
-        c = (i + s - 1) % n
+        c = p.ring_at(s - 1)
         r0, r1 = p.chunk(c)
         el = (r1 - r0) * cols
         wait, nbytes = (None, 0) if s == 1 else (recv(c)[0], el * p.dtype.itemsize)
         reg = (r0, r1, 0, cols)
         steps.append(CuStep(f"{stream} step {s} (chunk {c})", stream, [(buffer, reg)],
                             (buffer, reg), p.left, wait, nbytes, "store", [base + c], [el]))
-    c = (i - 1) % n
+    c = p.left
     region, el = recv(c)
     steps.append(CuStep(f"{stream} final (chunk {c})", stream, [], None, i, region,
                         el * p.dtype.itemsize))

@@ -21,7 +21,8 @@ else:  # pragma: no cover
 
 PRESET_DIR = Path(__file__).parent / "presets"
 DEFAULT_PRESET = "t3-sim"
-TOPOLOGIES = ("ring", "full-mesh", "switch")  # the same names as collectives.TOPOLOGIES
+TOPOLOGIES = ("ring", "full-mesh", "switch", "pcie")  # the same names as collectives.TOPOLOGIES
+NETWORKS = ("fabric", "torus2d")  # inter-node networks (systems of several nodes)
 DTYPES = ("fp16", "fp32")
 
 
@@ -31,16 +32,41 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class InterconnectSpec:
-    topology: str
-    link_bw: float  # bytes/s per direction of one link
+    """How the GPUs of a job are connected: the intra-node topology and, for a system of
+    several nodes, the network between the nodes (``emulator/model/topology.py`` turns
+    it into routes through ports)."""
+
+    topology: str  # intra-node: ring, full-mesh, switch or pcie
+    link_bw: float  # bytes/s per direction of one link (or switch / PCIe port)
     link_latency_s: float
     links: int = 7  # peer links (or switch ports) per device
+    # PCIe: GPUs behind PCIe switches under ``sockets`` CPU sockets joined by a CPU link
+    sockets: int = 1
+    socket_bw: float = 0.0  # bytes/s per direction of the inter-socket link
+    socket_latency_s: float = 0.0
+    # a system of several nodes (0: every rank of the job on one node)
+    gpus_per_node: int = 0
+    nodes: int = 1
+    network: str = ""  # "", "fabric" (NICs into a non-blocking fabric) or "torus2d"
+    nics_per_node: int = 0
+    nic_bw: float = 0.0  # bytes/s per NIC per direction
+    nic_latency_s: float = 0.0  # end to end through the fabric (torus: to the first node)
+    torus: tuple[int, int] = (0, 0)  # nodes along x and y (torus2d)
+    torus_hop_latency_s: float = 0.0  # each further node a torus route passes
+    # what a library collective (NCCL/RCCL) achieves of the link (and NIC) peak
+    library_fraction: float = 1.0
+    library_fraction_network: float = 1.0
+
+    def gpus_on_node(self, world: int) -> int:
+        return self.gpus_per_node or world
 
     def links_needed(self, world: int) -> int:
-        """Links each device of a ``world``-GPU job uses on this topology."""
-        if world <= 1:
+        """Intra-node links each device of a ``world``-GPU job uses on this topology."""
+        local = min(world, self.gpus_on_node(world))
+        if local <= 1:
             return 0
-        return {"ring": min(2, world - 1), "full-mesh": world - 1, "switch": 1}[self.topology]
+        return {"ring": min(2, local - 1), "full-mesh": local - 1, "switch": 1,
+                "pcie": 1}[self.topology]
 
 
 @dataclass(frozen=True)
@@ -49,7 +75,8 @@ class DeviceSpec:
     description: str
     cus: int
     clock_hz: float
-    flops_per_cycle_per_cu: dict[str, int]  # dtype -> dense matrix FLOP/cycle/CU
+    flops_per_cycle_per_cu: dict[str, int]  # dtype -> dense matrix FLOP/cycle/CU (bf16:
+    # listed for the record; runs compute in fp16 or fp32)
     wg_tile_m: int
     wg_tile_n: int
     wgs_per_cu: int
@@ -68,6 +95,7 @@ class DeviceSpec:
     nic_bw: float = 0.0  # bytes/s per NIC per direction
     nic_latency_s: float = 0.0
     nic_issue_s: float = 0.0  # a WG's cost to issue one put (or flag put)
+    system: str = ""  # the system preset this device sits in ("" : the GPU file alone)
 
     @property
     def wgs_per_stage(self) -> int:
@@ -121,6 +149,10 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "fp16_vector_flops_per_cycle_per_cu": (int, 1, "vfp16", None),
         "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
         "launch_us": (float, 1e-6, "launch_s", 0.0),
+        "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
+    },
+    "interconnect": {
+        "library_fraction": (float, 1, "library_fraction", 1.0),
     },
     "nic": {
         "count": (int, 1, "nics", 0),
@@ -191,6 +223,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                         f"or neither")
     if values["nics"] and not values["nic_bw"] > 0:
         raise SpecError(f"{source}: [nic] count = {values['nics']} needs gb_per_s > 0")
+    if not 0 < values["library_fraction"] <= 1:
+        raise SpecError(f"{source}: [interconnect] library_fraction must be in (0, 1], got "
+                        f"{values['library_fraction']}")
     if values["nmc_update_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
                         f"costs at least a write), got {values['nmc_update_cost']}")
@@ -199,7 +234,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         description=data["description"],
         cus=values["cus"],
         clock_hz=values["clock_hz"],
-        flops_per_cycle_per_cu={"fp16": values["fp16"], "fp32": values["fp32"]},
+        flops_per_cycle_per_cu={"fp16": values["fp16"], "fp32": values["fp32"],
+                                **({} if values["bf16"] is None else {"bf16": values["bf16"]})},
         wg_tile_m=values["wg_tile_m"],
         wg_tile_n=values["wg_tile_n"],
         wgs_per_cu=values["wgs_per_cu"],
@@ -213,6 +249,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
             link_bw=values["link_bw"],
             link_latency_s=values["link_latency_s"],
             links=values["links"],
+            library_fraction=values["library_fraction"],
         ),
         source=source,
         vector_flops_per_cycle_per_cu=(None if values["vfp16"] is None or values["vfp32"] is None

@@ -35,17 +35,27 @@ def test_mca_protects_a_memory_bound_gemm_and_drains_at_kernel_end():
         pytest.approx(0.1)
 
 
+def _clock(topology: str, world: int = 4) -> RankClock:
+    from devices.spec import InterconnectSpec
+    from emulator.model.topology import Topology
+
+    return RankClock(0, 1e12, Topology(InterconnectSpec(topology, 10.0, 0.0), world), 1, 1.0)
+
+
 def test_switch_ports_are_shared_and_ring_links_are_neighbours_only():
-    sw = RankClock(0, 1e12, 10.0, 1, 1.0, switched=True)
-    assert sw.link(1) is sw.link(2)  # one up port for every destination
+    sw = _clock("switch")
+    assert sw.send(1, 0.0, 10.0) == pytest.approx(1.0)
+    assert sw.send(2, 0.0, 10.0) == pytest.approx(2.0)  # one up port for every destination
     # two 10-byte transfers arriving together share the 10 B/s down port
     assert sw.receive(1.0, 10.0) == pytest.approx(1.0)
     assert sw.receive(1.0, 10.0) == pytest.approx(2.0)
-    mesh = RankClock(0, 1e12, 10.0, 1, 1.0)
-    assert mesh.link(1) is not mesh.link(2) and mesh.receive(1.0, 10.0) == 1.0
-    ring = RankClock(0, 1e12, 10.0, 1, 1.0, peers=frozenset({1, 3}))
+    mesh = _clock("full-mesh")
+    assert mesh.send(1, 0.0, 10.0) == mesh.send(2, 0.0, 10.0) == pytest.approx(1.0)
+    assert mesh.receive(1.0, 10.0) == 1.0
+    ring = _clock("ring")
+    assert ring.send(3, 0.0, 10.0) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="no link to rank 2"):
-        ring.link(2)
+        ring.send(2, 0.0, 10.0)
 
 
 def test_fill_stops_at_until_and_respects_a_ceiling():

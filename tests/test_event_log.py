@@ -9,6 +9,8 @@ DMA engine, NIC puts sharing the NIC, a local CU-kernel update)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import tomllib
 
@@ -75,9 +77,12 @@ def _clock(switched: bool = False):
     from emulator.model.clock import RankClock
     from emulator.model.cost import CostModel
 
+    from emulator.model.topology import Topology
+
     spec = load_device(str(DEVICE))
-    clock = RankClock(0, spec.hbm_bw, spec.interconnect.link_bw, spec.dma_engines, 10.0,
-                      switched=switched, nics=spec.nics, nic_bw=spec.nic_bw)
+    ic = dataclasses.replace(spec.interconnect, topology="switch" if switched else "full-mesh")
+    clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0,
+                      nics=spec.nics, nic_bw=spec.nic_bw)
     return clock, CostModel(spec, "fp32")
 
 

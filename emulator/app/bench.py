@@ -108,11 +108,10 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
     from mpi4py import MPI
 
     from collectives.common import ring_chunks
-    from devices.spec import load_device
     from emulator.runtime import watchdog
     from emulator.app.config import RunConfig
     from collectives.reference import check, compute_reference, make_inputs
-    from emulator.app.runs import device_for, run_mode
+    from emulator.app.runs import run_mode
     from emulator.engine.runner import DeviceMemory
     from emulator.runtime.process import warm_kernels
 
@@ -123,7 +122,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
     cfg = RunConfig(ranks=world, collective="ar", mode="t3", m=m, n=n, k=k,
                     dtype="fp32").validate()
     watchdog.open_board(comm)
-    spec = device_for(load_device(cfg.device), cfg.topology)
+    spec = cfg.load_spec()
     warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
     a, b = make_inputs(m, n, k, "fp32", "int", cfg.seed, comm.rank)
     op = cfg.operation

@@ -81,6 +81,10 @@ def main() -> None:
               help="fp16 (stored fp16, fp32 accumulate) or fp32.")
 @click.option("--device", type=str, default=_DEFAULT.device, show_default=True,
               help="Device preset name (see `t3emu devices`) or a TOML file.")
+@click.option("--system", type=str, default=None,
+              help="A system preset (see `t3emu devices`) or a system TOML file: its GPU, "
+                   "topology and nodes (instead of --device and --topology; -n defaults to its "
+                   "GPU count).")
 @click.option("--split-k", type=int, default=_DEFAULT.split_k, show_default=True,
               help="WGs per output tile, each over a K slice (split-K GEMM).")
 @click.option("--seed", type=int, default=_DEFAULT.seed, show_default=True)
@@ -109,17 +113,18 @@ def main() -> None:
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
-def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, split_k, seed,
-        values, watchdog_s, json_path, timing_only, trace_path, record_wall,
+def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, system, split_k,
+        seed, values, watchdog_s, json_path, timing_only, trace_path, record_wall,
         configs, hosts, same_machine, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
+    ranks = _system_ranks(system, ranks, topology, device)
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
                     mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
                     inject_fault=inject_fault, configs=tuple(configs),
                     hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
-                    same_machine=same_machine)
+                    same_machine=same_machine, system=system)
     from emulator.app.files import OutputError
 
     mpi = under_mpi()
@@ -260,20 +265,59 @@ def configs(configs) -> None:
         click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}")
 
 
+def _system_ranks(system: str | None, ranks: int, topology: str, device: str) -> int:
+    """-n of a run on ``system``: its GPU count unless -n is given; --device and --topology
+    belong to the system then."""
+    if not system:
+        return ranks
+    ctx = click.get_current_context()
+    given = {p: ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
+             for p in ("ranks", "topology", "device")}
+    for p, opt in (("topology", "--topology"), ("device", "--device")):
+        if given[p]:
+            _fail_usage(ConfigError(opt, topology if p == "topology" else device,
+                                    "--system gives the GPU and the topology; drop one"))
+    if given["ranks"]:
+        return ranks
+    from devices.spec import SpecError
+    from devices.system import load_system, system_size
+
+    try:
+        return system_size(load_system(system)) or ranks
+    except SpecError as exc:
+        _fail_usage(ConfigError("--system", system, str(exc)))
+
+
 @main.command()
 def devices() -> None:
-    """List device presets."""
+    """List GPU presets (--device) and system presets (--system) with their key figures."""
     from devices.spec import list_presets, load_device
+    from devices.system import list_systems, load_system
+    from emulator.model.topology import Topology
 
+    click.echo("GPUs (--device NAME or FILE):")
     for name in list_presets():
         spec = load_device(name)
         ic = spec.interconnect
-        click.echo(f"{name:<16} {spec.cus} CUs @ {spec.clock_hz / 1e9:g} GHz, "
+        click.echo(f"  {name:<14} {spec.cus} CUs @ {spec.clock_hz / 1e9:g} GHz, "
                    f"{spec.peak_flops('fp16') / 1e12:.1f} TFLOP/s fp16, "
                    f"HBM {spec.hbm_bw / 1e9:g} GB/s, L2 {spec.l2_bytes >> 20} MB, "
-                   f"{ic.topology} links {ic.link_bw / 1e9:g} GB/s/dir, "
-                   f"{ic.link_latency_s * 1e9:g} ns")
-        click.echo(f"{'':<16} {spec.description}")
+                   f"{spec.dma_engines} DMA, launch {spec.launch_s * 1e6:g} us; "
+                   f"{ic.links} x {ic.link_bw / 1e9:g} GB/s/dir links ({ic.topology})")
+        click.echo(f"  {'':<14} {spec.description}")
+    click.echo("systems (--system NAME or FILE):")
+    for name in list_systems():
+        spec = load_system(name)
+        ic = spec.interconnect
+        size = ic.gpus_per_node * ic.nodes
+        topo = Topology(ic, size or 8)
+        net = (f"; {ic.nics_per_node} NICs/node x {ic.nic_bw / 1e9:g} GB/s/dir "
+               f"({ic.network}, {ic.nic_latency_s * 1e9:g} ns)" if ic.network else "")
+        click.echo(f"  {name:<14} {size or 'any'} x {spec.name}: {topo.describe()}, "
+                   f"{ic.link_bw / 1e9:g} GB/s/dir, {ic.link_latency_s * 1e9:g} ns{net}; "
+                   f"library {ic.library_fraction:g}"
+                   + (f"/{ic.library_fraction_network:g}" if ic.network else "") + " of peak")
+        click.echo(f"  {'':<14} {spec.description}")
 
 
 if __name__ == "__main__":

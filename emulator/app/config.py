@@ -61,6 +61,23 @@ class RunConfig:
     configs: tuple[str, ...] = ()  # configuration files to register (--configs)
     hosts: tuple[str, ...] = ()  # hosts the launcher spreads the ranks over (--hosts)
     same_machine: bool = False  # every "host" runs on this machine (--same-machine)
+    system: str | None = None  # a system preset or file (--system): GPU, topology, nodes
+
+    def load_spec(self):
+        """The device of the run: the system's GPU in the system's interconnect (--system),
+        or the GPU file (--device) in --topology. Raises ConfigError naming the option."""
+        from devices.spec import SpecError, load_device
+        from devices.system import load_system
+
+        try:
+            if self.system:
+                return load_system(self.system)
+            spec = load_device(self.device)
+        except SpecError as exc:
+            raise ConfigError("--system" if self.system else "--device",
+                              self.system or self.device, str(exc)) from None
+        return dataclasses.replace(spec, interconnect=dataclasses.replace(
+            spec.interconnect, topology=self.topology))
 
     @property
     def operation(self):
@@ -163,8 +180,16 @@ class RunConfig:
         return kind, int(rank) if rank.isdigit() else -1
 
     def check_device(self, spec) -> None:
-        """The options against the device: enough links for the topology at this size."""
-        ic = dataclasses.replace(spec.interconnect, topology=self.topology)
+        """The options against the device: enough links for the topology at this size, and
+        a system's GPU count."""
+        ic = spec.interconnect
+        size = ic.gpus_per_node * ic.nodes
+        if size and self.ranks != size:
+            raise ConfigError("-n/--ranks", self.ranks,
+                              f"system {spec.system} has {size} GPUs ({ic.nodes} node(s) x "
+                              f"{ic.gpus_per_node}); leave -n out or give -n {size}")
+        if size:
+            return  # the system file's links were checked when it loaded
         need = ic.links_needed(self.ranks)
         if need > ic.links:
             most = ic.links + 1 if self.topology == "full-mesh" else 1

@@ -10,6 +10,8 @@ through and watches the ranks' processes, so a rank that dies from a signal
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import shlex
 import shutil
@@ -78,15 +80,13 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
     """Every check that needs no MPI: options, device, memory, output files. Raises
     ConfigError or OutputError with one line naming the option, the value and what is
     allowed."""
-    from devices.spec import SpecError, load_device
     from emulator.app.config import available_memory
     from emulator.app.files import check_output_file
 
+    if cfg.system:  # the system's intra-node topology
+        cfg = dataclasses.replace(cfg, topology=cfg.load_spec().interconnect.topology)
     cfg = cfg.validate()
-    try:
-        spec = load_device(cfg.device)
-    except SpecError as exc:
-        raise ConfigError("--device", cfg.device, str(exc)) from None
+    spec = cfg.load_spec()
     cfg.check_device(spec)
     if not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
         cfg.check_memory(spec, ranks_here, available_memory())
@@ -277,11 +277,16 @@ def _ranks_rc(pid_dir: Path, rc: int, ranks: int) -> int:
 
 
 def _cfg_args(cfg: RunConfig) -> list[str]:
-    args = ["-n", str(cfg.ranks), "--collective", cfg.collective, "--topology", cfg.topology,
-            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k), "--m", str(cfg.m),
-            "--n", str(cfg.n), "--k", str(cfg.k),
-            "--dtype", cfg.dtype, "--device", cfg.device, "--seed", str(cfg.seed),
+    args = ["-n", str(cfg.ranks), "--collective", cfg.collective,
+            "--algorithm", cfg.algorithm, "--mode", cfg.mode, "--split-k", str(cfg.split_k),
+            "--m", str(cfg.m), "--n", str(cfg.n), "--k", str(cfg.k),
+            "--dtype", cfg.dtype, "--seed", str(cfg.seed),
             "--values", cfg.values, "--watchdog-s", str(cfg.watchdog_s)]
+    if cfg.system:
+        args += ["--system", str(Path(cfg.system).resolve()) if cfg.system.endswith(".toml")
+                 else cfg.system]
+    else:
+        args += ["--topology", cfg.topology, "--device", cfg.device]
     if cfg.json:
         args += ["--json", cfg.json]
     if cfg.timing_only:

@@ -3,8 +3,6 @@ builder makes, and the engine's run of it; plus the run's lower bounds."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from collectives.common import Problem
@@ -16,14 +14,8 @@ from emulator.engine.runner import DeviceMemory, RankResult, RunOptions, run_pla
 from emulator.runtime import watchdog
 
 
-def device_for(spec: DeviceSpec, topology: str) -> DeviceSpec:
-    """The device with the run's topology (the preset's unless ``--topology`` says otherwise)."""
-    return dataclasses.replace(spec, interconnect=dataclasses.replace(spec.interconnect,
-                                                                      topology=topology))
-
-
 def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
-    return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, device_for(spec, cfg.topology),
+    return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
                    np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k)
 
 
@@ -34,7 +26,8 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
     reg = registry(cfg.configs)
     p = problem(comm, cfg, spec)
     plan = reg.configuration(mode).build(p, reg.operation(cfg.collective), cfg.algorithm)
-    opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault)
+    opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
+                      "ring" if cfg.algorithm == "ring" else "direct")
     inputs = None if a is None else {"A": a, "B": b}
     return run_plan(comm, plan, p.spec, mode, inputs, opts, memory)
 
@@ -53,3 +46,29 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
             "collective_link": moved / (max(links, 1) * spec.interconnect.link_bw)
             if world > 1 else 0.0}
+
+
+# nccl-tests' bus-bandwidth factors (its PERFORMANCE.md): busbw = algbw x factor(n)
+BUS_FACTOR = {"ar": lambda n: 2 * (n - 1) / n, "rs": lambda n: (n - 1) / n,
+              "ag": lambda n: (n - 1) / n, "a2a": lambda n: (n - 1) / n}
+
+
+def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]]) -> dict:
+    """algbw and busbw of each collective phase, with nccl-tests' definitions: algbw =
+    S / t (S: the collective's whole buffer, t: the phase's modelled time), busbw = algbw
+    x (n-1)/n (RS, AG, all-to-all) or 2(n-1)/n (AR: an RS phase followed by an AG phase,
+    timed from the RS's start to the AG's end). Fused phases (a GEMM and its collective in
+    one kernel) have no collective time of their own and are left out."""
+    from emulator.model.cost import DTYPE_BYTES
+
+    size = cfg.operation.collective_bytes(cfg.m, cfg.n, cfg.k, DTYPE_BYTES[cfg.dtype])
+    spans = {k: w for k, w in windows.items() if k in BUS_FACTOR}
+    if "rs" in spans and "ag" in spans and cfg.operation.reducing:
+        spans["ar"] = (spans["rs"][0], spans["ag"][1])
+    out = {}
+    for kind, (t0, t1) in spans.items():
+        if t1 > t0 and world > 1:
+            alg = size / (t1 - t0)
+            out[kind] = {"bytes": size, "time_s": t1 - t0, "algbw_gb_s": alg / 1e9,
+                         "busbw_gb_s": alg * BUS_FACTOR[kind](world) / 1e9}
+    return out

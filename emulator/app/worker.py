@@ -20,8 +20,10 @@ def _fmt_bytes(n: float) -> str:
 def summary_table(doc: dict) -> str:
     lines = []
     cfg = doc["config"]
+    system = doc["device"].get("system")
     lines.append(f"t3emu: {cfg['collective'].upper()} ({cfg['algorithm']}) on a "
-                 f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}, "
+                 f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}"
+                 + (f" (system {system})" if system else "") + ", "
                  f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
                  + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else ""))
     head = f"{'mode':<13} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
@@ -39,6 +41,15 @@ def summary_table(doc: dict) -> str:
                      f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
                      f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
                      f"{run['wall_time_s']:>6.2f}s")
+    bw = [(run["mode"], run.get("bandwidth") or {}) for run in doc["runs"]]
+    if any(b for _, b in bw):
+        lines.append("collective bandwidth, GB/s (nccl-tests: algbw = bytes / time, busbw = "
+                     "algbw x (n-1)/n, AR x 2(n-1)/n):")
+        for mode, b in bw:
+            if b:
+                lines.append(f"  {mode:<13} " + "; ".join(
+                    f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
+                    f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
@@ -124,12 +135,12 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     from collectives.common import ring_chunks
     from emulator.runtime import faults, watchdog
     from collectives.reference import check, compute_reference, make_inputs
-    from emulator.app.runs import device_for, lower_bounds, run_mode
+    from emulator.app.runs import bandwidths, lower_bounds, run_mode
     from emulator.engine.runner import DeviceMemory, categories
     from emulator.runtime.process import warm_kernels
 
     world, rank = comm.size, comm.rank
-    spec = device_for(device, cfg.topology)
+    spec = device
     chunks = ring_chunks(cfg.m, world)
     a = b = ref = tol = None
     bad_input = ""
@@ -193,6 +204,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "dram_bytes_per_rank": per_rank,
                 "arbitration": res.policy,
                 "wall_time_s": max(walls),
+                "bandwidth": bandwidths(cfg, world, windows),
             }
             if cfg.record_wall:
                 run["wall_events"] = wall_events
@@ -229,7 +241,6 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 def _main(cfg: RunConfig) -> int:
     from mpi4py import MPI
 
-    from devices.spec import load_device
     from emulator.runtime import faults, watchdog
 
     comm = MPI.COMM_WORLD
@@ -241,7 +252,7 @@ def _main(cfg: RunConfig) -> int:
         sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
     if cfg.m < world:
         raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
-    device = load_device(cfg.device)
+    device = cfg.load_spec()
     if _memory_refused(comm, cfg, device):
         return 2
     doc, traced = execute(comm, cfg, device)

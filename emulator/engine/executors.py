@@ -54,7 +54,8 @@ class ExecutorTiming:
             if remote > 0:  # peers' writes land in this HBM from their arrival on
                 nbytes = remote * self.cost.e
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
-                                        f"{trig.name} remote {op}s land", self.policy, window)
+                                        f"{trig.name} remote {op}s land", self.policy, window,
+                                        since=self.runner.start)
             done = max(t_local, landed)
             self.complete_at[key] = done
             self.clock.log("tracker", f"{trig.name} complete", done, done)

@@ -19,7 +19,11 @@ Two ways to run:
   modelled timeline, run the task list round-robin (task i on WG i mod P); after
   its last task each WG polls its share of ``exit_waits``.
 A WG that completes the last tile of a region a NIC sends (the last WG of a
-slice) pays the NIC's issue cost twice (the put and the flag put).
+slice) pays the NIC's issue cost twice (the put and the flag put). A stage's
+remote stores leave through a store queue per destination: with
+``store_queue`` = Q bytes the stage retires once all but Q bytes of them have
+left (the link keeps streaming the rest behind the next stage); with Q = 0 it
+holds its WGs until they have all left.
 
 This module holds the kernel's description (pure data, no MPI); ``launch.py``
 runs it.
@@ -49,6 +53,8 @@ class Kernel:
     gates: dict[int, Gates] = field(default_factory=dict)  # work item -> signals it waits on
     persistent: bool = False
     exit_waits: tuple[Signal, ...] = ()  # persistent: flags polled by the WGs at exit
+    store_queue: float = 0.0  # bytes of remote stores per destination a stage may leave
+    # queued behind it (0: a stage retires when its remote stores have left)
 
     def __post_init__(self):
         if self.stage_size < 1:

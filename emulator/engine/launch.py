@@ -88,11 +88,11 @@ class KernelRunner:
             read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap)[1])
         end = clock.hbm.reserve(read_end, sc.write_cost_bytes)[1]
         arrivals = {self.hbm.rank: end}
-        lat = cost.spec.interconnect.link_latency_s
+        queue = k.store_queue
         for dst, nbytes in sorted(sc.remote_bytes.items()):
             link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores")
-            arrivals[dst] = link_end + lat
-            end = max(end, link_end)
+            arrivals[dst] = link_end + clock.latency(dst)
+            end = max(end, link_end - queue / clock.route(dst).rate if queue else link_end)
         if s == 0 and end > start and resident is None:
             self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)
                                             / ((end - start) * cost.spec.hbm_bw))

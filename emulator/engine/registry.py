@@ -41,6 +41,9 @@ class Operation:
     reducing: bool = False  # reduces partial outputs (near-memory reduction applies)
     a_rows: str = "all"  # "own": each rank holds its chunk of A's rows; "all": every row
     compute_rows: str = "all"  # rows of C each rank's GEMM computes ("own" or "all")
+    collective_bytes: Callable[[int, int, int, int], float] = (
+        lambda m, n, k, e: m * n * e)  # (m, n, k, e) -> the collective's buffer (nccl-tests'
+    # size: the whole reduced, gathered or exchanged array)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from emulator.engine.program import program_order
 from emulator.engine.steps import run_steps
 from emulator.model.arbitration import Exclusive, policy_named
 from emulator.model.clock import Event, RankClock
+from emulator.model.topology import Topology
 from emulator.model.cost import CostModel
 from emulator.runtime import faults, watchdog
 from emulator.runtime.process import abort
@@ -40,6 +41,7 @@ class RunOptions:
     record: bool = False  # keep the modelled event log (traces, timeline tests)
     record_wall: bool = False  # keep wall-clock stage and queue events too
     fault: tuple[str, int] = ("", -1)  # --inject-fault (kind, rank)
+    pattern: str = "direct"  # the collective's traffic ("ring" or "direct"): shared ports
 
 
 @dataclass
@@ -58,20 +60,17 @@ class RankResult:
 class _Clocks:
     """The rank's modelled clocks by name: one chained timeline, or one per isolated run."""
 
-    def __init__(self, rank: int, world: int, spec: DeviceSpec, watchdog_s: float, record: bool):
+    def __init__(self, rank: int, world: int, spec: DeviceSpec, watchdog_s: float, record: bool,
+                 pattern: str = "direct"):
         self.rank, self.spec, self.watchdog_s, self.record = rank, spec, watchdog_s, record
-        topo = spec.interconnect.topology
-        self.switched = topo == "switch"
-        self.peers = (frozenset({(rank - 1) % world, (rank + 1) % world}) if topo == "ring"
-                      else None)
+        self.topology = Topology.of(spec, world, pattern)
         self.by_name: dict[str, RankClock] = {}
 
     def __getitem__(self, name: str) -> RankClock:
         if name not in self.by_name:
             s = self.spec
-            self.by_name[name] = RankClock(self.rank, s.hbm_bw, s.interconnect.link_bw,
-                                           s.dma_engines, self.watchdog_s, self.switched,
-                                           self.peers, self.record, s.nics, s.nic_bw)
+            self.by_name[name] = RankClock(self.rank, s.hbm_bw, self.topology, s.dma_engines,
+                                           self.watchdog_s, self.record, s.nics, s.nic_bw)
         return self.by_name[name]
 
 
@@ -117,9 +116,9 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
             data = inputs[name]
             hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(spec, opts.dtype)
-    clocks = _Clocks(rank, comm.size, spec, opts.watchdog_s, opts.record or opts.record_wall)
+    clocks = _Clocks(rank, comm.size, spec, opts.watchdog_s, opts.record or opts.record_wall,
+                     opts.pattern)
     fault_kind, fault_rank = opts.fault
-    lat = spec.interconnect.link_latency_s
     times: dict[str, tuple[float, float]] = {}
     policy_info: dict = {}
     wall_events: dict = {}
@@ -140,7 +139,8 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         if isinstance(ph, StepsPhase):
             if ph.credit is not None:
                 for r in ph.credit.notify:
-                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1], start + lat)
+                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1],
+                                   start + clock.latency(r))
                 watchdog.post("compute", f"{mode} {ph.name}: waits for credit "
                               f"{ph.credit.region.name}", waiting=True)
                 start = max(start, tracker.wait(ph.credit.region, opts.watchdog_s))

@@ -46,8 +46,7 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
     """Execute the steps functionally and in modelled time; return the kernel's end."""
     from emulator.runtime import watchdog
 
-    spec = cost.spec
-    lat = spec.interconnect.link_latency_s
+    ic = cost.spec.interconnect
     t = group_start = max(start, clock.cu.free_at)
     for step in steps:
         if step.concurrent:
@@ -71,9 +70,12 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                 end = arrival = clock.hbm.reserve(
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
-                link_end = transfers.send(clock, step.dst_rank, ready, nbytes, step.name)
+                dst = step.dst_rank  # a library's kernel: its achieved share of the peak
+                fraction = (ic.library_fraction_network if clock.topology.crosses_network(
+                    hbm.rank, dst) else ic.library_fraction)
+                link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction)
                 end = max(read_end, link_end)
-                arrival = end + lat
+                arrival = end + clock.latency(dst)
         clock.log(step.stream, step.name, ready, end)
         t = max(t, end) if step.concurrent else end
         # functional part

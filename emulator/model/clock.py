@@ -25,6 +25,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from emulator.model.topology import Route, Topology
+
 
 class BandwidthTimeline:
     def __init__(self, name: str, rate: float):
@@ -159,25 +161,24 @@ class Event:
 class RankClock:
     """One rank's modelled resources and its log of modelled events.
 
-    Links follow the topology: on a ring or a full mesh every destination has
-    its own outgoing link direction (``egress(dst)``) and nothing is shared on
-    the receiving side; behind a switch the rank has one up port shared by all
-    its outgoing transfers and one down port (``ingress``) shared by everything
-    it receives.
+    Transfers follow the topology's routes (``emulator/model/topology.py``): the
+    ports a route crosses on the sender's side are this rank's timelines, one per
+    port direction, at the rate this GPU gets of the port (a ring or full-mesh link
+    towards one peer; behind a switch the up port every outgoing transfer shares;
+    an inter-socket link or a NIC share). Behind a switch (or PCIe) the rank's
+    down port (``ingress``) is shared by everything it receives.
     """
 
-    def __init__(self, rank: int, hbm_bw: float, link_bw: float, dma_engines: int,
-                 watchdog_s: float, switched: bool = False,
-                 peers: frozenset[int] | None = None, record: bool = True,
-                 nics: int = 0, nic_bw: float = 0.0):
+    def __init__(self, rank: int, hbm_bw: float, topology: Topology, dma_engines: int,
+                 watchdog_s: float, record: bool = True, nics: int = 0, nic_bw: float = 0.0):
         self.rank = rank
         self.record = record  # keep the log of modelled events (traces, tests)
-        self.peers = peers  # ranks a link reaches (None: every rank)
+        self.topology = topology
         self.hbm = BandwidthTimeline(f"hbm[{rank}]", hbm_bw)
-        self.link_bw = link_bw
-        self.switched = switched
-        self.links: dict[int, BandwidthTimeline] = {}
-        self.ingress = BandwidthTimeline(f"port-down[{rank}]", link_bw) if switched else None
+        self.link_bw = topology.ic.link_bw  # the intra-node link (or port) rate
+        self.ports: dict[str, BandwidthTimeline] = {}
+        self.ingress = (BandwidthTimeline(f"port-down[{rank}]", self.link_bw)
+                        if topology.switched else None)
         self.cu = SerialResource(f"cu[{rank}]")
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
         self.nic = [BandwidthTimeline(f"nic{i}[{rank}]", nic_bw) for i in range(nics)]
@@ -192,26 +193,38 @@ class RankClock:
         """Start a new program order (one per fused kernel)."""
         self.order = ProgramOrder(f"rank {self.rank} program order", self.watchdog_s)
 
-    def link(self, dst: int) -> BandwidthTimeline:
-        """The outgoing link direction (or, behind a switch, the up port) towards ``dst``."""
-        key = -1 if self.switched else dst
-        if self.peers is not None and dst not in self.peers:
-            raise ValueError(f"rank {self.rank} has no link to rank {dst} "
-                             f"(linked to {sorted(self.peers)})")
-        if key not in self.links:
-            name = f"port-up[{self.rank}]" if self.switched else f"link[{self.rank}->{dst}]"
-            self.links[key] = BandwidthTimeline(name, self.link_bw)
-        return self.links[key]
+    def route(self, dst: int) -> Route:
+        return self.topology.route(self.rank, dst)
+
+    def latency(self, dst: int) -> float:
+        """Time from a byte leaving this rank towards ``dst`` to its arrival."""
+        return self.route(dst).latency
+
+    def send(self, dst: int, ready: float, nbytes: float, fraction: float = 1.0) -> float:
+        """Reserve every port of the route to ``dst`` for ``nbytes`` from ``ready``, at most at
+        the route's rate (its slowest port); return when the last byte has left (latency not
+        included). ``fraction`` < 1: a sender that achieves only that share of the ports'
+        peak (a library collective) holds them for ``nbytes / fraction`` bytes' time, so
+        its transfers together never exceed ``fraction`` of the peak."""
+        route = self.route(dst)
+        cap = route.rate
+        if fraction != 1.0:
+            nbytes = nbytes / fraction
+        end = ready
+        for hop in route.hops:
+            port = self.ports.get(hop.port)
+            if port is None:
+                port = self.ports[hop.port] = BandwidthTimeline(hop.port, hop.rate)
+            end = max(end, port.reserve(ready, nbytes, cap)[1])
+        return end
 
     def link_in(self, src: int) -> BandwidthTimeline:
-        """The link direction ``src`` -> this rank, as this rank's pulls use it (a pull's
-        data crosses the peer's outgoing direction, driven by the reader; ASSUMPTION: a
-        configuration does not also push over that direction at the same time)."""
-        if self.peers is not None and src not in self.peers:
-            raise ValueError(f"rank {self.rank} has no link from rank {src} "
-                             f"(linked to {sorted(self.peers)})")
+        """The route ``src`` -> this rank, as this rank's pulls use it (a pull's data crosses
+        the peer's outgoing direction, driven by the reader; ASSUMPTION: a configuration
+        does not also push over that direction at the same time)."""
         if src not in self.links_in:
-            self.links_in[src] = BandwidthTimeline(f"link[{src}->{self.rank}]", self.link_bw)
+            route = self.topology.route(src, self.rank)
+            self.links_in[src] = BandwidthTimeline(f"route[{src}->{self.rank}]", route.rate)
         return self.links_in[src]
 
     def executor(self, kind: str, index: int, share: float = 0.0):
@@ -231,13 +244,18 @@ class RankClock:
             self.cu_side[share] = SerialResource(f"cu-kernel[{self.rank}]")
         return self.cu_side[share]
 
-    def receive(self, t_arrival: float, nbytes: float) -> float:
+    def receive(self, t_arrival: float, nbytes: float, since: float | None = None) -> float:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less
-        latency) have passed this rank's down port: incoming transfers share it."""
+        latency) have passed this rank's down port: incoming transfers share it. The bytes
+        pass it from ``t_arrival - B / rate`` on (a burst at the end), or from ``since`` if
+        earlier: data that producers' stores sent over a whole kernel (from its start,
+        ``since``) trickled in while it ran, and takes the port's free time in that span."""
         if self.ingress is None or nbytes <= 0:
             return t_arrival
-        start = max(0.0, t_arrival - nbytes / self.ingress.rate)
-        return max(t_arrival, self.ingress.reserve(start, nbytes)[1])
+        start = t_arrival - nbytes / self.ingress.rate
+        if since is not None and since < start:
+            start = since
+        return max(t_arrival, self.ingress.reserve(max(0.0, start), nbytes)[1])
 
     def streamed_from(self, t_arrival: float, nbytes: float) -> float:
         """When data whose last byte arrived at ``t_arrival`` began to arrive: it streams in

@@ -6,11 +6,16 @@ uses on a rank's ``RankClock``, logs the modelled event it makes, and (for the
 executors) returns (end: when the executor is done, arrival: when the data is
 usable at its destination).
 
-- ``send``: B bytes leave on the sender's outgoing link (behind a switch: its
-  up port) from ``ready``: the link is busy until ``link_end``; the last byte
-  arrives at ``link_end + lat``.
+- ``send``: B bytes leave on the route to the receiver (``topology.py``: a link,
+  or a switch's up port, an inter-socket link, a NIC share; every port of the
+  route is busy streaming them at the slowest one's rate) from ``ready`` until
+  ``link_end``; the last byte arrives at ``link_end + lat`` (lat: the route's
+  latency, the sum of its hops'). A library collective's step achieves
+  ``library_fraction`` of the route's peak (``run_steps``): it holds the ports
+  for B / fraction bytes' time.
 - ``land``: B bytes whose last byte arrived at ``t_arrival`` pass the
-  receiver's down port (switch), and land in its HBM as they stream in, from
+  receiver's down port (switch; from ``since`` on when producers' stores sent
+  them over a whole kernel, see ``RankClock.receive``), and land in its HBM as they stream in, from
   ``t_in - B / L`` on, costing B (store) or ``nmc_update_cost`` x B (update) of
   HBM time under the arbitration policy; usable at max(t_in, landed).
 - ``dma_push``: ``dma_setup_s``, then the source read at the HBM and the link
@@ -39,20 +44,22 @@ _EXCLUSIVE = Exclusive()
 _ALONE = CommWindow()
 
 
-def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str) -> float:
-    """Reserve ``dst``'s outgoing link for ``nbytes`` from ``ready``; return its end."""
-    link_end = clock.link(dst).reserve(ready, nbytes)[1]
+def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
+         fraction: float = 1.0) -> float:
+    """Reserve the route to ``dst`` for ``nbytes`` from ``ready`` (``fraction``: a library
+    collective's achieved share of its peak); return when the last byte has left."""
+    link_end = clock.send(dst, ready, nbytes, fraction)
     clock.log(f"link->{dst}", what, ready, link_end, bytes=nbytes)
     return link_end
 
 
 def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
          what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
-         log_hbm_end: bool = False) -> float:
+         log_hbm_end: bool = False, since: float | None = None) -> float:
     """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM. The
     logged event runs from the arrival until they are usable, or (``log_hbm_end``, a CU
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
-    t_in = clock.receive(t_arrival, nbytes)
+    t_in = clock.receive(t_arrival, nbytes, since)
     first = clock.streamed_from(t_in, nbytes)
     absorbed = policy.comm(clock.hbm, first, cost.update_cost_bytes(nbytes, op), window)
     landed = max(t_in, absorbed)
@@ -68,25 +75,26 @@ def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, n
     """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival."""
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     read_end = policy.comm(clock.hbm, t0, nbytes, window)
-    link_end = clock.link(dst).reserve(t0, nbytes)[1]
+    link_end = clock.send(dst, t0, nbytes)
     end = max(read_end, link_end)
     engine.free_at = end
     clock.log("dma", f"{what} -> {dst}", t0, end, bytes=nbytes)
     clock.log(f"link->{dst}", f"dma {what}", t0, link_end, bytes=nbytes)
-    return end, end + cost.spec.interconnect.link_latency_s
+    return end, end + clock.latency(dst)
 
 
 def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, nbytes: float,
              what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A DMA get of ``nbytes`` from ``src`` into this HBM; when the data is usable here."""
-    lat = cost.spec.interconnect.link_latency_s
+    lat = clock.topology.route(src, clock.rank).latency
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     link_start = t0 + lat  # the read request reaches the peer
-    link_end = clock.link_in(src).reserve(link_start, nbytes)[1]
+    link = clock.link_in(src)
+    link_end = link.reserve(link_start, nbytes)[1]
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
     landed = max(arrived, policy.comm(clock.hbm, max(link_start + lat, arrived - nbytes
-                                                     / clock.link_bw), nbytes, window))
+                                                     / link.rate), nbytes, window))
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
     return landed, landed
@@ -98,7 +106,7 @@ def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     engine.free_at = t0
     clock.log("dma", f"flag {what} -> {dst}", done, t0)
-    return t0, t0 + cost.spec.interconnect.link_latency_s
+    return t0, t0 + clock.latency(dst)
 
 
 def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbytes: float,
@@ -127,7 +135,7 @@ def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies
     else:
         link_end = send(clock, dst, t0, nbytes, f"cu {what}")
         end = max(read_end, link_end)
-        arrival = end + cost.spec.interconnect.link_latency_s
+        arrival = end + clock.latency(dst)
     cu.free_at = end
     clock.log("cu-kernel", f"{what} -> {dst}", t0, end, bytes=nbytes)
     return end, arrival
