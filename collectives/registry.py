@@ -23,28 +23,44 @@ def _mpi_collective(name: str):
 
 BOTH = ("ring", "direct")
 
+
+def _moved(n: int) -> float:
+    return (n - 1) / n
+
+
+def _ar(n: int) -> float:
+    return 2 * (n - 1) / n
+
+
+# nccl-tests' bus-bandwidth factors (its PERFORMANCE.md) of the phases a configuration
+# names after a collective: busbw = algbw x factor(n)
+BUS = {"rs": _moved, "ag": _moved, "a2a": _moved}
+AR = {**BUS, "ar": _ar}
+
 REGISTRY.add_operation(Operation(
     "gemm+rs", "reduce-scatter of the GEMM's partial output", "T3 sec. 1",
     BOTH, operations.REDUCE_SCATTER, _mpi_collective("reduce_scatter"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("rs",), reducing=True))
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("rs",), reducing=True,
+    bus_factors=BUS))
 REGISTRY.add_operation(Operation(
     "gemm+ag", "all-gather of each rank's GEMM output rows", "T3 sec. 1",
     BOTH, operations.ALL_GATHER, _mpi_collective("all_gather"),
     lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("ag",), a_rows="own",
-    compute_rows="own"))
+    compute_rows="own", bus_factors=BUS))
 REGISTRY.add_operation(Operation(
     "gemm+ar", "all-reduce = RS + AG (T3's tensor-parallel case)", "T3 sec. 1",
     BOTH, operations.ALL_REDUCE, _mpi_collective("all_reduce"),
-    lambda m, n, k, rows, e: 2 * (m - rows) * e * n, aliases=("ar",), reducing=True))
+    lambda m, n, k, rows, e: 2 * (m - rows) * e * n, aliases=("ar",), reducing=True,
+    bus_factors=AR, spans={"ar": ("rs", "ag")}))
 REGISTRY.add_operation(Operation(
     "gemm+a2a", "all-to-all of the GEMM's output row chunks", "T3 sec. 1",
     ("direct",), operations.ALL_TO_ALL, _mpi_collective("all_to_all"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",)))
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS))
 REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
     "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),
     lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own",
-    collective_bytes=lambda m, n, k, e: m * k * e))
+    collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS))
 
 REGISTRY.add_configuration(Configuration(
     "sequential", "the GEMM, then the collective as a CU-driven kernel (baseline)",

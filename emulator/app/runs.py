@@ -48,27 +48,25 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
             if world > 1 else 0.0}
 
 
-# nccl-tests' bus-bandwidth factors (its PERFORMANCE.md): busbw = algbw x factor(n)
-BUS_FACTOR = {"ar": lambda n: 2 * (n - 1) / n, "rs": lambda n: (n - 1) / n,
-              "ag": lambda n: (n - 1) / n, "a2a": lambda n: (n - 1) / n}
-
-
 def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]]) -> dict:
     """algbw and busbw of each collective phase, with nccl-tests' definitions: algbw =
     S / t (S: the collective's whole buffer, t: the phase's modelled time), busbw = algbw
-    x (n-1)/n (RS, AG, all-to-all) or 2(n-1)/n (AR: an RS phase followed by an AG phase,
-    timed from the RS's start to the AG's end). Fused phases (a GEMM and its collective in
-    one kernel) have no collective time of their own and are left out."""
+    x the operation's factor for that collective ((n-1)/n for RS, AG, all-to-all;
+    2(n-1)/n for an AR, timed from its RS phase's start to its AG phase's end). Fused
+    phases (a GEMM and its collective in one kernel) have no collective time of their
+    own and are left out."""
     from emulator.model.cost import DTYPE_BYTES
 
-    size = cfg.operation.collective_bytes(cfg.m, cfg.n, cfg.k, DTYPE_BYTES[cfg.dtype])
-    spans = {k: w for k, w in windows.items() if k in BUS_FACTOR}
-    if "rs" in spans and "ag" in spans and cfg.operation.reducing:
-        spans["ar"] = (spans["rs"][0], spans["ag"][1])
+    op = cfg.operation
+    size = op.collective_bytes(cfg.m, cfg.n, cfg.k, DTYPE_BYTES[cfg.dtype])
+    spans = {k: w for k, w in windows.items() if k in op.bus_factors}
+    for name, (first, last) in op.spans.items():
+        if first in spans and last in spans:
+            spans[name] = (spans[first][0], spans[last][1])
     out = {}
     for kind, (t0, t1) in spans.items():
         if t1 > t0 and world > 1:
             alg = size / (t1 - t0)
             out[kind] = {"bytes": size, "time_s": t1 - t0, "algbw_gb_s": alg / 1e9,
-                         "busbw_gb_s": alg * BUS_FACTOR[kind](world) / 1e9}
+                         "busbw_gb_s": alg * op.bus_factors[kind](world) / 1e9}
     return out

@@ -44,6 +44,10 @@ class Operation:
     collective_bytes: Callable[[int, int, int, int], float] = (
         lambda m, n, k, e: m * n * e)  # (m, n, k, e) -> the collective's buffer (nccl-tests'
     # size: the whole reduced, gathered or exchanged array)
+    bus_factors: dict = field(default_factory=dict)  # collective phase (or span) name ->
+    # nccl-tests' busbw factor f(n) (busbw = algbw x f(n))
+    spans: dict = field(default_factory=dict)  # name -> (first phase, last phase): a
+    # collective timed from the first's start to the last's end (AR = RS then AG)
 
 
 @dataclass(frozen=True)
