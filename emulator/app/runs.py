@@ -34,18 +34,24 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
 
 def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[str, float]:
     """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
-    every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1)."""
+    every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1),
+    and on several nodes the bytes bound for other nodes through its share of the NICs."""
     from emulator.model.cost import DTYPE_BYTES
 
     op = cfg.operation
     e = DTYPE_BYTES[cfg.dtype]
     rows_min = min(r1 - r0 for r0, r1 in chunks)
     moved = op.link_bytes(cfg.m, cfg.n, cfg.k, rows_min, e)
-    links = spec.interconnect.links_needed(world)
+    ic = spec.interconnect
+    links = ic.links_needed(world)
     rows = rows_min if op.compute_rows == "own" else cfg.m
+    link = moved / (max(links, 1) * ic.link_bw) if world > 1 else 0.0
+    g = ic.gpus_on_node(world)
+    if world > g and ic.network:  # the share of the bytes bound for other nodes, through
+        # the GPU's share of its node's NICs
+        link = max(link, moved * (world - g) / (world - 1) / (ic.nic_bw * ic.nics_per_node / g))
     return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
-            "collective_link": moved / (max(links, 1) * spec.interconnect.link_bw)
-            if world > 1 else 0.0}
+            "collective_link": link}
 
 
 def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]]) -> dict:
