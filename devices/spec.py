@@ -262,6 +262,12 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     )
 
 
+def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:
+    """The device in another intra-node topology (``--topology``)."""
+    return dataclasses.replace(spec, interconnect=dataclasses.replace(spec.interconnect,
+                                                                      topology=topology))
+
+
 def load_device(name_or_path: str) -> DeviceSpec:
     """Load a preset by name (see `list_presets`) or a user TOML file by path."""
     path = Path(name_or_path)

@@ -66,7 +66,7 @@ class RunConfig:
     def load_spec(self):
         """The device of the run: the system's GPU in the system's interconnect (--system),
         or the GPU file (--device) in --topology. Raises ConfigError naming the option."""
-        from devices.spec import SpecError, load_device
+        from devices.spec import SpecError, load_device, with_topology
         from devices.system import load_system
 
         try:
@@ -76,8 +76,7 @@ class RunConfig:
         except SpecError as exc:
             raise ConfigError("--system" if self.system else "--device",
                               self.system or self.device, str(exc)) from None
-        return dataclasses.replace(spec, interconnect=dataclasses.replace(
-            spec.interconnect, topology=self.topology))
+        return with_topology(spec, self.topology)
 
     @property
     def operation(self):

@@ -135,12 +135,13 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     from collectives.common import ring_chunks
     from emulator.runtime import faults, watchdog
     from collectives.reference import check, compute_reference, make_inputs
+    from devices.spec import with_topology
     from emulator.app.runs import bandwidths, lower_bounds, run_mode
     from emulator.engine.runner import DeviceMemory, categories
     from emulator.runtime.process import warm_kernels
 
     world, rank = comm.size, comm.rank
-    spec = device
+    spec = with_topology(device, cfg.topology)  # a system's own (preflight set it) or --topology
     chunks = ring_chunks(cfg.m, world)
     a = b = ref = tol = None
     bad_input = ""
