@@ -47,6 +47,23 @@ def test_every_configuration_on_two_and_four_hosts_matches_one_host(tmp_path, co
                 assert a[key] == b[key], (hosts, a["mode"], key, a[key], b[key])
 
 
+@pytest.mark.parametrize("system,hosts", [("mi210-2node", "n0,n1"), ("a100-pcie-2x8", "n0,n1")])
+def test_a_two_node_system_on_two_emulated_hosts_matches_one_host(tmp_path, system, hosts):
+    """The emulated system's nodes as MPI's nodes: the same modelled times as on one host."""
+    args = ["--system", system, "--collective", "ar", "--mode", "sequential,t3",
+            "--m", "1024", "--n", "256", "--k", "64", "--dtype", "fp32"]
+    runs = []
+    for where in ([], ["--hosts", hosts, "--same-machine"]):
+        out = tmp_path / f"{len(where)}.json"
+        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        runs.append(json.loads(out.read_text())["runs"])
+    for a, b in zip(*runs, strict=True):
+        assert a["numerics"] == b["numerics"] == "pass"
+        for key in SAME:
+            assert a[key] == b[key], (system, a["mode"], key)
+
+
 def _fault_time(stderr: str) -> float:
     return float(re.search(r"injected fault: .* at unix time ([0-9.]+)", stderr).group(1))
 
