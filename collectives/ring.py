@@ -1,8 +1,9 @@
 """Ring algorithms: each rank sends to its left neighbour (T3's example: i -> i-1).
 
 The output (M x Ncols) is cut into N chunks of rows; rank i owns chunk i after
-a reduce-scatter. At RS step s (1..N) rank i handles chunk (i + s) mod N, so
-its own chunk comes last.
+a reduce-scatter. At RS step s (1..N) rank i handles the chunk of the rank s
+places after it on the ring (``p.ring_at(s)``; (i + s) mod N on a ring in rank
+order), so its own chunk comes last.
 
 Fused RS (``rs_map``, T3 track & trigger), purely through the address-space map
 (S = WGs per tile, 1 unless split-K):

@@ -31,7 +31,10 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LO
 
 
 def under_mpi() -> bool:
-    return any(k in os.environ for k in _MPI_ENV)
+    """Whether this process is one rank of an MPI job (its launcher's variables, or
+    ``T3EMU_UNDER_MPI=1`` from a launcher that sets none of them, as ``srun`` without a
+    PMI plugin; run/slurm.sbatch sets it)."""
+    return os.environ.get("T3EMU_UNDER_MPI") == "1" or any(k in os.environ for k in _MPI_ENV)
 
 
 def _wheel_mpiexec() -> str:

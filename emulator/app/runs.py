@@ -45,11 +45,13 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     ic = spec.interconnect
     links = ic.links_needed(world)
     rows = rows_min if op.compute_rows == "own" else cfg.m
-    link = moved / (max(links, 1) * ic.link_bw) if world > 1 else 0.0
-    g = ic.gpus_on_node(world)
-    if world > g and ic.network:  # the share of the bytes bound for other nodes, through
-        # the GPU's share of its node's NICs
-        link = max(link, moved * (world - g) / (world - 1) / (ic.nic_bw * ic.nics_per_node / g))
+    g = min(world, ic.gpus_on_node(world))
+    stay = (g - 1) / (world - 1) if world > 1 else 0.0  # of the bytes, to GPUs of the node
+    link = moved * stay / (max(links, 1) * ic.link_bw) if world > 1 else 0.0
+    if world > g and ic.network:  # the bytes bound for other nodes, through the GPU's share
+        # of its node's NICs (a torus node: of its four links)
+        ports = 4 if ic.network == "torus2d" else ic.nics_per_node
+        link = max(link, moved * (1 - stay) / (ic.nic_bw * ports / g))
     return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
             "collective_link": link}
 

@@ -254,6 +254,12 @@ def _main(cfg: RunConfig) -> int:
     if cfg.m < world:
         raise ValueError(f"--m {cfg.m} needs at least one row per rank ({world} ranks)")
     device = cfg.load_spec()
+    size = device.interconnect.gpus_per_node * device.interconnect.nodes
+    if size and world != size:  # an outside mpiexec with another -n than the system's
+        if rank == 0:
+            sys.stderr.write(f"t3emu: error: invalid value for -n/--ranks: {world} (the job "
+                             f"has {world} MPI ranks; system {device.system} has {size} GPUs)\n")
+        return 2
     if _memory_refused(comm, cfg, device):
         return 2
     doc, traced = execute(comm, cfg, device)

@@ -248,8 +248,10 @@ class RankClock:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less
         latency) have passed this rank's down port: incoming transfers share it. The bytes
         pass it from ``t_arrival - B / rate`` on (a burst at the end), or from ``since`` if
-        earlier: data that producers' stores sent over a whole kernel (from its start,
-        ``since``) trickled in while it ran, and takes the port's free time in that span."""
+        earlier: data that producers' stores sent over a whole kernel (``since``: the
+        receiving kernel's start; in a collective the producers start theirs together)
+        trickled in while it ran, and takes the port's free time in that span (optimistic
+        for data that really came in one burst at the end)."""
         if self.ingress is None or nbytes <= 0:
             return t_arrival
         start = t_arrival - nbytes / self.ingress.rate

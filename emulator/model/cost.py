@@ -22,8 +22,9 @@ split-K GEMM, whose WGs update the same tile):
   reaches DRAM (uncached, or written back).
 - timeline: a read phase of ``max(compute, reads at the rate the HBM leaves)``
   then a bursty write phase (T3: "a read phase followed by a bursty write
-  phase"). Tiles remote-mapped to a peer leave on the link instead; the stage
-  retires when its link stores have drained.
+  phase"). Tiles remote-mapped to a peer leave on the route instead; the stage
+  retires when its link stores have drained (or, with a store queue, when all
+  but its bound have: ``Kernel.store_queue``).
 GEMV stage (decode: a few right-hand-side columns w): the same panels and
 reads as a GEMM stage (each weight row panel read once, the vector shared in
 L2), its FLOPs on the vector ALUs: compute = max over WGs of 2 h w kK x S / Pv
@@ -34,8 +35,9 @@ over WGs x S / Pv; writes as above (memory-bound: bytes at the HBM rate the
 arbitration leaves).
 Persistent kernels: P resident WGs each get 1 / max(P, CUs) of the device's
 rate (a WG alone on a CU has all of it) instead of 1 / S.
-Link transfer of B bytes: B / L on the sender's outgoing link (behind a
-switch: its up port, then the receiver's down port), arrival = end + lat.
+Link transfer of B bytes: B at the route's rate through the ports of its route
+(``topology.py``: a link, a switch's up port then the receiver's down port, a
+CPU link, a NIC), arrival = end + the route's latency.
 DMA command: ``dma_setup_s``, then the source read (B at the HBM) and the link
 transfer stream concurrently; the engine is busy until both end.
 Writes landing from peers are charged to the receiver's HBM as they stream in,
