@@ -50,7 +50,9 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[Kernel, list[Addr
             else:
                 signal[aspace.region(t)] = amap.track(aspace.region(t), after=1)
     cspace = p.space(slots, "C", p.chunks)
-    order = [t for c in [i] + p.others for t in cspace.tiles_in(p.chunk_region(c))]
+    arrival = ([p.ring_at(s) for s in range(n)] if algorithm == "ring"  # from the right
+               else [i] + p.others)
+    order = [t for c in arrival for t in cspace.tiles_in(p.chunk_region(c))]
     kernel = p.gemm(cspace, order, a="AG")
     gates = {}  # a stage waits for the input tiles its WGs read (T3: a stage is released)
     for s, ids in enumerate(kernel.stages()):
