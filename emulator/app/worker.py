@@ -240,6 +240,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 
 
 def _main(cfg: RunConfig) -> int:
+    import os
+
     from mpi4py import MPI
 
     from emulator.runtime import faults, watchdog
@@ -249,6 +251,11 @@ def _main(cfg: RunConfig) -> int:
     mark_rank("pid")
     watchdog.open_board(comm)
     watchdog.post("compute", "setting up")
+    if world == 1 < cfg.ranks and os.environ.get("T3EMU_UNDER_MPI") == "1":
+        sys.stderr.write(f"t3emu: error: this task is an MPI job of one rank, not one of "
+                         f"-n {cfg.ranks}: the launcher wired up no PMI (srun: --mpi=pmi2 "
+                         f"or --mpi=pmix)\n")
+        return 2
     if world != cfg.ranks and rank == 0:
         sys.stderr.write(f"t3emu: running on {world} MPI ranks (the job's size), not -n {cfg.ranks}\n")
     if cfg.m < world:
