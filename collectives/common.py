@@ -42,10 +42,13 @@ class Problem:
         """The topology's ring over all ranks (node by node: crosses the network least)."""
         return Topology.of(self.spec, self.world).ring()
 
+    @cached_property
+    def ring_pos(self) -> int:
+        return self.ring.index(self.rank)
+
     def ring_at(self, s: int) -> int:
         """The rank ``s`` places after this one on the ring (``-1``: the one before)."""
-        ring = self.ring
-        return ring[(ring.index(self.rank) + s) % self.world]
+        return self.ring[(self.ring_pos + s) % self.world]
 
     @property
     def left(self) -> int:

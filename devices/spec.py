@@ -174,6 +174,39 @@ def _where(source: str, section: str, key: str) -> str:
     return f"{source}: [{section}] {key}"
 
 
+def checked_value(where: str, value: Any, typ: type, scale: float, may_be_zero: bool) -> Any:
+    """A file's value of type ``typ`` in SI units (x ``scale``); impossible hardware (a
+    negative, non-finite or, unless ``may_be_zero``, zero number) is refused."""
+    if typ is str:
+        if not isinstance(value, str):
+            raise SpecError(f"{where} must be a string, got {value!r}")
+        return value
+    ok_types = (int,) if typ is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_types):
+        raise SpecError(f"{where} must be {'an integer' if typ is int else 'a number'}, "
+                        f"got {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero):
+        raise SpecError(f"{where} = {value!r} is impossible hardware; it must be "
+                        f"{'>= 0' if may_be_zero else '> 0'}")
+    return typ(value * scale) if typ is int else float(value) * scale
+
+
+def read_toml(name_or_path: str, directory: Path, what: str, presets: list[str]) -> tuple:
+    """(parsed document, path) of preset ``name_or_path`` in ``directory`` or of a file."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = directory / f"{name_or_path}.toml"
+        if not path.exists():
+            raise SpecError(f"unknown {what} {name_or_path!r}; presets: {presets} "
+                            f"or a path to a .toml file")
+    if not path.is_file():
+        raise SpecError(f"{what} file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text()), path
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: malformed TOML: {exc}") from None
+
+
 def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     """Validate a parsed TOML document and build the spec (all keys required)."""
     unknown = set(data) - _TOP_KEYS - set(_SCHEMA) - set(_OPTIONAL)
@@ -200,21 +233,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                     raise SpecError(f"{source}: [{section}] missing key '{key}'")
                 values[attr] = default
                 continue
-            value = table[key]
-            if typ is str:
-                if not isinstance(value, str):
-                    raise SpecError(f"{_where(source, section, key)} must be a string, "
-                                    f"got {value!r}")
-                values[attr] = value
-                continue
-            ok_types = (int,) if typ is int else (int, float)
-            if isinstance(value, bool) or not isinstance(value, ok_types):
-                raise SpecError(f"{_where(source, section, key)} must be "
-                                f"{'an integer' if typ is int else 'a number'}, got {value!r}")
-            if not math.isfinite(value) or value < 0 or (value == 0 and key not in _MAY_BE_ZERO):
-                raise SpecError(f"{_where(source, section, key)} = {value!r} is impossible "
-                                f"hardware; it must be {'>= 0' if key in _MAY_BE_ZERO else '> 0'}")
-            values[attr] = typ(value * scale) if typ is int else float(value) * scale
+            values[attr] = checked_value(_where(source, section, key), table[key], typ, scale,
+                                         key in _MAY_BE_ZERO)
     if values["topology"] not in TOPOLOGIES:
         raise SpecError(f"{source}: [interconnect] topology = {values['topology']!r}; "
                         f"allowed: {list(TOPOLOGIES)}")
@@ -270,16 +290,5 @@ def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:
 
 def load_device(name_or_path: str) -> DeviceSpec:
     """Load a preset by name (see `list_presets`) or a user TOML file by path."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = PRESET_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise SpecError(f"unknown device {name_or_path!r}; presets: {list_presets()} "
-                            f"or a path to a .toml file")
-    if not path.is_file():
-        raise SpecError(f"device file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    data, path = read_toml(name_or_path, PRESET_DIR, "device", list_presets())
     return parse_spec(data, str(path))

@@ -11,12 +11,11 @@ Units as in device files: GB/s per direction, ns.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
-from devices.spec import (NETWORKS, PRESET_DIR, TOPOLOGIES, DeviceSpec, SpecError, load_device,
-                          tomllib)
+from devices.spec import (NETWORKS, PRESET_DIR, TOPOLOGIES, DeviceSpec, SpecError, checked_value,
+                          load_device, read_toml)
 
 SYSTEM_DIR = PRESET_DIR / "systems"
 
@@ -55,21 +54,10 @@ def list_systems() -> list[str]:
 
 def _value(source: str, section: str, key: str, value: Any, typ: type, scale: float) -> Any:
     where = f"{source}: [{section}] {key}" if section else f"{source}: {key}"
-    if typ is str:
-        if not isinstance(value, str):
-            raise SpecError(f"{where} must be a string, got {value!r}")
-        return value
-    ok = (int,) if typ is int else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok):
-        raise SpecError(f"{where} must be {'an integer' if typ is int else 'a number'}, "
-                        f"got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and key not in _MAY_BE_ZERO):
-        raise SpecError(f"{where} = {value!r} is impossible hardware; it must be "
-                        f"{'>= 0' if key in _MAY_BE_ZERO else '> 0'}")
-    return typ(value * scale) if typ is int else float(value) * scale
+    return checked_value(where, value, typ, scale, key in _MAY_BE_ZERO)
 
 
-def parse_system(data: dict[str, Any], source: str, gpu_dir: Path = PRESET_DIR) -> DeviceSpec:
+def parse_system(data: dict[str, Any], source: str) -> DeviceSpec:
     """Validate a parsed system file; return its GPU's spec with the system's interconnect."""
     allowed = {"name", "description", *_SYSTEM[""], "intra", "network"}
     unknown = set(data) - allowed
@@ -174,16 +162,5 @@ def system_size(spec: DeviceSpec) -> int:
 
 def load_system(name_or_path: str) -> DeviceSpec:
     """Load a system preset by name (see `list_systems`) or a system TOML file by path."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = SYSTEM_DIR / f"{name_or_path}.toml"
-        if not path.exists():
-            raise SpecError(f"unknown system {name_or_path!r}; presets: {list_systems()} "
-                            f"or a path to a .toml file")
-    if not path.is_file():
-        raise SpecError(f"system file {str(path)!r} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: malformed TOML: {exc}") from None
+    data, path = read_toml(name_or_path, SYSTEM_DIR, "system", list_systems())
     return parse_system(data, str(path))

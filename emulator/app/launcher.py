@@ -87,9 +87,11 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
     from emulator.app.files import check_output_file
 
     if cfg.system:  # the system's intra-node topology
-        cfg = dataclasses.replace(cfg, topology=cfg.load_spec().interconnect.topology)
-    cfg = cfg.validate()
-    spec = cfg.load_spec()
+        spec = cfg.load_spec()
+        cfg = dataclasses.replace(cfg, topology=spec.interconnect.topology).validate()
+    else:
+        cfg = cfg.validate()
+        spec = cfg.load_spec()
     cfg.check_device(spec)
     if not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
         cfg.check_memory(spec, ranks_here, available_memory())
