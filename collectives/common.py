@@ -116,13 +116,12 @@ class Problem:
                           self.spec.wg_tile_m, tile_n or self.tile_n)
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
-    @property
-    def store_queue(self) -> float:
-        """Bytes of remote stores per destination a GEMM stage may leave queued behind it.
-        ASSUMPTION: stores bound for peers wait in the L2's write path until their link
-        takes them; a quarter of the L2 may hold them (the rest keeps the GEMM's panels),
-        split evenly over the destinations."""
-        return self.spec.l2_bytes / 4 / max(1, self.world - 1)
+    def store_queue(self, destinations: int) -> float:
+        """Bytes of remote stores per destination a GEMM stage may leave queued behind it,
+        when its stores go to ``destinations`` peers. ASSUMPTION: stores bound for peers
+        wait in the L2's write path until their link takes them; a quarter of the L2 may
+        hold them (the rest keeps the GEMM's panels), split evenly over the destinations."""
+        return self.spec.l2_bytes / 4 / max(1, destinations)
 
     def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
              cached: bool = False, store_queue: float = 0.0) -> Kernel:

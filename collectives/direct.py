@@ -42,7 +42,7 @@ def _swizzled(p: Problem, space: TileSpace) -> list[int]:
 
 def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     space = p.space(slots, "C", p.chunks)
-    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue)
+    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue(p.world - 1))
     amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
     for c in p.others:
         amap.remote_map(p.chunk_region(c), c, op="update")
@@ -52,7 +52,7 @@ def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
 
 def ag_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     space = p.space(slots, "C", p.chunks)
-    job = p.gemm(space, space.tiles_in(p.chunk_region(p.rank)), store_queue=p.store_queue)
+    job = p.gemm(space, space.tiles_in(p.chunk_region(p.rank)), store_queue=p.store_queue(p.world - 1))
     op = p.producer_op()
     amap = AddressMap(space, p.rank, p.world, op, job.local_writes(), incoming_op=op)
     if p.world > 1:
@@ -73,7 +73,7 @@ def x_space(p: Problem, base: int, owner: int) -> TileSpace:
 def a2a_map(p: Problem, slots: Slots) -> tuple[Kernel, list[AddressMap]]:
     space = p.space(slots, "C", p.chunks)
     xbase = slots.alloc("X tile", len(x_space(p, 0, 0)))  # chunk 0 is the largest
-    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue)
+    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue(p.world - 1))
     op = p.producer_op()
     amap = AddressMap(space, p.rank, p.world, op, job.local_writes())
     for c in p.others + [p.rank]:

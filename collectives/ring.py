@@ -35,7 +35,7 @@ def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
     n, i, s_ = p.world, p.rank, p.split
     steps = [(s, p.ring_at(s)) for s in range(1, n + 1)]
     order = [t for _, c in steps for t in space.tiles_in(p.chunk_region(c))]
-    job = p.gemm(space, order)
+    job = p.gemm(space, order, store_queue=p.store_queue(1))  # stage 1 stores to one peer
     amap = AddressMap(space, i, n, "update", job.local_writes())
     for s, c in steps:
         incoming = s_ if s == 2 else 1

@@ -70,6 +70,22 @@ class InterconnectSpec:
 
 
 @dataclass(frozen=True)
+class DramSpec:
+    """The memory controller in front of the HBM (``emulator/model/dram.py``). Defaults:
+    T3 Table 1's HBM2 as GPGPU-Sim models it (the simulator family T3 builds on)."""
+
+    channels: int = 0  # 0: one per 32 GB/s of HBM bandwidth (an HBM2 channel at 1 GHz DDR)
+    queue_depth: int = 64  # requests per channel queue (GPGPU-Sim's FR-FCFS queue: 64)
+    access_bytes: int = 64  # bytes per DRAM request
+    turnaround_s: float = 14e-9  # tWTR + tRTW of one read->write->read bus turnaround
+    write_batch: int = 12  # writes served per turnaround (write-queue drain, 28 -> 16)
+    burst_bytes: int = 64 << 10  # requests the model batches into one burst
+
+    def channels_for(self, hbm_bw: float) -> int:
+        return self.channels or max(1, round(hbm_bw / 32e9))
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     name: str
     description: str
@@ -96,6 +112,7 @@ class DeviceSpec:
     nic_latency_s: float = 0.0
     nic_issue_s: float = 0.0  # a WG's cost to issue one put (or flag put)
     system: str = ""  # the system preset this device sits in ("" : the GPU file alone)
+    dram: DramSpec = DramSpec()  # the memory controller ([memory] dram_* keys)
 
     @property
     def wgs_per_stage(self) -> int:
@@ -151,6 +168,14 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "launch_us": (float, 1e-6, "launch_s", 0.0),
         "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
     },
+    "memory": {
+        "dram_channels": (int, 1, "dram_channels", 0),
+        "dram_queue_depth": (int, 1, "dram_queue_depth", DramSpec.queue_depth),
+        "dram_access_bytes": (int, 1, "dram_access_bytes", DramSpec.access_bytes),
+        "dram_turnaround_ns": (float, 1e-9, "dram_turnaround_s", DramSpec.turnaround_s),
+        "dram_write_batch": (int, 1, "dram_write_batch", DramSpec.write_batch),
+        "dram_burst_kb": (float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes),
+    },
     "interconnect": {
         "library_fraction": (float, 1, "library_fraction", 1.0),
     },
@@ -163,7 +188,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
 }
 _TOP_KEYS = {"name", "description"}
 _MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "launch_us", "count", "gb_per_s", "latency_ns",
-                "issue_ns"}
+                "issue_ns", "dram_channels", "dram_turnaround_ns"}
 
 
 def list_presets() -> list[str]:
@@ -279,6 +304,11 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],
         nic_issue_s=values["nic_issue_s"],
+        dram=DramSpec(channels=values["dram_channels"], queue_depth=values["dram_queue_depth"],
+                      access_bytes=values["dram_access_bytes"],
+                      turnaround_s=values["dram_turnaround_s"],
+                      write_batch=values["dram_write_batch"],
+                      burst_bytes=int(values["dram_burst_bytes"])),
     )
 
 

@@ -1,16 +1,53 @@
-"""Arbitration policies and the topology-aware clock."""
+"""The DRAM queue's arbitration policies, the L2 across stages, and the topology-aware
+clock."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
-from emulator.model.arbitration import CommWindow, Mca, RoundRobin
+from devices.spec import DramSpec, load_device
+from emulator.model.arbitration import (POLICIES, CommWindow, ComputeExclusive, FrFcfs, Mca,
+                                        RoundRobin, policy_named)
 from emulator.model.clock import BandwidthTimeline, RankClock
+from emulator.model.cost import CostModel
+from emulator.model.dram import Dram
+
+DURING = CommWindow(True)  # a later GEMM stage competes
+AFTER = CommWindow(False)  # the kernel has ended: drain
+
+# 100 B/s, one channel of 2 requests of 5 bytes: the queue holds 10 bytes
+SMALL = DramSpec(channels=1, queue_depth=2, access_bytes=5, turnaround_s=0.0, burst_bytes=5)
 
 
-def test_round_robin_halves_communication_only_while_compute_follows():
-    hbm = BandwidthTimeline("hbm", 100.0)
-    rr = RoundRobin()
-    assert rr.comm(hbm, 0.0, 100.0, CommWindow(True)) == pytest.approx(2.0)
-    assert rr.comm(hbm, 10.0, 100.0, CommWindow(False)) == pytest.approx(11.0)  # fallback
+def _dram(spec: DramSpec = SMALL) -> Dram:
+    return Dram("hbm", 100.0, spec)
+
+
+def test_round_robin_fills_the_queue_and_stalls_the_gemm_beyond_a_fair_share():
+    dram = _dram()
+    # a 50-byte burst: 40 bytes find the queue full of communication and are served alone
+    end = dram.comm(RoundRobin(), 0.0, 50.0, DURING)
+    assert end == pytest.approx(0.5)
+    # a GEMM read of 50 bytes at its demand of 50 B/s, reserved next in program order:
+    # it gets nothing while the queue is full of the burst
+    _, gemm_end = dram.reserve(0.0, 50.0, cap=50.0)
+    fair = 1.0  # with half the rate for each stream it would take 1 s at 50 B/s
+    assert gemm_end > fair + 0.3
+
+
+def test_mca_never_fills_the_queue_and_serves_compute_first():
+    mca = Mca()
+    mca.observe_first_stage(0.6)  # T = 10: communication only under 10/11 of the peak
+    assert mca.describe()["occupancy_threshold"] == 10
+    dram = _dram()
+    _, gemm_end = dram.reserve(0.0, 50.0, cap=50.0)  # the GEMM is reserved first
+    end = dram.comm(mca, 0.0, 50.0, DURING)
+    assert gemm_end == pytest.approx(1.0)  # untouched
+    # communication gets 10/11 x 100 - 50 B/s while the GEMM reads, then the ceiling
+    assert end == pytest.approx(1.0 + (50 - (1000 / 11 - 50)) / (1000 / 11), rel=1e-6)
+    # drained at full rate once no compute follows
+    assert _dram().comm(mca, 0.0, 50.0, AFTER) == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("u1, threshold", [(0.9, 5), (0.6, 10), (0.3, 30), (0.1, None)])
@@ -20,19 +57,90 @@ def test_mca_threshold_follows_the_first_stage_intensity(u1, threshold):
     mca.observe_first_stage(0.0)  # only the first (isolated) stage counts
     assert mca.describe()["occupancy_threshold"] == threshold
     t = threshold or float("inf")
-    ceiling = 1.0 if threshold is None else t / (t + 1)
-    floor = 0.0 if threshold is None else 1 / (t + 1)
-    assert mca.comm_fraction == pytest.approx(max(floor, ceiling - u1))
+    assert mca.ceiling_fraction == pytest.approx(1.0 if threshold is None else t / (t + 1))
 
 
-def test_mca_protects_a_memory_bound_gemm_and_drains_at_kernel_end():
-    mca = Mca()
-    mca.observe_first_stage(0.9)
-    hbm = BandwidthTimeline("hbm", 100.0)
-    # while compute runs: only the anti-starvation share 1/(T+1) = 1/6
-    assert mca.comm(hbm, 0.0, 10.0, CommWindow(True)) == pytest.approx(0.6)
-    assert mca.comm(BandwidthTimeline("h", 100.0), 0.0, 10.0, CommWindow(False)) == \
-        pytest.approx(0.1)
+def test_fcfs_serves_a_burst_ahead_of_compute_and_exclusive_leaves_it_the_gaps():
+    dram = _dram()
+    dram.comm(FrFcfs(), 0.0, 50.0, DURING)
+    assert dram.reserve(0.0, 50.0, cap=50.0)[1] == pytest.approx(1.5)  # waits for all of it
+    ex = ComputeExclusive()
+    ex.observe_first_stage(0.8)
+    dram = _dram()
+    assert dram.comm(ex, 0.0, 10.0, DURING) == pytest.approx(10.0 / 20.0)  # 1 - 0.8 of it
+
+
+def test_every_policy_by_name():
+    for name in POLICIES:
+        assert policy_named(name).name == name
+    with pytest.raises(ValueError, match="not in"):
+        policy_named("lottery")
+
+
+def test_backlog_counts_only_communication_still_unserved():
+    dram = _dram(dataclasses.replace(SMALL, burst_bytes=10))
+    dram.comm(RoundRobin(), 0.0, 10.0, DURING)  # fits the queue: half the rate, 0.2 s
+    assert dram.backlog(0.0) == pytest.approx(10.0)
+    assert dram.backlog(0.1) == pytest.approx(5.0)
+    assert dram.backlog(0.3) == 0.0
+
+
+def test_turnaround_charges_writes_only_while_a_gemm_reads():
+    spec = DramSpec(channels=32, turnaround_s=14e-9, write_batch=12)
+    dram = Dram("hbm", 1e12, spec)
+    extra = 14e-9 * (1e12 / 32) / (12 * 64)
+    assert dram.write_cost(100.0, "update", 2.0, mixed=True) == pytest.approx(200 + 100 * extra)
+    assert dram.write_cost(100.0, "store", 2.0, mixed=False) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("burst_kb", [16, 32, 128])
+def test_burst_size_moves_a_stage_by_under_half_a_percent(burst_kb):
+    """A stage-sized DMA burst then a GEMM stage, at the default burst (64 KB) and
+    others: the GEMM's end moves by less than 0.5%."""
+    def gemm_end(burst: int) -> float:
+        dram = Dram("hbm", 1e12, DramSpec(burst_bytes=burst << 10))
+        for i in range(160):  # T3: a stage's 160 regions of 32 KB triggered together
+            dram.comm(RoundRobin(), 0.0, 32768.0, DURING)
+        for i in range(40):  # landing updates streaming in at 75 GB/s
+            dram.comm(RoundRobin(), i * 65536 / 75e9, 2 * 65536.0, DURING, offered_rate=150e9)
+        return dram.reserve(0.0, 50e6, cap=520e9)[1]
+
+    assert gemm_end(burst_kb) == pytest.approx(gemm_end(64), rel=5e-3)
+
+
+def test_l2_keeps_the_previous_stages_panels_when_they_fit():
+    spec = load_device("t3-sim")
+    cm = CostModel(spec, "fp16")
+    k = 1024
+    stage = lambda r0: np.array([(r0, r0 + 128, c, c + 128, 0, k)  # noqa: E731
+                                 for c in range(0, 128 * 20, 128)])
+    first = cm.gemm_compute(stage(0))[2]
+    assert first == pytest.approx((128 + 20 * 128) * k * 2)  # every panel once
+    cm.l2_commit(stage(0), False)
+    second = cm.gemm_compute(stage(128))[2]
+    assert second == pytest.approx(128 * k * 2)  # only its new A panel: B is still in L2
+    cm.l2_reset()
+    assert cm.gemm_compute(stage(128))[2] == pytest.approx(first)
+
+
+def test_twice_the_cus_is_never_slower_on_a_gemm():
+    """GPU-2X-CU's stages hold twice the WGs: fewer distinct panels per FLOP."""
+    for m, n, k in [(2048, 12288, 1536), (2048, 20480, 2560), (8192, 4256, 2128),
+                    (16384, 3072, 384)]:
+        times = []
+        for dev in ("t3-sim", "t3-sim-2x-cu"):
+            spec = load_device(dev)
+            cm = CostModel(spec, "fp16")
+            wgs = np.array([(r, r + 128, c, min(c + 128, n), 0, k)
+                            for r in range(0, m, 128) for c in range(0, n, 128)])
+            t = 0.0
+            for i in range(0, len(wgs), spec.wgs_per_stage):
+                st = wgs[i: i + spec.wgs_per_stage]
+                _, compute, reads = cm.gemm_compute(st, True)
+                cm.l2_commit(st, True)
+                t += max(compute, reads / spec.hbm_bw)
+            times.append(t)
+        assert times[1] <= times[0], (m, n, k, times)
 
 
 def _clock(topology: str, world: int = 4) -> RankClock:

@@ -206,6 +206,32 @@ def report(out_dir, timeline, no_figures) -> None:
 
 
 @main.command()
+@click.argument("results", type=click.Path(file_okay=False))
+@click.option("--2x-cu", "results2x", type=click.Path(file_okay=False), default=None,
+              help="Results of the same points on GPU-2X-CU (`t3emu sweep t3-2x-cu`).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              default="docs/validation.md", show_default=True)
+def validate(results, results2x, out_path) -> None:
+    """Write the validation page: T3's published figures beside a t3-paper sweep's."""
+    from pathlib import Path
+
+    from emulator.app.scenario import ScenarioError
+    from emulator.app.validation import write
+
+    commands = [f"t3emu sweep t3-paper --timing-only --out {results}"]
+    if results2x:
+        commands.append(f"t3emu sweep t3-2x-cu --timing-only --out {results2x}")
+    commands.append("t3emu validate " + results + (f" --2x-cu {results2x}" if results2x
+                                                     else "") + f" --out {out_path}")
+    try:
+        page = write(Path(results), results2x and Path(results2x), Path(out_path), commands)
+        click.echo(f"validation page: {page}")
+    except ScenarioError as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+
+
+@main.command()
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the figures (and how each was measured) as JSON here.")
 @click.option("--only", type=str, default="all", show_default=True,

@@ -4,7 +4,10 @@ One process per emulated GPU (rank) and configuration; inside it one track
 (thread) per resource the modelled clock logged on: the GEMM stages, the DMA
 engine, each outgoing link (or switch port), HBM landing of received data,
 the CU-driven collective kernels (rs, ag, a2a) and the tracker, whose
-triggers (a region reaching its threshold) are instant events. Timestamps are
+triggers (a region reaching its threshold) are instant events; and two counter
+tracks from the memory controller (``emulator/model/dram.py``): HBM bandwidth
+by stream (GEMM reads and writes, DMA reads, landing stores and updates, CU
+kernels) and the communication backlog in the DRAM queue, per microsecond. Timestamps are
 microseconds of modelled time (the trace-event format's unit), so the
 Perfetto UI (https://ui.perfetto.dev) shows the emulated hardware's timeline,
 not the host's. Format: the Trace Event Format's JSON object form
@@ -51,6 +54,11 @@ def chrome_trace(runs: list[tuple[str, list[list[tuple]]]], doc: dict) -> dict:
                         "args": {"name": f"rank {rank} · {mode}"}})
             out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                         "args": {"sort_index": mode_index * 100000 + rank}})
+            for track, name, start, end, args in events:  # counter tracks (the DRAM's)
+                if track.startswith("counter:"):
+                    out.append({"ph": "C", "name": track[8:], "pid": pid, "ts": start * 1e6,
+                                "args": {k: _plain(v) for k, v in args.items()}})
+            events = [ev for ev in events if not ev[0].startswith("counter:")]
             tracks = sorted({ev[0] for ev in events}, key=_track_key)
             tids = {track: i + 1 for i, track in enumerate(tracks)}
             for track, tid in tids.items():

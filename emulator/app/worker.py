@@ -209,7 +209,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             }
             if cfg.record_wall:
                 run["wall_events"] = wall_events
-                run["events"] = [[e[:4] for e in evs] for evs in events]
+                run["events"] = [[e[:4] for e in evs if not e[0].startswith("counter:")]
+                                 for evs in events]
             if cfg.trace:
                 traced.append((mode, events))
             runs.append(run)

@@ -14,7 +14,7 @@ from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
 from emulator.engine.kernel import Gates, Kernel
 from emulator.model import transfers
-from emulator.model.arbitration import Exclusive
+from emulator.model.arbitration import Alone
 from emulator.model.clock import RankClock
 from emulator.model.cost import CostModel
 from emulator.runtime import faults, watchdog
@@ -33,7 +33,7 @@ class KernelRunner:
         self.kernel, self.routes = kernel, routes
         self.stage_index = stage_index
         self.stream = stream
-        self.policy = policy or Exclusive()
+        self.policy = policy or Alone()
         self.fault_kind, self.fault_stage = fault
         self.label = label
         self.cu_share = cu_share  # CUs held by a concurrent CU-driven kernel
@@ -49,6 +49,7 @@ class KernelRunner:
             for s in slots:
                 self._nic_left[int(s)] = entry
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
+        cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
 
     # ---------------------------------------------------------------- modelled time
     def _gate_time(self, gates: Gates) -> float:
@@ -85,17 +86,18 @@ class KernelRunner:
         read_end = compute_end
         if sc.read_bytes:
             cap = sc.read_bytes / sc.compute_s if sc.compute_s > 0 else None
-            read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap)[1])
-        end = clock.hbm.reserve(read_end, sc.write_cost_bytes)[1]
+            read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap,
+                                                          "gemm reads")[1])
+        end = hbm_end = clock.hbm.reserve(read_end, sc.write_cost_bytes, None, "gemm writes")[1]
         arrivals = {self.hbm.rank: end}
         queue = k.store_queue
         for dst, nbytes in sorted(sc.remote_bytes.items()):
             link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores")
             arrivals[dst] = link_end + clock.latency(dst)
             end = max(end, link_end - queue / clock.route(dst).rate if queue else link_end)
-        if s == 0 and end > start and resident is None:
-            self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)
-                                            / ((end - start) * cost.spec.hbm_bw))
+        if s == 0 and hbm_end > start and resident is None:  # its DRAM intensity, before
+            self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)  # any link
+                                            / ((hbm_end - start) * cost.spec.hbm_bw))
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, sc
 
@@ -123,6 +125,9 @@ class KernelRunner:
             arrivals.append(arr)
             stage_end = max(stage_end, end)
         clock.cu.free_at = stage_end
+        k = self.kernel
+        self.cost.l2_commit(k.wgs[np.concatenate(groups)], getattr(k.producer, "outputs_cached",
+                                                                    False))
         return ends, arrivals
 
     def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:

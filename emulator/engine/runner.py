@@ -24,7 +24,7 @@ from emulator.engine.launch import KernelRunner
 from emulator.engine.plan import KernelPhase, Plan, StepsPhase
 from emulator.engine.program import program_order
 from emulator.engine.steps import run_steps
-from emulator.model.arbitration import Exclusive, policy_named
+from emulator.model.arbitration import Alone, policy_named
 from emulator.model.clock import Event, RankClock
 from emulator.model.topology import Topology
 from emulator.model.cost import CostModel
@@ -70,7 +70,8 @@ class _Clocks:
         if name not in self.by_name:
             s = self.spec
             self.by_name[name] = RankClock(self.rank, s.hbm_bw, self.topology, s.dma_engines,
-                                           self.watchdog_s, self.record, s.nics, s.nic_bw)
+                                           self.watchdog_s, self.record, s.nics, s.nic_bw,
+                                           s.dram)
         return self.by_name[name]
 
 
@@ -165,7 +166,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         parts = [hbm.view(buf, region) for buf, region in plan.result]
         result = parts[0] if len(parts) == 1 and memory else np.concatenate(parts, axis=0)
     traffic = hbm.traffic_by_rank()
-    events = [ev for c in clocks.by_name.values() for ev in c.events]
+    events = [ev for c in clocks.by_name.values() for ev in c.events + c.hbm.counters()]
     tracker.free()
     hbm.free()
     return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
@@ -180,7 +181,7 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     routes = compiled[0].routes
     commands = [c for cm in compiled for c in cm.commands]
     incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
-    policy = policy_named(arbitration) if ph.fused else Exclusive()
+    policy = policy_named(arbitration) if ph.fused else Alone()
     stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots)
     stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
     fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults

@@ -1,45 +1,45 @@
-"""Memory-controller arbitration between the compute and the communication stream.
+"""Memory-controller arbitration: how the communication stream enters the DRAM queues
+that a running GEMM also uses (``dram.py`` holds the queue; T3, "Memory-controller
+arbitration").
 
-The HBM is a ``BandwidthTimeline``: reservations made earlier in a rank's
-program order keep their bandwidth, later ones get what is left (a fluid model
-of the DRAM queues). A policy decides two things for the communication stream
-(DMA reads, NMC updates and stores landing from peers):
+A policy answers, for each burst of communication bytes offered at time t while
+a later GEMM stage will compete (``CommWindow.compute_after``), two things
+(``admit``): how many of its bytes find the queue full of communication, so that
+they are served alone and the GEMM's requests cannot enter (``blocking``), and
+the rate cap of the rest. With no compute after it, every policy drains the
+stream at the whole rate (T3: "drained at kernel boundaries").
 
-- ``lookahead``: how many GEMM stages are reserved before the DMA entries a
-  stage triggers (0 for both policies here: entries are reserved ahead of the
-  next stage, so their share below is what they get while it runs);
-- ``comm(...)``: the rate the stream may take while compute runs.
-
-Policies (T3, "Memory-controller arbitration"):
-
-``RoundRobin`` (used by ``t3``): two streams alternate, falling back to the
-other when one is empty. Fluid form: while a later GEMM stage exists, the
-communication stream gets at most ``share`` (1/2) of the bandwidth and compute
-the rest; once compute is done, communication takes all of it.
-
-``Mca`` (used by ``t3-mca``): compute first; communication is issued only while
-DRAM queue occupancy is under a threshold; communication that has waited too
-long is issued anyway; the stream drains at kernel end. Fluid form:
-- occupancy threshold T (5, 10, 30 requests or no limit): a DRAM queue served
-  as an M/M/1 queue holds T requests on average at utilisation T/(T+1), so
-  the total may only reach a ceiling of T/(T+1) of the peak while
-  communication is admitted (no limit: the peak);
-- T is chosen from the GEMM's memory intensity seen in its first stage, before
-  any communication: utilisation u1 = its DRAM bytes / (its duration x peak);
-  u1 >= 0.75 -> 5, >= 0.5 -> 10, >= 0.25 -> 30, else no limit (ASSUMPTION:
-  T3 names the four thresholds but not the intensity bands; we split the
-  range evenly);
-- compute first: while a later GEMM stage runs, communication gets what the
-  GEMM leaves under the ceiling, (T/(T+1) - u1) of the peak, using the
-  intensity MCA measured;
-- anti-starvation: never less than 1/(T+1) of the peak (at least one request
-  in T+1 is communication);
-- drain: with no later stage, communication takes the whole bandwidth.
-So a light GEMM lets communication use more than round-robin's half, and a
-memory-bound GEMM keeps nearly all of the bandwidth.
-
-``Exclusive``: no compute runs alongside (a kernel of its own, or an isolated
-ideal run): the stream takes what it needs.
+- ``RoundRobin`` (``t3``): compute and communication alternate, each falling back
+  to the other when it is empty. Nothing limits what communication puts in the
+  queue: a burst bigger than the room the queue has left (Q minus the
+  communication backlog) fills it, and those bytes are served before any later
+  GEMM request gets in; the rest alternate with the GEMM (at most ``share`` = 1/2
+  of the rate).
+- ``Mca`` (``t3-mca``): compute first; communication is issued only while the
+  queue's occupancy is under a threshold T, so it never fills the queue (no
+  blocking), and it gets what the GEMM leaves: T (5, 10, 30 requests or no
+  limit) is chosen from the GEMM's memory intensity in its first, isolated
+  stage: u1 = its DRAM bytes / (its DRAM time x peak); u1 >= 0.75 -> 5,
+  >= 0.5 -> 10, >= 0.25 -> 30, else no limit (ASSUMPTION: T3 names the four
+  thresholds, not the intensity bands; we split the range evenly). A channel
+  served as an M/M/1 queue holds T requests on average at utilisation
+  T/(T+1), so communication is served only while the total stays under that
+  ceiling (``ceiling``). Compute first: the next GEMM stage is reserved before
+  the communication its previous stage triggered (``lookahead`` = 1), so the
+  GEMM's reads and write bursts take what they need and communication the rest
+  under the ceiling. Anti-starvation: a GEMM keeps the total over the ceiling
+  only during its write bursts and memory-bound read phases, after which the
+  waiting communication is issued; the stream drains at kernel end. (The
+  fluid form has no per-request wait limit: waits are bounded by a stage.)
+- ``ComputeExclusive``: communication only when the GEMM has no request: the
+  GEMM's stage is reserved first, and communication gets at most what the GEMM
+  leaves on average, (1 - u1) of the peak, with no anti-starvation (T3: it
+  wastes bandwidth).
+- ``FrFcfs``: the plain first-come-first-served sharing a copy engine sees on
+  GPUs without such arbitration: a burst is served in arrival order, ahead of
+  every GEMM request that comes after it (all of it blocks).
+- ``Alone``: no compute alongside (a kernel of its own, an isolated ideal run):
+  the stream takes what it needs.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from emulator.model.clock import BandwidthTimeline
+from emulator.model.dram import Dram
 
 
 @dataclass
@@ -57,44 +57,58 @@ class CommWindow:
     compute_after: bool = False  # a later GEMM stage will compete for the HBM
 
 
-class Exclusive:
-    name = "exclusive"
+class Alone:
+    name = "alone"
     lookahead = 0
 
     def observe_first_stage(self, utilisation: float) -> None:
         pass
 
-    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
-             window: CommWindow) -> float:
-        return hbm.reserve(ready, nbytes)[1]
+    def admit(self, dram: Dram, t: float, nbytes: float,
+              window: CommWindow) -> tuple[float, float | None]:
+        """(bytes of this burst served alone ahead of the GEMM, rate cap of the rest)."""
+        return 0.0, None
+
+    def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
+        """The total rate under which communication may be served (None: the peak)."""
+        return None
 
     def describe(self) -> dict:
         return {"policy": self.name}
 
 
-class RoundRobin(Exclusive):
+class RoundRobin(Alone):
     name = "round-robin"
 
     def __init__(self, share: float = 0.5):
         self.share = share
 
-    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
-             window: CommWindow) -> float:
-        cap = self.share * hbm.rate if window.compute_after else None
-        return hbm.reserve(ready, nbytes, cap)[1]
+    def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
+        if not window.compute_after:
+            return 0.0, None
+        over = dram.backlog(t) + nbytes - dram.queue_bytes
+        return min(nbytes, max(0.0, over)), self.share * dram.rate
 
     def describe(self) -> dict:
         return {"policy": self.name, "comm_share": self.share}
 
 
+class FrFcfs(Alone):
+    name = "fr-fcfs"
+
+    def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
+        return (nbytes if window.compute_after else 0.0), None
+
+
 MCA_THRESHOLDS = ((0.75, 5), (0.5, 10), (0.25, 30))  # (first-stage utilisation >=, T)
 
 
-class Mca(RoundRobin):
+class Mca(Alone):
     name = "mca"
+    lookahead = 1  # compute first: a GEMM stage is reserved before the communication
+    # its previous stage triggered
 
     def __init__(self):
-        super().__init__()
         self.threshold: float = math.inf
         self.first_stage_utilisation: float | None = None
 
@@ -116,11 +130,10 @@ class Mca(RoundRobin):
         u1 = self.first_stage_utilisation or 0.0
         return min(1.0, max(floor, self.ceiling_fraction - u1))
 
-    def comm(self, hbm: BandwidthTimeline, ready: float, nbytes: float,
-             window: CommWindow) -> float:
-        if not window.compute_after:
-            return hbm.reserve(ready, nbytes)[1]  # drain
-        return hbm.reserve(ready, nbytes, self.comm_fraction * hbm.rate)[1]
+    def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
+        """Communication is issued only while the total stays under the occupancy
+        threshold's utilisation ceiling (the GEMM's own reservations come first)."""
+        return self.ceiling_fraction * dram.rate if window.compute_after else None
 
     def describe(self) -> dict:
         return {"policy": self.name,
@@ -129,10 +142,29 @@ class Mca(RoundRobin):
                 "ceiling_fraction": self.ceiling_fraction, "comm_fraction": self.comm_fraction}
 
 
-POLICIES = {"exclusive": Exclusive, "round-robin": RoundRobin, "mca": Mca}
+class ComputeExclusive(Mca):
+    name = "compute-exclusive"
+
+    @property
+    def comm_fraction(self) -> float:
+        return max(1e-3, 1.0 - (self.first_stage_utilisation or 0.0))
+
+    def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
+        return 0.0, (self.comm_fraction * dram.rate if window.compute_after else None)
+
+    def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
+        return None
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "first_stage_utilisation": self.first_stage_utilisation,
+                "comm_fraction": self.comm_fraction}
 
 
-def policy_named(name: str) -> Exclusive:
+POLICIES = {"alone": Alone, "round-robin": RoundRobin, "mca": Mca,
+            "compute-exclusive": ComputeExclusive, "fr-fcfs": FrFcfs}
+
+
+def policy_named(name: str) -> Alone:
     """A new policy object by its name (``POLICIES``)."""
     if name not in POLICIES:
         raise ValueError(f"arbitration policy {name!r} not in {', '.join(POLICIES)}")

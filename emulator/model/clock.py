@@ -8,7 +8,8 @@ the cost model. Reservations of one rank are made in a fixed *program order*
 the host, so the same configuration always gives the same times.
 
 Resources:
-- ``BandwidthTimeline`` (HBM, each outgoing link direction): a rate in bytes/s
+- ``BandwidthTimeline`` (each outgoing link direction; the HBM's service inside
+  its memory controller, ``dram.py``): a rate in bytes/s
   shared by overlapping transfers. A reservation of B bytes from time t with a
   rate cap c takes, in each interval, min(c, rate - already reserved) until B
   bytes are served ("water filling"); earlier reservations keep their share.
@@ -106,6 +107,7 @@ class SerialResource:
     def __init__(self, name: str):
         self.name = name
         self.free_at = 0.0
+        self.issued_at = 0.0  # a DMA engine: when it issued its last command's reads
 
     def reserve(self, ready: float, duration: float) -> tuple[float, float]:
         start = max(ready, self.free_at)
@@ -170,11 +172,15 @@ class RankClock:
     """
 
     def __init__(self, rank: int, hbm_bw: float, topology: Topology, dma_engines: int,
-                 watchdog_s: float, record: bool = True, nics: int = 0, nic_bw: float = 0.0):
+                 watchdog_s: float, record: bool = True, nics: int = 0, nic_bw: float = 0.0,
+                 dram=None):
+        from devices.spec import DramSpec
+        from emulator.model.dram import Dram
+
         self.rank = rank
         self.record = record  # keep the log of modelled events (traces, tests)
         self.topology = topology
-        self.hbm = BandwidthTimeline(f"hbm[{rank}]", hbm_bw)
+        self.hbm = Dram(f"hbm[{rank}]", hbm_bw, dram or DramSpec(), record)
         self.link_bw = topology.ic.link_bw  # the intra-node link (or port) rate
         self.ports: dict[str, BandwidthTimeline] = {}
         self.ingress = (BandwidthTimeline(f"port-down[{rank}]", self.link_bw)

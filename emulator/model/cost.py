@@ -10,13 +10,20 @@ computes an output tile (h x w) over its slice of K (kK = K, or K/split for a
 split-K GEMM, whose WGs update the same tile):
 - compute  = max over WGs of (2 h w kK) x S / P: each WG owns 1/S of the CUs'
   throughput and the stage lasts as long as its largest WG (wave quantisation).
-- reads    = U + max(0, 1 - L2in/U) x (R - U), with U the stage's distinct A
-  row panels (h kK e) and B column panels (kK w e) and R = sum over WGs of
-  (h + w) kK e: panels are read from DRAM once if they fit in L2, and the part
-  that does not fit is re-read by every WG that uses it. L2in is the L2 left
-  for inputs: all of it when GEMM outputs bypass the L2 (T3 allocates them
-  uncached), L2 minus the stage's output bytes when outputs are cached
-  (write-allocate: they occupy L2 until written back).
+- reads    = U + max(0, 1 - L2in/Wk) x (R - U) - P, with U the stage's distinct
+  A row panels (h kK e) and B column panels (kK w e), R = sum over WGs of
+  (h + w) kK e and the L2 model (``emulator/model/cost.py``, "the L2 across
+  stages"): the WGs of a stage walk K together, so each panel's K-step is read
+  from DRAM once and served from the L2 to its other readers while the stage's
+  working set Wk = U x 2 K_STEP / kK (two K-steps of every panel) fits in L2in;
+  what does not fit is re-read by every WG that uses it. P: the panels this
+  stage shares with the previous stage of the same kernel, when all of that
+  stage's panels fitted in L2in (they are still there). So the WG order decides
+  the traffic: which tiles share a stage (its distinct panels) and which
+  consecutive stages share panels. L2in is the L2 left for inputs: all of it
+  when GEMM outputs bypass the L2 (T3 allocates them uncached), L2 minus the
+  stage's output bytes when outputs are cached (write-allocate: they occupy
+  L2 until written back).
 - writes   = h w eo per WG written to local HBM; an op-and-store update costs
   ``nmc_update_cost`` x a write (T3: CCDWL = 2 x CCDL). Every output byte
   reaches DRAM (uncached, or written back).
@@ -60,6 +67,9 @@ import numpy as np
 from devices.spec import DeviceSpec
 
 DTYPE_BYTES = {"fp16": 2, "fp32": 4}
+# ASSUMPTION: a WG's K loop steps 64 elements at a time (Tensile's DepthU 64, CUTLASS's
+# 32-64 K tiles) and prefetches one step ahead, so the L2 holds two steps per panel.
+K_STEP = 64
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class CostModel:
         self.e = DTYPE_BYTES[dtype]
         self.peak = spec.peak_flops(dtype)
         self.slots = spec.wgs_per_stage
+        self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
               rank: int, outputs_cached: bool = False) -> StageCost:
@@ -106,16 +117,44 @@ class CostModel:
         flops = 2.0 * h * w * kk
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
         compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
-        rows = {(int(a), int(b), int(k0), int(k1)) for a, b, _, _, k0, k1 in wgs}
-        cols = {(int(c), int(d), int(k0), int(k1)) for _, _, c, d, k0, k1 in wgs}
-        unique = (sum((b - a) * (k1 - k0) for a, b, k0, k1 in rows)
-                  + sum((d - c) * (k1 - k0) for c, d, k0, k1 in cols)) * self.e
+        panels = self.panels(wgs)
+        unique = self._bytes(panels)
+        if not unique:
+            return float(flops.sum()), compute, 0.0
         naive = float(((h + w) * kk * self.e).sum())
-        out_bytes = h * w * self.e
-        l2 = self.spec.l2_bytes - (float(out_bytes.sum()) if outputs_cached else 0.0)
-        l2 = max(0.0, l2)
-        reads = unique + max(0.0, 1.0 - l2 / unique) * (naive - unique) if unique else 0.0
-        return float(flops.sum()), compute, reads
+        l2 = self.l2_inputs(wgs, outputs_cached)
+        # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
+        window = unique * min(1.0, 2 * K_STEP / float(kk.max()))
+        reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
+        if self._resident and self._resident_fits:  # panels the previous stage left in L2
+            reads -= self._bytes(panels & self._resident)
+        return float(flops.sum()), compute, max(0.0, reads)
+
+    # ---------------------------------------------------------------- the L2 across stages
+    def panels(self, wgs: np.ndarray) -> frozenset:
+        """The A row panels and B column panels (with their K ranges) ``wgs`` read."""
+        return frozenset([("A", int(a), int(b), int(k0), int(k1)) for a, b, _, _, k0, k1 in wgs]
+                         + [("B", int(c), int(d), int(k0), int(k1))
+                            for _, _, c, d, k0, k1 in wgs])
+
+    def _bytes(self, panels) -> float:
+        return float(sum((p[2] - p[1]) * (p[4] - p[3]) for p in panels) * self.e)
+
+    def l2_inputs(self, wgs: np.ndarray, outputs_cached: bool) -> float:
+        """L2 bytes left for inputs: all of it when outputs bypass it, less the stage's
+        outputs when they write-allocate."""
+        out = float(((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).sum()) * self.e
+        return max(0.0, self.spec.l2_bytes - (out if outputs_cached else 0.0))
+
+    def l2_reset(self) -> None:
+        """A new kernel: nothing of its inputs is in the L2 yet."""
+        self._resident, self._resident_fits = frozenset(), False
+
+    def l2_commit(self, wgs: np.ndarray, outputs_cached: bool) -> None:
+        """A stage has run: its panels stay in the L2 for the next stage if they all fit
+        beside its cached outputs (LRU: the next stage's hits are the panels it shares)."""
+        self._resident = self.panels(wgs)
+        self._resident_fits = self._bytes(self._resident) <= self.l2_inputs(wgs, outputs_cached)
 
     def elementwise_compute(self, wgs: np.ndarray, copies: int,
                             resident: int | None = None) -> tuple[float, float, float]:

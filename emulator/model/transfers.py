@@ -17,9 +17,13 @@ usable at its destination).
   receiver's down port (switch; from ``since`` on when producers' stores sent
   them over a whole kernel, see ``RankClock.receive``), and land in its HBM as they stream in, from
   ``t_in - B / L`` on, costing B (store) or ``nmc_update_cost`` x B (update) of
-  HBM time under the arbitration policy; usable at max(t_in, landed).
-- ``dma_push``: ``dma_setup_s``, then the source read at the HBM and the link
-  transfer stream concurrently; the engine is busy until both end.
+  HBM time under the arbitration policy, plus the read/write turnaround when a
+  GEMM stage reads alongside (``Dram.write_cost``); usable at max(t_in, landed).
+- ``dma_push``: the source read is issued to the DRAM as soon as the command is
+  triggered (T3: "RS reads of a stage's regions, issued as soon as both copies
+  have landed"; commands in issue order), while the link transfer starts after
+  ``dma_setup_s`` when the engine's previous transfer is done; the engine is busy
+  until both end.
 - ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
   the link (lat), the data crosses the peer->reader direction, lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
@@ -36,11 +40,11 @@ usable at its destination).
 
 from __future__ import annotations
 
-from emulator.model.arbitration import CommWindow, Exclusive
+from emulator.model.arbitration import Alone, CommWindow
 from emulator.model.clock import RankClock
 from emulator.model.cost import CostModel
 
-_EXCLUSIVE = Exclusive()
+_EXCLUSIVE = Alone()
 _ALONE = CommWindow()
 
 
@@ -61,7 +65,10 @@ def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op:
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
     t_in = clock.receive(t_arrival, nbytes, since)
     first = clock.streamed_from(t_in, nbytes)
-    absorbed = policy.comm(clock.hbm, first, cost.update_cost_bytes(nbytes, op), window)
+    hbm = clock.hbm
+    cost_bytes = hbm.write_cost(nbytes, op, cost.spec.nmc_update_cost, window.compute_after)
+    rate = cost_bytes / (t_in - first) if t_in > first else None  # offered as it streams in
+    absorbed = hbm.comm(policy, first, cost_bytes, window, f"landing {op}s", rate)
     landed = max(t_in, absorbed)
     if log_hbm_end:
         clock.log("hbm", what, first, absorbed)
@@ -74,7 +81,9 @@ def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, n
              what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival."""
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
-    read_end = policy.comm(clock.hbm, t0, nbytes, window)
+    issue = max(done + cost.spec.dma_setup_s, engine.issued_at)  # reads issued when triggered
+    engine.issued_at = issue
+    read_end = clock.hbm.comm(policy, issue, nbytes, window, "dma reads")
     link_end = clock.send(dst, t0, nbytes)
     end = max(read_end, link_end)
     engine.free_at = end
@@ -93,8 +102,12 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     link_end = link.reserve(link_start, nbytes)[1]
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
-    landed = max(arrived, policy.comm(clock.hbm, max(link_start + lat, arrived - nbytes
-                                                     / link.rate), nbytes, window))
+    first = max(link_start + lat, arrived - nbytes / link.rate)
+    cost_bytes = clock.hbm.write_cost(nbytes, "store", cost.spec.nmc_update_cost,
+                                      window.compute_after)
+    landed = max(arrived, clock.hbm.comm(policy, first, cost_bytes, window, "landing stores",
+                                         cost_bytes / (arrived - first) if arrived > first
+                                         else None))
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
     return landed, landed
@@ -112,7 +125,7 @@ def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
 def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbytes: float,
             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives."""
-    read_end = policy.comm(clock.hbm, done, nbytes, window)
+    read_end = clock.hbm.comm(policy, done, nbytes, window, "nic reads")
     nic_end = nic.reserve(done, nbytes)[1]
     end = max(read_end, nic_end)
     clock.log("nic", f"put {what} -> {dst}", done, end, bytes=nbytes)
@@ -125,13 +138,13 @@ def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies
     """A CU kernel step: read ``copies`` local copies of ``nbytes``, add, write locally
     (``dst`` = this rank) or send to ``dst``; when the result is usable there."""
     t0 = max(done, cu.free_at)
-    read_end = policy.comm(clock.hbm, t0, copies * nbytes, window)
+    read_end = clock.hbm.comm(policy, t0, copies * nbytes, window, "cu-kernel reads")
     vec = cost.spec.vector_flops(cost.dtype)
     if copies > 1 and vec:
         read_end = max(read_end, t0 + (copies - 1) * nbytes / cost.e / (share * vec))
     if dst == clock.rank:
-        end = arrival = policy.comm(clock.hbm, read_end, cost.update_cost_bytes(nbytes, op),
-                                    window)
+        end = arrival = clock.hbm.comm(policy, read_end, cost.update_cost_bytes(nbytes, op),
+                                       window, "cu-kernel writes")
     else:
         link_end = send(clock, dst, t0, nbytes, f"cu {what}")
         end = max(read_end, link_end)

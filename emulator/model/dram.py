@@ -1,0 +1,181 @@
+"""The DRAM of one emulated GPU: a memory controller whose request queues are shared by
+streams, served at the HBM's rate under an arbitration policy (``arbitration.py``).
+
+What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
+
+- **Service**: a ``BandwidthTimeline`` at the HBM's peak rate mu. Every stream's
+  requests take their share of it; reservations are made in the rank's program
+  order (``clock.py``), and a reservation made earlier keeps what it got.
+- **The request queues**: C channels x D entries of A bytes (T3 Table 1's HBM2:
+  C = 32 channels of 32 GB/s; D = 64, GPGPU-Sim's FR-FCFS scheduler queue, the
+  simulator family T3 builds on; A = 64-byte accesses). All channels see the
+  same mix (addresses interleave over them), so the model keeps one queue of
+  Q = C x D x A bytes (128 KB on t3-sim) rather than C copies of it.
+- **Streams**: the compute stream (a GEMM stage's reads paced by its compute, then
+  its bursty writes; ``launch.py``) and the communication stream (DMA reads,
+  stores and near-memory updates landing from peers, a CU kernel's traffic),
+  ``comm``. A communication request is *offered* to the queue at a rate: a DMA
+  read burst at once (T3: "RS reads of a stage's regions, issued as soon as both
+  copies have landed"), data landing from a link at the link's rate.
+- **Backlog**: the communication bytes offered and not yet served, summed over
+  the stream's recent requests (``backlog``). While the backlog is over Q the
+  queue is full of communication requests, so no compute request can enter it:
+  those bytes are served at the whole rate and the compute stream stalls
+  ("bursts fill the DRAM queues and stall the GEMM's reads", T3). This is how a
+  burst slows the GEMM by more than a fair share of the bandwidth; the policy
+  decides whether a burst may fill the queue at all.
+- **Bursts**: requests are batched into bursts of ``burst_bytes`` (64 KB by
+  default: 1024 accesses) and each burst is admitted and served as one; results
+  move by less than 0.5% between 16 KB and 256 KB bursts
+  (``tests/test_dram.py``; the README gives the figures).
+- **Read/write turnaround**: writes served while another stream reads make the
+  channel turn its bus around: tWTR + tRTW (``turnaround_s``) per batch of
+  ``write_batch`` writes (GPGPU-Sim's write queue drains between its high and
+  low watermarks). A communication write that lands while a GEMM stage reads
+  (``CommWindow.compute_after``) costs its bytes x (1 or ``nmc_update_cost``)
+  plus ``turnaround_bytes`` per byte; a kernel's own read and write phases follow
+  each other, so they pay none.
+- **Observability**: every reservation is logged by stream (``log``): the trace
+  draws bandwidth by stream and the queue's communication backlog as counter
+  tracks, and the report draws DRAM traffic over time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from devices.spec import DramSpec
+from emulator.model.clock import BandwidthTimeline
+
+
+# Communication bursts served more than this before a new one is offered are dropped from
+# the backlog (program order follows modelled time closely; a queue of 128 KB drains in
+# about 0.1 us at 1 TB/s, so 10 us keeps every burst that could still be queued).
+BACKLOG_HORIZON_S = 10e-6
+
+
+class Dram:
+    """One GPU's memory controller and HBM (see the module docstring)."""
+
+    def __init__(self, name: str, rate: float, dram: DramSpec, record: bool = False):
+        self.rate = float(rate)
+        self.timeline = BandwidthTimeline(name, self.rate)
+        self.channels = dram.channels_for(self.rate)
+        self.queue_bytes = float(self.channels * dram.queue_depth * dram.access_bytes)
+        self.burst_bytes = float(min(dram.burst_bytes, self.queue_bytes))
+        # extra bytes of channel time per byte written while another stream reads
+        self.turnaround_bytes = (dram.turnaround_s * self.rate / self.channels
+                                 / (dram.write_batch * dram.access_bytes))
+        self.record = record
+        self.log: list[tuple[str, float, float, float]] = []  # (stream, start, end, bytes)
+        self._lanes: dict[float, BandwidthTimeline] = {}
+        self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
+
+    # ------------------------------------------------------------------ plain service
+    def reserve(self, ready: float, nbytes: float, cap: float | None = None,
+                stream: str = "cu-kernel") -> tuple[float, float]:
+        """Serve ``nbytes`` of one stream from ``ready`` at most at ``cap``; (start, end)."""
+        start, end = self.timeline.reserve(ready, nbytes, cap)
+        if self.record and nbytes > 0:
+            self.log.append((stream, start, end, nbytes))
+        return start, end
+
+    # ------------------------------------------------------------------ communication
+    def backlog(self, t: float) -> float:
+        """Communication bytes offered by ``t`` and not yet served at ``t`` (each burst's
+        bytes taken as served evenly over its service interval)."""
+        left = 0.0
+        comm = self._comm
+        while comm and comm[0][2] < t - BACKLOG_HORIZON_S:  # long served: forget them
+            comm.popleft()
+        for offered, start, end, nbytes in comm:
+            if offered <= t < end:
+                left += nbytes if t <= start else nbytes * (end - t) / (end - start)
+        return left
+
+    def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
+             offered_rate: float | None = None) -> float:
+        """Serve ``nbytes`` (cost bytes) of communication offered from ``ready`` (all at
+        once, or at ``offered_rate`` bytes/s: burst i is offered whole when its first
+        byte arrives), burst by burst under ``policy``; when the last is served."""
+        if nbytes <= 0:
+            return ready
+        end = ready
+        bursts = max(1, math.ceil(nbytes / self.burst_bytes - 1e-9))
+        size = nbytes / bursts
+        for i in range(bursts):
+            t = ready + (i * size / offered_rate if offered_rate else 0.0)
+            blocking, cap = policy.admit(self, t, size, window)
+            s0 = e = t
+            if blocking > 0:  # the queue is full of communication: served alone
+                s0, e = self.timeline.reserve(t, blocking)
+            if size - blocking > 0:
+                t1, rest = t, size - blocking
+                if cap is not None:  # the stream's bursts together get at most ``cap``
+                    t1, le = self._lane(cap).reserve(t, rest)
+                    cap = rest / (le - t1) if le > t1 else None
+                s1, e1 = self.timeline.reserve(t1, rest, cap, policy.ceiling(self, window))
+                s0, e = (s1, e1) if blocking <= 0 else (min(s0, s1), max(e, e1))
+            self._comm.append((t, s0, e, size))
+            if self.record:
+                self.log.append((stream, s0, e, size))
+            end = max(end, e)
+        return end
+
+    def _lane(self, cap: float) -> BandwidthTimeline:
+        """The communication stream's own timeline at a policy's rate cap: its bursts share
+        the cap (in time order) before they take their part of the HBM."""
+        lane = self._lanes.get(cap)
+        if lane is None:
+            lane = self._lanes[cap] = BandwidthTimeline(f"{self.timeline.name} comm", cap)
+        return lane
+
+    def write_cost(self, nbytes: float, op: str, update_cost: float, mixed: bool) -> float:
+        """Cost bytes of ``nbytes`` written as ``op``; ``mixed``: while another stream reads
+        (read/write turnaround)."""
+        cost = nbytes * (update_cost if op == "update" else 1.0)
+        return cost + (nbytes * self.turnaround_bytes if mixed else 0.0)
+
+    def counters(self, bin_s: float = 1e-6) -> list:
+        """Counter samples for the trace (``clock.Event``s on ``counter:`` tracks), one per
+        ``bin_s`` of modelled time: HBM bandwidth by stream (GB/s, each reservation's
+        bytes spread evenly over its service) and the communication backlog in the queue
+        (KB, capped at the queue's size: beyond it the requests wait outside)."""
+        from emulator.model.clock import Event
+
+        if not self.log:
+            return []
+        end = max(e for _, _, e, _ in self.log)
+        nbins = int(end / bin_s) + 1
+        streams = sorted({s for s, _, _, _ in self.log})
+        bw = {s: [0.0] * nbins for s in streams}
+        for stream, start, stop, nbytes in self.log:
+            if stop <= start:
+                continue
+            rate = nbytes / (stop - start)
+            for b in range(int(start / bin_s), min(nbins, int(stop / bin_s) + 1)):
+                lo, hi = max(start, b * bin_s), min(stop, (b + 1) * bin_s)
+                if hi > lo:
+                    bw[stream][b] += rate * (hi - lo) / bin_s
+        out = []
+        for b in range(nbins):
+            t = b * bin_s
+            out.append(Event("counter:HBM GB/s", "bandwidth", t, t,
+                             {s: bw[s][b] / 1e9 for s in streams}))
+            out.append(Event("counter:DRAM queue, communication KB", "backlog", t, t,
+                             {"backlog": min(self.queue_bytes, self.backlog_at(t)) / 1024}))
+        return out
+
+    def backlog_at(self, t: float) -> float:
+        """``backlog`` over every logged communication burst (the trace's counters)."""
+        left = 0.0
+        for stream, start, end, nbytes in self.log:
+            if stream.startswith("gemm") or not start <= t < end:
+                continue
+            left += nbytes * (end - t) / (end - start)
+        return left
+
+    def describe(self) -> dict:
+        return {"queue_bytes": self.queue_bytes, "burst_bytes": self.burst_bytes,
+                "turnaround_bytes_per_byte": self.turnaround_bytes}
