@@ -93,4 +93,4 @@ class Plan:
     slots: Slots
     result: list[tuple[str, tuple[int, int, int, int]]]  # regions checked, concatenated by rows
     isolated: bool = False  # phases are separate isolated runs (ideal configurations)
-    arbitration: str = "exclusive"  # the HBM policy of fused phases (model.arbitration)
+    arbitration: str = "alone"  # the HBM policy of fused phases (model.arbitration)
