@@ -69,6 +69,7 @@ class Dram:
                                  / (dram.write_batch * dram.access_bytes))
         self.record = record
         self.log: list[tuple[str, float, float, float]] = []  # (stream, start, end, bytes)
+        self.comm_log: list[tuple[float, float, float]] = []  # communication's, for counters
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
 
@@ -120,6 +121,7 @@ class Dram:
             self._comm.append((t, s0, e, size))
             if self.record:
                 self.log.append((stream, s0, e, size))
+                self.comm_log.append((s0, e, size))
             end = max(end, e)
         return end
 
@@ -170,10 +172,9 @@ class Dram:
     def backlog_at(self, t: float) -> float:
         """``backlog`` over every logged communication burst (the trace's counters)."""
         left = 0.0
-        for stream, start, end, nbytes in self.log:
-            if stream.startswith("gemm") or not start <= t < end:
-                continue
-            left += nbytes * (end - t) / (end - start)
+        for start, end, nbytes in self.comm_log:
+            if start <= t < end:
+                left += nbytes * (end - t) / (end - start)
         return left
 
     def describe(self) -> dict:
