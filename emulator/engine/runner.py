@@ -166,7 +166,8 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         parts = [hbm.view(buf, region) for buf, region in plan.result]
         result = parts[0] if len(parts) == 1 and memory else np.concatenate(parts, axis=0)
     traffic = hbm.traffic_by_rank()
-    events = [ev for c in clocks.by_name.values() for ev in c.events + c.hbm.counters()]
+    events = [ev for c in clocks.by_name.values()  # the DRAM's counters: traces only
+              for ev in c.events + (c.hbm.counters() if opts.record else [])]
     tracker.free()
     hbm.free()
     return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,

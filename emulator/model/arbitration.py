@@ -123,13 +123,6 @@ class Mca(Alone):
         t = self.threshold
         return 1.0 if math.isinf(t) else t / (t + 1.0)
 
-    @property
-    def comm_fraction(self) -> float:
-        """Communication's share of the peak while a GEMM stage runs."""
-        floor = 0.0 if math.isinf(self.threshold) else 1.0 / (self.threshold + 1.0)
-        u1 = self.first_stage_utilisation or 0.0
-        return min(1.0, max(floor, self.ceiling_fraction - u1))
-
     def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
         """Communication is issued only while the total stays under the occupancy
         threshold's utilisation ceiling (the GEMM's own reservations come first)."""
@@ -139,7 +132,7 @@ class Mca(Alone):
         return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
                 "first_stage_utilisation": self.first_stage_utilisation,
-                "ceiling_fraction": self.ceiling_fraction, "comm_fraction": self.comm_fraction}
+                "ceiling_fraction": self.ceiling_fraction}
 
 
 class ComputeExclusive(Mca):

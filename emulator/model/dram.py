@@ -26,7 +26,8 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   decides whether a burst may fill the queue at all.
 - **Bursts**: requests are batched into bursts of ``burst_bytes`` (64 KB by
   default: 1024 accesses) and each burst is admitted and served as one; results
-  move by less than 0.5% between 16 KB and 256 KB bursts
+  move by less than 0.5% between 16 KB and 128 KB bursts (a burst is
+  at most the queue)
   (``tests/test_dram.py``; the README gives the figures).
 - **Read/write turnaround**: writes served while another stream reads make the
   channel turn its bus around: tWTR + tRTW (``turnaround_s``) per batch of
@@ -69,7 +70,7 @@ class Dram:
                                  / (dram.write_batch * dram.access_bytes))
         self.record = record
         self.log: list[tuple[str, float, float, float]] = []  # (stream, start, end, bytes)
-        self.comm_log: list[tuple[float, float, float]] = []  # communication's, for counters
+        self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
 
@@ -86,14 +87,10 @@ class Dram:
     def backlog(self, t: float) -> float:
         """Communication bytes offered by ``t`` and not yet served at ``t`` (each burst's
         bytes taken as served evenly over its service interval)."""
-        left = 0.0
         comm = self._comm
         while comm and comm[0][2] < t - BACKLOG_HORIZON_S:  # long served: forget them
             comm.popleft()
-        for offered, start, end, nbytes in comm:
-            if offered <= t < end:
-                left += nbytes if t <= start else nbytes * (end - t) / (end - start)
-        return left
+        return _unserved(comm, t)
 
     def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
              offered_rate: float | None = None) -> float:
@@ -121,7 +118,7 @@ class Dram:
             self._comm.append((t, s0, e, size))
             if self.record:
                 self.log.append((stream, s0, e, size))
-                self.comm_log.append((s0, e, size))
+                self.comm_log.append((s0, s0, e, size))
             end = max(end, e)
         return end
 
@@ -170,13 +167,20 @@ class Dram:
         return out
 
     def backlog_at(self, t: float) -> float:
-        """``backlog`` over every logged communication burst (the trace's counters)."""
-        left = 0.0
-        for start, end, nbytes in self.comm_log:
-            if start <= t < end:
-                left += nbytes * (end - t) / (end - start)
-        return left
+        """``backlog`` over every communication burst logged (the trace's counters), counted
+        from its service start."""
+        return _unserved(self.comm_log, t)
 
     def describe(self) -> dict:
         return {"queue_bytes": self.queue_bytes, "burst_bytes": self.burst_bytes,
                 "turnaround_bytes_per_byte": self.turnaround_bytes}
+
+
+def _unserved(bursts, t: float) -> float:
+    """Bytes of ``bursts`` ((offered at, service start, service end, bytes)) offered by ``t``
+    and not yet served at ``t``, each served evenly over its service interval."""
+    left = 0.0
+    for offered, start, end, nbytes in bursts:
+        if offered <= t < end:
+            left += nbytes if t <= start else nbytes * (end - t) / (end - start)
+    return left

@@ -48,6 +48,16 @@ _EXCLUSIVE = Alone()
 _ALONE = CommWindow()
 
 
+def _absorb(clock: RankClock, cost: CostModel, first: float, last: float, nbytes: float,
+            op: str, policy, window: CommWindow) -> float:
+    """When the HBM has absorbed ``nbytes`` written as ``op`` that stream in from ``first``
+    to ``last`` (offered to the DRAM as they come), under ``policy``."""
+    cost_bytes = clock.hbm.write_cost(nbytes, op, cost.spec.nmc_update_cost,
+                                      window.compute_after)
+    rate = cost_bytes / (last - first) if last > first else None
+    return clock.hbm.comm(policy, first, cost_bytes, window, f"landing {op}s", rate)
+
+
 def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
          fraction: float = 1.0) -> float:
     """Reserve the route to ``dst`` for ``nbytes`` from ``ready`` (``fraction``: a library
@@ -65,10 +75,7 @@ def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op:
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
     t_in = clock.receive(t_arrival, nbytes, since)
     first = clock.streamed_from(t_in, nbytes)
-    hbm = clock.hbm
-    cost_bytes = hbm.write_cost(nbytes, op, cost.spec.nmc_update_cost, window.compute_after)
-    rate = cost_bytes / (t_in - first) if t_in > first else None  # offered as it streams in
-    absorbed = hbm.comm(policy, first, cost_bytes, window, f"landing {op}s", rate)
+    absorbed = _absorb(clock, cost, first, t_in, nbytes, op, policy, window)
     landed = max(t_in, absorbed)
     if log_hbm_end:
         clock.log("hbm", what, first, absorbed)
@@ -103,11 +110,7 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
     first = max(link_start + lat, arrived - nbytes / link.rate)
-    cost_bytes = clock.hbm.write_cost(nbytes, "store", cost.spec.nmc_update_cost,
-                                      window.compute_after)
-    landed = max(arrived, clock.hbm.comm(policy, first, cost_bytes, window, "landing stores",
-                                         cost_bytes / (arrived - first) if arrived > first
-                                         else None))
+    landed = max(arrived, _absorb(clock, cost, first, arrived, nbytes, "store", policy, window))
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
     return landed, landed
