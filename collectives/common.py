@@ -113,7 +113,7 @@ class Problem:
     def space(self, slots: Slots, buffer: str, row_blocks, cols: int | None = None,
               tile_n: int | None = None) -> TileSpace:
         tiles = tile_grid(list(row_blocks), self.n if cols is None else cols,
-                          self.spec.wg_tile_m, tile_n or self.tile_n)
+                          self.spec.wg_tile_m, tile_n or self.tile_n, self.spec.wg_raster_group)
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
     def store_queue(self, destinations: int) -> float:

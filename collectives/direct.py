@@ -67,7 +67,8 @@ def ag_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
 def x_space(p: Problem, base: int, owner: int) -> TileSpace:
     """Rank ``owner``'s receive buffer X: one block of its chunk's rows per sender."""
     rows = [p.slot_region(s, owner)[:2] for s in range(p.world)]
-    return TileSpace("X", tile_grid(rows, p.n, p.spec.wg_tile_m, p.tile_n), base)
+    return TileSpace("X", tile_grid(rows, p.n, p.spec.wg_tile_m, p.tile_n,
+                                    p.spec.wg_raster_group), base)
 
 
 def a2a_map(p: Problem, slots: Slots) -> tuple[Kernel, list[AddressMap]]:

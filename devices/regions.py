@@ -30,11 +30,18 @@ def join(a: Region, b: Region, width: int) -> Region | None:
     return None
 
 
-def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n: int) -> np.ndarray:
-    """Tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own."""
+def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n: int,
+              group: int = 1) -> np.ndarray:
+    """Tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own, in
+    the WG rasterisation order: row-major (``group`` = 1), or grouped (CUTLASS's
+    threadblock swizzle, Triton's GROUP_SIZE_M): bands of ``group`` tile rows, each
+    walked column by column, so that WGs dispatched together share B column panels."""
     tiles = []
+    g = max(1, group)
     for r0, r1 in row_blocks:
-        for a in range(r0, r1, tile_m):
+        rows = list(range(r0, r1, tile_m))
+        for b in range(0, len(rows), g):
             for c in range(0, ncols, tile_n):
-                tiles.append((a, min(a + tile_m, r1), c, min(c + tile_n, ncols)))
+                for a in rows[b : b + g]:
+                    tiles.append((a, min(a + tile_m, r1), c, min(c + tile_n, ncols)))
     return np.array(tiles, dtype=np.int64).reshape(-1, 4)

@@ -80,6 +80,13 @@ class DramSpec:
     turnaround_s: float = 14e-9  # tWTR + tRTW of one read->write->read bus turnaround
     write_batch: int = 12  # writes served per turnaround (write-queue drain, 28 -> 16)
     burst_bytes: int = 64 << 10  # requests the model batches into one burst
+    # ASSUMPTION: a communication request held back by an arbitration policy is issued
+    # anyway once it has waited 1,000 DRAM command cycles (1 us at HBM2's 1 GHz): T3 names
+    # a wait limit (anti-starvation) but not its value; 1,000 cycles is a common
+    # starvation counter (an order above a full queue's drain, 128 ns, so compute's read
+    # bursts keep their priority) and far below a GEMM stage (tens of us), so no stream
+    # waits for a whole stage.
+    starvation_s: float = 1e-6
 
     def channels_for(self, hbm_bw: float) -> int:
         return self.channels or max(1, round(hbm_bw / 32e9))
@@ -113,6 +120,7 @@ class DeviceSpec:
     nic_issue_s: float = 0.0  # a WG's cost to issue one put (or flag put)
     system: str = ""  # the system preset this device sits in ("" : the GPU file alone)
     dram: DramSpec = DramSpec()  # the memory controller ([memory] dram_* keys)
+    wg_raster_group: int = 1  # WG rasterisation: 1 row-major, G > 1 grouped by G tile rows
 
     @property
     def wgs_per_stage(self) -> int:
@@ -167,6 +175,9 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
         "launch_us": (float, 1e-6, "launch_s", 0.0),
         "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
+        # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
+        # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
+        "wg_raster_group": (int, 1, "wg_raster_group", 1),
     },
     "memory": {
         "dram_channels": (int, 1, "dram_channels", 0),
@@ -175,6 +186,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "dram_turnaround_ns": (float, 1e-9, "dram_turnaround_s", DramSpec.turnaround_s),
         "dram_write_batch": (int, 1, "dram_write_batch", DramSpec.write_batch),
         "dram_burst_kb": (float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes),
+        "dram_starvation_ns": (float, 1e-9, "dram_starvation_s", DramSpec.starvation_s),
     },
     "interconnect": {
         "library_fraction": (float, 1, "library_fraction", 1.0),
@@ -300,6 +312,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         vector_flops_per_cycle_per_cu=(None if values["vfp16"] is None or values["vfp32"] is None
                                        else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
         launch_s=values["launch_s"],
+        wg_raster_group=values["wg_raster_group"],
         nics=values["nics"],
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],
@@ -308,7 +321,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                       access_bytes=values["dram_access_bytes"],
                       turnaround_s=values["dram_turnaround_s"],
                       write_batch=values["dram_write_batch"],
-                      burst_bytes=int(values["dram_burst_bytes"])),
+                      burst_bytes=int(values["dram_burst_bytes"]),
+                      starvation_s=values["dram_starvation_s"]),
     )
 
 

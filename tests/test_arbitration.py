@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from devices.regions import tile_grid
 from devices.spec import DramSpec, load_device
 from emulator.model.arbitration import (POLICIES, CommWindow, ComputeExclusive, FrFcfs, Mca,
                                         RoundRobin, policy_named)
@@ -17,7 +18,9 @@ DURING = CommWindow(True)  # a later GEMM stage competes
 AFTER = CommWindow(False)  # the kernel has ended: drain
 
 # 100 B/s, one channel of 2 requests of 5 bytes: the queue holds 10 bytes
-SMALL = DramSpec(channels=1, queue_depth=2, access_bytes=5, turnaround_s=0.0, burst_bytes=5)
+# (requests held back by a policy wait at most 100 s before they are issued anyway)
+SMALL = DramSpec(channels=1, queue_depth=2, access_bytes=5, turnaround_s=0.0, burst_bytes=5,
+                 starvation_s=100.0)
 
 
 def _dram(spec: DramSpec = SMALL) -> Dram:
@@ -48,6 +51,41 @@ def test_mca_never_fills_the_queue_and_serves_compute_first():
     assert end == pytest.approx(1.0 + (50 - (1000 / 11 - 50)) / (1000 / 11), rel=1e-6)
     # drained at full rate once no compute follows
     assert _dram().comm(mca, 0.0, 50.0, AFTER) == pytest.approx(0.5)
+
+
+def test_mca_anti_starvation_issues_held_communication_after_the_wait_limit():
+    # the GEMM reserved first keeps 95 of 100 B/s for 3 s, over the ceiling 10/11:
+    # communication under the ceiling gets nothing, so after the wait limit (2 s) it is
+    # issued anyway: it has what the GEMM leaves (5 B/s) until the GEMM's read phase
+    # ends, then the starved share (50 B/s)
+    spec = dataclasses.replace(SMALL, starvation_s=2.0)
+    mca = Mca()
+    mca.observe_first_stage(0.6, 0.6)
+    assert not mca.held and mca.lookahead == 1
+    dram = _dram(spec)
+    dram.reserve(0.0, 285.0, cap=95.0)
+    end = dram.comm(mca, 0.0, 20.0, DURING)
+    assert 3.0 < end <= 3.0 + 15.0 / 50.0 + 1e-9
+    # a GEMM reading for 10 s: with the limit, its 5 B/s from 2 s on; without it (a
+    # limit beyond the GEMM), only once the GEMM's reads end
+    for limit, lo, hi in ((2.0, 2.0, 2.0 + 20.0 / 5.0), (100.0, 10.0, 11.0)):
+        dram = _dram(dataclasses.replace(SMALL, starvation_s=limit))
+        dram.reserve(0.0, 950.0, cap=95.0)
+        assert lo < dram.comm(mca, 0.0, 20.0, DURING) <= hi + 1e-9
+    # a GEMM whose read phase alone keeps the queue over T (reads 0.95 >= 10/11): every
+    # request waits the limit, then alternates with the GEMM (half the rate), and the
+    # GEMM's next stage is reserved after it (no lookahead)
+    held = Mca()
+    held.observe_first_stage(0.6, 0.95)
+    assert held.held and held.lookahead == 0
+    assert held.describe()["held_to_wait_limit"] is True
+    dram = _dram(spec)
+    assert dram.comm(held, 0.0, 20.0, DURING) == pytest.approx(2.0 + 20.0 / 50.0)
+    assert dram.backlog(1.0) == pytest.approx(0.0)  # held outside the queue: never fills it
+    assert _dram(spec).comm(held, 0.0, 20.0, AFTER) == pytest.approx(0.2)  # drained at once
+    ex = ComputeExclusive()
+    ex.observe_first_stage(0.6, 0.95)
+    assert ex.lookahead == 1 and ex.hold(_dram(spec), DURING) == 0.0  # no anti-starvation
 
 
 @pytest.mark.parametrize("u1, threshold", [(0.9, 5), (0.6, 10), (0.3, 30), (0.1, None)])
@@ -123,24 +161,50 @@ def test_l2_keeps_the_previous_stages_panels_when_they_fit():
     assert cm.gemm_compute(stage(128))[2] == pytest.approx(first)
 
 
-def test_twice_the_cus_is_never_slower_on_a_gemm():
+def _gemm_alone(spec, m: int, n: int, k: int, group: int = 1) -> tuple[float, float]:
+    """(modelled time, DRAM read bytes) of an M x N x K GEMM's stages run alone, its WGs
+    in the rasterisation order of ``group`` (``tile_grid``)."""
+    cm = CostModel(spec, "fp16")
+    tiles = tile_grid([(0, m)], n, spec.wg_tile_m, spec.wg_tile_n, group)
+    wgs = np.array([(r0, r1, c0, c1, 0, k) for r0, r1, c0, c1 in tiles.tolist()])
+    t = total = 0.0
+    for i in range(0, len(wgs), spec.wgs_per_stage):
+        st = wgs[i: i + spec.wgs_per_stage]
+        _, compute, reads = cm.gemm_compute(st, True)
+        cm.l2_commit(st, True)
+        t += max(compute, reads / spec.hbm_bw)
+        total += reads
+    return t, total
+
+
+SHAPES = [(2048, 12288, 1536), (2048, 20480, 2560), (8192, 4256, 2128), (16384, 3072, 384),
+          (2048, 8192, 4096)]
+
+
+@pytest.mark.parametrize("group", [1, 8])
+def test_twice_the_cus_is_never_slower_on_a_gemm(group):
     """GPU-2X-CU's stages hold twice the WGs: fewer distinct panels per FLOP."""
-    for m, n, k in [(2048, 12288, 1536), (2048, 20480, 2560), (8192, 4256, 2128),
-                    (16384, 3072, 384)]:
-        times = []
-        for dev in ("t3-sim", "t3-sim-2x-cu"):
-            spec = load_device(dev)
-            cm = CostModel(spec, "fp16")
-            wgs = np.array([(r, r + 128, c, min(c + 128, n), 0, k)
-                            for r in range(0, m, 128) for c in range(0, n, 128)])
-            t = 0.0
-            for i in range(0, len(wgs), spec.wgs_per_stage):
-                st = wgs[i: i + spec.wgs_per_stage]
-                _, compute, reads = cm.gemm_compute(st, True)
-                cm.l2_commit(st, True)
-                t += max(compute, reads / spec.hbm_bw)
-            times.append(t)
-        assert times[1] <= times[0], (m, n, k, times)
+    for m, n, k in SHAPES:
+        one, two = (_gemm_alone(load_device(d), m, n, k, group)[0]
+                    for d in ("t3-sim", "t3-sim-2x-cu"))
+        assert two <= one, (m, n, k, group, one, two)
+
+
+def test_grouped_rasterisation_covers_the_same_tiles_and_shares_panels():
+    rows = [(0, 300), (300, 520)]  # two uneven row blocks (ring chunks)
+    row_major = tile_grid(rows, 1000, 128, 128)
+    grouped = tile_grid(rows, 1000, 128, 128, group=2)
+    assert sorted(map(tuple, row_major.tolist())) == sorted(map(tuple, grouped.tolist()))
+    assert [tuple(t) for t in grouped[:3].tolist()] == [(0, 128, 0, 128), (128, 256, 0, 128),
+                                                       (0, 128, 128, 256)]
+    assert (grouped[:, 0] < 300).sum() == (row_major[:, 0] < 300).sum()  # blocks kept apart
+    assert (grouped[: (row_major[:, 0] < 300).sum(), 1] <= 300).all()
+    # a wide output: a stage of 160 WGs row-major spans 3 tile rows x 64 columns (67
+    # panels); grouped by 8 it spans 8 rows x 20 columns (28 panels): fewer DRAM reads
+    spec = load_device("t3-sim")
+    t_rm, reads_rm = _gemm_alone(spec, 2048, 8192, 4096, 1)
+    t_g, reads_g = _gemm_alone(spec, 2048, 8192, 4096, 8)
+    assert reads_g < 0.6 * reads_rm and t_g <= t_rm
 
 
 def _clock(topology: str, world: int = 4) -> RankClock:

@@ -111,9 +111,20 @@ def test_sweep_writes_results_and_report_draws_figures(tmp_path):
     geo = float(next(line for line in text.splitlines() if line.startswith("geomean"))
                 .split()[1].rstrip("x"))
     assert geo == pytest.approx(math.exp(sum(math.log(x) for x in t3) / len(t3)), abs=5e-4)
-    for name in ("speedup.png", "dram_traffic.png", "timeline.png"):
+    for name in ("speedup.png", "dram_traffic.png", "timeline.png", "stages.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+    # the stage profile: rank 0's HBM bandwidth over its GEMM run alone adds up to the
+    # GEMM bytes its HBM counted (another record: the per-rank traffic counters)
+    for p in doc["points"]:
+        runs = {r["mode"]: r for r in p["runs"]}
+        prof = runs["sequential"]["stage_profile"]
+        served = sum(sum(v) for v in prof["hbm_gb_per_s"].values()) * 1e9 * prof["bin_s"]
+        point = json.loads((out / "points" / f"{p['key'].replace('/', '__')}.json").read_text())
+        seq = next(r for r in point["runs"] if r["mode"] == "sequential")
+        counted = seq["dram_bytes_per_rank"][0]
+        assert served == pytest.approx(counted["gemm_read"] + counted["gemm_write"], rel=1e-6)
+        assert len(runs["t3"]["stage_profile"]["stages_s"]) == len(prof["stages_s"]) >= 1
 
 
 def test_numeric_sweep_checks_numerics(tmp_path):

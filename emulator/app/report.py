@@ -335,4 +335,72 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     ax.legend(title="kernel", fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     written.append(_save(plt, fig, out / "timeline.png"))
+    stages = stage_figure(plt, pt, out / "stages.png")
+    if stages:
+        written.append(stages)
     return written
+
+
+def stage_slowdown(pt: dict) -> dict[str, list[tuple[float, float]]]:
+    """Per configuration with a stage profile: (stage start from its kernel's start, its
+    duration over the same stage of the baseline's GEMM run alone) for each stage."""
+    runs = _runs(pt)
+    base = (runs.get(BASE) or {}).get("stage_profile") or {}
+    iso = [b - a for a, b in base.get("stages_s", [])]
+    out = {}
+    for mode, r in runs.items():
+        prof = r.get("stage_profile") or {}
+        st = prof.get("stages_s", [])
+        if mode == BASE or not st or len(st) != len(iso):
+            continue
+        t0 = prof["window_s"][0]
+        out[mode] = [(a - t0, (b - a) / d if d > 0 else 1.0) for (a, b), d in zip(st, iso)]
+    return out
+
+
+def stage_figure(plt, pt: dict, path: Path) -> Path | None:
+    """T3's per-stage view of one sub-layer: the HBM's bandwidth by stream over the GEMM
+    run alone (the baseline's GEMM) and over each fused kernel, and each GEMM stage's
+    slowdown against the same stage run alone."""
+    runs = _runs(pt)
+    shown = [m for m, r in runs.items() if (r.get("stage_profile") or {}).get("hbm_gb_per_s")]
+    slow = stage_slowdown(pt)
+    if BASE not in shown or not slow:
+        return None
+    shown = [BASE] + [m for m in shown if m in slow]
+    streams = sorted({s for m in shown for s in runs[m]["stage_profile"]["hbm_gb_per_s"]})
+    cmap = plt.get_cmap("tab10")
+    colors = {s: cmap(i % 10) for i, s in enumerate(streams)}
+    fig, axes = plt.subplots(len(shown) + 1, 1, figsize=(10, 1.9 * (len(shown) + 1) + 0.6),
+                             sharex=True)
+    peak = pt["device_spec"]["hbm_bw"] / 1e9 if pt.get("device_spec") else None
+    for ax, m in zip(axes, shown):
+        prof = runs[m]["stage_profile"]
+        n = len(next(iter(prof["hbm_gb_per_s"].values())))
+        xs = [(i + 0.5) * prof["bin_s"] * 1e6 for i in range(n)]
+        ys = [prof["hbm_gb_per_s"].get(s, [0.0] * n) for s in streams]
+        ax.stackplot(xs, ys, labels=streams, colors=[colors[s] for s in streams], step="mid")
+        t0 = prof["window_s"][0]
+        for a, _ in prof["stages_s"][1:]:
+            ax.axvline((a - t0) * 1e6, color="black", linewidth=0.3, alpha=0.4)
+        if peak:
+            ax.axhline(peak, color="red", linewidth=0.8, linestyle="--")
+        what = "GEMM run alone" if m == BASE else "fused GEMM + RS"
+        ax.set_ylabel("HBM GB/s", fontsize=8)
+        ax.set_title(f"{m}: {what} ({prof['kernel']}, {len(prof['stages_s'])} stages)",
+                     fontsize=9, loc="left")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=min(5, len(streams)), loc="upper right")
+    ax = axes[-1]
+    for m in shown[1:]:
+        pts = slow[m]
+        ax.step([x * 1e6 for x, _ in pts], [y for _, y in pts], where="post", label=m,
+                color=_COLORS.get(m))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("stage time /\nalone", fontsize=8)
+    ax.set_xlabel("modelled time from the kernel's start (us); thin lines: stage boundaries")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.suptitle(f"DRAM traffic and GEMM slowdown per stage, rank 0 — {_label(pt, True)} "
+                 f"(M={pt['m']} N={pt['n']} K={pt['k']})", fontsize=10)
+    return _save(plt, fig, path)

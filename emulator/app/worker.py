@@ -206,6 +206,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "arbitration": res.policy,
                 "wall_time_s": max(walls),
                 "bandwidth": bandwidths(cfg, world, windows),
+                "stage_profile": res.profile,
             }
             if cfg.record_wall:
                 run["wall_events"] = wall_events

@@ -40,6 +40,7 @@ class KernelRunner:
         self.slot_done = np.zeros(tracker.nslots, np.float64)  # modelled local-write times
         self.complete_at: dict[int, float] = {}  # id(signal) -> modelled completion
         self.wall_events: list[tuple[int, float, float]] = []
+        self.stage_windows: list[tuple[float, float]] = []  # modelled (start, end) per stage
         self.start = clock.cu.free_at
         self.end = self.start
         # NIC-sent regions: slots -> tiles still to be written (the last WG issues the put)
@@ -95,9 +96,6 @@ class KernelRunner:
             link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores")
             arrivals[dst] = link_end + clock.latency(dst)
             end = max(end, link_end - queue / clock.route(dst).rate if queue else link_end)
-        if s == 0 and hbm_end > start and resident is None:  # its DRAM intensity, before
-            self.policy.observe_first_stage((sc.read_bytes + sc.write_cost_bytes)  # any link
-                                            / ((hbm_end - start) * cost.spec.hbm_bw))
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, sc
 
@@ -108,12 +106,7 @@ class KernelRunner:
         stage_start = clock.cu.free_at
         ends, arrivals, stage_end = [], [], stage_start
         issue = 2 * self.cost.spec.nic_issue_s
-        scale = 1.0
-        if len(groups) > 1:  # the stage's groups share the L2: its panels are read once
-            k = self.kernel
-            whole = k.producer.cost(self.cost, k.wgs[np.concatenate(groups)])[2]
-            parts = sum(k.producer.cost(self.cost, k.wgs[ids])[2] for ids in groups)
-            scale = whole / parts if parts else 1.0
+        scale = _shared_reads(self.cost, self.kernel, groups)
         for g, ids in enumerate(groups):
             start = max(stage_start, self._gate_time(self.kernel.gates_of(ids)))
             end, arr, sc = self._time_items(s, ids, start, None, scale)
@@ -125,6 +118,7 @@ class KernelRunner:
             arrivals.append(arr)
             stage_end = max(stage_end, end)
         clock.cu.free_at = stage_end
+        self.stage_windows.append((stage_start, stage_end))
         k = self.kernel
         self.cost.l2_commit(k.wgs[np.concatenate(groups)], getattr(k.producer, "outputs_cached",
                                                                     False))
@@ -134,11 +128,12 @@ class KernelRunner:
         """A persistent kernel's round: task j of the round on physical WG j, each on its own
         timeline."""
         clock, k = self.clock, self.kernel
-        ends, arrivals = [], []
+        ends, arrivals, starts = [], [], []
         issue = self.cost.spec.nic_issue_s
         for j, w in enumerate(ids):
             one = ids[j : j + 1]
             start = max(float(self.wg_free[j]), self._gate_time(k.gates_of(one)))
+            starts.append(start)
             end, arr, sc = self._time_items(s, one, start, k.stage_size)
             end += 2 * issue * self._issues(one)
             self.wg_free[j] = end
@@ -147,6 +142,7 @@ class KernelRunner:
             ends.append(end)
             arrivals.append(arr)
         clock.cu.free_at = float(self.wg_free.max())
+        self.stage_windows.append((min(starts), clock.cu.free_at))
         return ends, arrivals
 
     # ---------------------------------------------------------------- the run
@@ -232,6 +228,46 @@ class KernelRunner:
                 self.slot_done[tg.slot] = arrivals[rank]  # a local write, done at the end
             counts = signals.setdefault((tg.rank, arrivals[tg.rank]), {})
             counts[tg.slot] = counts.get(tg.slot, 0) + elems
+
+
+def _shared_reads(cost: CostModel, k: Kernel, groups: list[np.ndarray]) -> float:
+    """A stage's groups share the L2, so its panels are read once: the factor on each
+    group's own reads."""
+    if len(groups) < 2:
+        return 1.0
+    whole = k.producer.cost(cost, k.wgs[np.concatenate(groups)])[2]
+    parts = sum(k.producer.cost(cost, k.wgs[ids])[2] for ids in groups)
+    return whole / parts if parts else 1.0
+
+
+def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
+                     cu_share: float = 0.0) -> tuple[float, float] | None:
+    """What MCA watches during a kernel's first stage, which runs alone (T3): the
+    DRAM utilisation of the stage (its reads and writes over its read and write phases)
+    and of its read phase alone, as ``KernelRunner`` times the stage on an idle HBM.
+    Known before the kernel runs, so the rank's program order can follow the policy
+    it picks. None for a persistent kernel (no isolated stage) or one without time."""
+    if k.persistent:
+        return None
+    cost.l2_reset()
+    ids = k.groups(k.stages()[0])[0] if len(k.wgs) else None
+    if ids is None or not len(ids):
+        return None
+    scale = _shared_reads(cost, k, k.groups(k.stages()[0]))
+    flops, compute, reads = k.producer.cost(cost, k.wgs[ids], None)
+    if cu_share:
+        compute /= 1.0 - cu_share
+    rs = [routes[int(k.wg_tile[w])] for w in ids]
+    sc = cost.with_writes(k.wgs[ids], flops, compute, reads * scale, [r.local_op for r in rs],
+                          [[t.rank for t in r.targets] for r in rs], rank)
+    bw = cost.spec.hbm_bw
+    read_t = max(compute, sc.read_bytes / bw)
+    total_t = read_t + sc.write_cost_bytes / bw
+    cost.l2_reset()
+    if total_t <= 0:
+        return None
+    return ((sc.read_bytes + sc.write_cost_bytes) / (total_t * bw),
+            sc.read_bytes / (read_t * bw) if read_t > 0 else 0.0)
 
 
 class _Writes:

@@ -20,7 +20,7 @@ from devices.hbm import KINDS, WIN_INFO, Hbm, Segment
 from devices.spec import DeviceSpec
 from devices.tracker import Doorbell, Tracker
 from emulator.engine.executors import ExecutorTiming
-from emulator.engine.launch import KernelRunner
+from emulator.engine.launch import KernelRunner, first_stage_load
 from emulator.engine.plan import KernelPhase, Plan, StepsPhase
 from emulator.engine.program import program_order
 from emulator.engine.steps import run_steps
@@ -55,6 +55,7 @@ class RankResult:
     policy: dict = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     wall_events: dict = field(default_factory=dict)
+    profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
 
 
 class _Clocks:
@@ -71,7 +72,7 @@ class _Clocks:
             s = self.spec
             self.by_name[name] = RankClock(self.rank, s.hbm_bw, self.topology, s.dma_engines,
                                            self.watchdog_s, self.record, s.nics, s.nic_bw,
-                                           s.dram)
+                                           s.dram, log_dram=self.rank == 0)
         return self.by_name[name]
 
 
@@ -123,6 +124,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
     times: dict[str, tuple[float, float]] = {}
     policy_info: dict = {}
     wall_events: dict = {}
+    profile: dict = {}
     watchdog.wait_all(comm, f"{mode}: start", opts.watchdog_s)
     w0 = time.perf_counter()
     for idx, ph in enumerate(plan.phases):
@@ -150,12 +152,15 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         else:
             mine = fault_rank == rank and not any(  # the mode's first kernel phase
                 isinstance(q, KernelPhase) for q in plan.phases[:idx])
-            end, policy, walls = _run_kernel(ph, compiled[id(ph)], mode, hbm, tracker, clock,
-                                             cost, start, fault_kind if mine else "", opts,
-                                             plan.arbitration)
+            end, policy, walls, stages = _run_kernel(ph, compiled[id(ph)], mode, hbm, tracker,
+                                                     clock, cost, start,
+                                                     fault_kind if mine else "", opts,
+                                                     plan.arbitration)
             if ph.fused:
                 policy_info = policy.describe()
                 wall_events = walls
+            if not profile and rank == 0 and not plan.isolated:
+                profile = stage_profile(clock, ph.name, start, end, stages)
         clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
         times[ph.name] = (start, end)
     hbm.win.Sync()
@@ -171,7 +176,25 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
     tracker.free()
     hbm.free()
     return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
-                      policy_info, events, wall_events if opts.record_wall else {})
+                      policy_info, events, wall_events if opts.record_wall else {}, profile)
+
+
+PROFILE_BINS = 200
+
+
+def stage_profile(clock: RankClock, kernel: str, start: float, end: float,
+                  stages: list[tuple[float, float]]) -> dict:
+    """A kernel's stages and the HBM's bandwidth by stream over its run, in
+    ``PROFILE_BINS`` bins (T3's per-stage view: DRAM traffic and GEMM slowdown over
+    time)."""
+    if end <= start:
+        return {}
+    bin_s = (end - start) / PROFILE_BINS
+    bw = clock.hbm.bandwidth(start, bin_s, PROFILE_BINS)
+    return {"kernel": kernel, "window_s": [start, end], "bin_s": bin_s,
+            "stages_s": [[a, b] for a, b in stages],
+            "hbm_gb_per_s": {s: [round(v / 1e9, 3) for v in vals] for s, vals in bw.items()
+                             if any(vals)}}
 
 
 def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker,
@@ -183,23 +206,27 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     commands = [c for cm in compiled for c in cm.commands]
     incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
     policy = policy_named(arbitration) if ph.fused else Alone()
+    shares = {c.executor.share for c in commands if c.executor.kind == "cu"}
+    if len(shares) > 1:
+        raise ValueError(f"{ph.name}: one concurrent CU kernel per phase, got CU shares {shares}")
+    cu_share = next(iter(shares), 0.0)
+    load = first_stage_load(cost, ph.kernel, routes, hbm.rank, cu_share)
+    if load is not None:  # MCA's measurement of the first stage picks its threshold
+        policy.observe_first_stage(*load)
     stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots)
     stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
     fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
              else ("", -1))
-    shares = {c.executor.share for c in commands if c.executor.kind == "cu"}
-    if len(shares) > 1:
-        raise ValueError(f"{ph.name}: one concurrent CU kernel per phase, got CU shares {shares}")
     nic_regions = [c.trigger.slots for c in commands if c.executor.kind == "nic"
                    and c.moves_data and not c.pull]
     runner = KernelRunner(hbm, tracker, clock, cost, ph.kernel, routes, stage_index, ph.stream,
-                          policy, fault, f"{mode} {ph.name}", shares.pop() if shares else 0.0,
+                          policy, fault, f"{mode} {ph.name}", cu_share,
                           list({id(s): s for s in nic_regions}.values()))
     for slots, elems in ph.preload:  # resident inputs: written before the phase starts
         runner.slot_done[slots] = start
         tracker.signal(hbm.rank, slots, elems, start)
     if not commands:
-        return runner.run(), policy, {}
+        return runner.run(), policy, {}, runner.stage_windows
     timing = ExecutorTiming(clock, cost, incoming, runner, policy,
                             _own_writes(routes, commands, hbm.rank, ph.kernel.space))
     dma = DmaEngine(hbm, tracker, commands, timing, opts.watchdog_s,
@@ -212,7 +239,7 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     watchdog.post("compute", f"{mode} {ph.name}: waits for its executors", waiting=True)
     dma.join()
     walls = {"stages": runner.wall_events, "dma": dma.wall_events}
-    return max(kernel_end, timing.last_end), policy, walls
+    return max(kernel_end, timing.last_end), policy, walls, runner.stage_windows
 
 
 def _own_writes(routes, commands, rank: int, space) -> dict[int, int]:

@@ -173,14 +173,15 @@ class RankClock:
 
     def __init__(self, rank: int, hbm_bw: float, topology: Topology, dma_engines: int,
                  watchdog_s: float, record: bool = True, nics: int = 0, nic_bw: float = 0.0,
-                 dram=None):
+                 dram=None, log_dram: bool = False):
         from devices.spec import DramSpec
         from emulator.model.dram import Dram
 
         self.rank = rank
         self.record = record  # keep the log of modelled events (traces, tests)
         self.topology = topology
-        self.hbm = Dram(f"hbm[{rank}]", hbm_bw, dram or DramSpec(), record)
+        # the DRAM's log by stream: traces, and the stage profile (``log_dram``)
+        self.hbm = Dram(f"hbm[{rank}]", hbm_bw, dram or DramSpec(), record or log_dram)
         self.link_bw = topology.ic.link_bw  # the intra-node link (or port) rate
         self.ports: dict[str, BandwidthTimeline] = {}
         self.ingress = (BandwidthTimeline(f"port-down[{rank}]", self.link_bw)

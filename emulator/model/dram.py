@@ -29,6 +29,11 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   move by less than 0.5% between 16 KB and 128 KB bursts (a burst is
   at most the queue)
   (``tests/test_dram.py``; the README gives the figures).
+- **Anti-starvation**: a policy that holds communication back (MCA's occupancy
+  ceiling) holds each request at most ``starvation_s`` (1 us, a stated
+  assumption in ``DramSpec``): what is still unserved then is issued anyway and
+  alternates with the GEMM's requests (``starved_share`` of the rate, as
+  round-robin) without filling the queue.
 - **Read/write turnaround**: writes served while another stream reads make the
   channel turn its bus around: tWTR + tRTW (``turnaround_s``) per batch of
   ``write_batch`` writes (GPGPU-Sim's write queue drains between its high and
@@ -65,6 +70,7 @@ class Dram:
         self.channels = dram.channels_for(self.rate)
         self.queue_bytes = float(self.channels * dram.queue_depth * dram.access_bytes)
         self.burst_bytes = float(min(dram.burst_bytes, self.queue_bytes))
+        self.starvation_s = float(dram.starvation_s)
         # extra bytes of channel time per byte written while another stream reads
         self.turnaround_bytes = (dram.turnaround_s * self.rate / self.channels
                                  / (dram.write_batch * dram.access_bytes))
@@ -104,16 +110,16 @@ class Dram:
         size = nbytes / bursts
         for i in range(bursts):
             t = ready + (i * size / offered_rate if offered_rate else 0.0)
+            t += policy.hold(self, window)  # held back until issued anyway
             blocking, cap = policy.admit(self, t, size, window)
             s0 = e = t
             if blocking > 0:  # the queue is full of communication: served alone
                 s0, e = self.timeline.reserve(t, blocking)
             if size - blocking > 0:
                 t1, rest = t, size - blocking
-                if cap is not None:  # the stream's bursts together get at most ``cap``
-                    t1, le = self._lane(cap).reserve(t, rest)
-                    cap = rest / (le - t1) if le > t1 else None
-                s1, e1 = self.timeline.reserve(t1, rest, cap, policy.ceiling(self, window))
+                if cap is not None:
+                    t1, cap = self._via_lane(cap, t, rest)
+                s1, e1 = self._held(policy, window, t, t1, rest, cap)
                 s0, e = (s1, e1) if blocking <= 0 else (min(s0, s1), max(e, e1))
             self._comm.append((t, s0, e, size))
             if self.record:
@@ -121,6 +127,28 @@ class Dram:
                 self.comm_log.append((s0, s0, e, size))
             end = max(end, e)
         return end
+
+    def _held(self, policy, window, offered: float, ready: float, nbytes: float,
+              cap: float | None) -> tuple[float, float]:
+        """Serve ``nbytes`` offered at ``offered`` under the policy's ceiling; what is still
+        unserved after the wait limit is issued anyway (anti-starvation) at the share
+        the policy gives a starved request."""
+        ceiling = policy.ceiling(self, window)
+        if ceiling is None or ceiling >= self.rate:
+            return self.timeline.reserve(ready, nbytes, cap)
+        until = max(ready, offered + self.starvation_s)
+        s1, e1, left = self.timeline.fill(ready, nbytes, cap, ceiling, until)
+        if left <= 0:
+            return s1, e1
+        t2, cap2 = self._via_lane(policy.starved_share * self.rate, until, left)
+        s2, e2 = self.timeline.reserve(t2, left, cap2)
+        return (s1 if left < nbytes else s2), e2
+
+    def _via_lane(self, cap: float, t: float, nbytes: float) -> tuple[float, float | None]:
+        """The stream's bursts together get at most ``cap``: when this one's share of the
+        lane starts, and its rate there."""
+        t1, le = self._lane(cap).reserve(t, nbytes)
+        return t1, (nbytes / (le - t1) if le > t1 else None)
 
     def _lane(self, cap: float) -> BandwidthTimeline:
         """The communication stream's own timeline at a policy's rate cap: its bursts share
@@ -147,24 +175,30 @@ class Dram:
             return []
         end = max(e for _, _, e, _ in self.log)
         nbins = int(end / bin_s) + 1
-        streams = sorted({s for s, _, _, _ in self.log})
-        bw = {s: [0.0] * nbins for s in streams}
-        for stream, start, stop, nbytes in self.log:
-            if stop <= start:
-                continue
-            rate = nbytes / (stop - start)
-            for b in range(int(start / bin_s), min(nbins, int(stop / bin_s) + 1)):
-                lo, hi = max(start, b * bin_s), min(stop, (b + 1) * bin_s)
-                if hi > lo:
-                    bw[stream][b] += rate * (hi - lo) / bin_s
+        bw = self.bandwidth(0.0, bin_s, nbins)
         out = []
         for b in range(nbins):
             t = b * bin_s
             out.append(Event("counter:HBM GB/s", "bandwidth", t, t,
-                             {s: bw[s][b] / 1e9 for s in streams}))
+                             {s: v[b] / 1e9 for s, v in bw.items()}))
             out.append(Event("counter:DRAM queue, communication KB", "backlog", t, t,
                              {"backlog": min(self.queue_bytes, self.backlog_at(t)) / 1024}))
         return out
+
+    def bandwidth(self, t0: float, bin_s: float, nbins: int) -> dict[str, list[float]]:
+        """Bytes/s served to each stream in ``nbins`` bins of ``bin_s`` from ``t0`` (each
+        logged reservation's bytes spread evenly over its service)."""
+        bw = {s: [0.0] * nbins for s in sorted({s for s, _, _, _ in self.log})}
+        for stream, start, stop, nbytes in self.log:
+            if stop <= start or stop <= t0:
+                continue
+            rate = nbytes / (stop - start)
+            first = max(0, int((start - t0) / bin_s))
+            for b in range(first, min(nbins, int((stop - t0) / bin_s) + 1)):
+                lo, hi = max(start, t0 + b * bin_s), min(stop, t0 + (b + 1) * bin_s)
+                if hi > lo:
+                    bw[stream][b] += rate * (hi - lo) / bin_s
+        return bw
 
     def backlog_at(self, t: float) -> float:
         """``backlog`` over every communication burst logged (the trace's counters), counted
@@ -173,6 +207,7 @@ class Dram:
 
     def describe(self) -> dict:
         return {"queue_bytes": self.queue_bytes, "burst_bytes": self.burst_bytes,
+                "starvation_s": self.starvation_s,
                 "turnaround_bytes_per_byte": self.turnaround_bytes}
 
 
