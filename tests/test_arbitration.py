@@ -61,7 +61,7 @@ def test_mca_anti_starvation_issues_held_communication_after_the_wait_limit():
     spec = dataclasses.replace(SMALL, starvation_s=2.0)
     mca = Mca()
     mca.observe_first_stage(0.6, 0.6)
-    assert not mca.held and mca.lookahead == 1
+    assert mca.lookahead == 1 and mca.describe()["first_stage_read_utilisation"] == 0.6
     dram = _dram(spec)
     dram.reserve(0.0, 285.0, cap=95.0)
     end = dram.comm(mca, 0.0, 20.0, DURING)
@@ -72,20 +72,10 @@ def test_mca_anti_starvation_issues_held_communication_after_the_wait_limit():
         dram = _dram(dataclasses.replace(SMALL, starvation_s=limit))
         dram.reserve(0.0, 950.0, cap=95.0)
         assert lo < dram.comm(mca, 0.0, 20.0, DURING) <= hi + 1e-9
-    # a GEMM whose read phase alone keeps the queue over T (reads 0.95 >= 10/11): every
-    # request waits the limit, then alternates with the GEMM (half the rate), and the
-    # GEMM's next stage is reserved after it (no lookahead)
-    held = Mca()
-    held.observe_first_stage(0.6, 0.95)
-    assert held.held and held.lookahead == 0
-    assert held.describe()["held_to_wait_limit"] is True
-    dram = _dram(spec)
-    assert dram.comm(held, 0.0, 20.0, DURING) == pytest.approx(2.0 + 20.0 / 50.0)
-    assert dram.backlog(1.0) == pytest.approx(0.0)  # held outside the queue: never fills it
-    assert _dram(spec).comm(held, 0.0, 20.0, AFTER) == pytest.approx(0.2)  # drained at once
+    # compute-exclusive: no ceiling, no anti-starvation: only the (1 - u1) it leaves
     ex = ComputeExclusive()
     ex.observe_first_stage(0.6, 0.95)
-    assert ex.lookahead == 1 and ex.hold(_dram(spec), DURING) == 0.0  # no anti-starvation
+    assert ex.lookahead == 1 and ex.ceiling(_dram(spec), DURING) is None
 
 
 @pytest.mark.parametrize("u1, threshold", [(0.9, 5), (0.6, 10), (0.3, 30), (0.1, None)])

@@ -76,20 +76,18 @@ def page(doc: dict, doc2x: dict | None, commands: list[str]) -> str:
     # 2. per point
     lines += ["## Per sub-layer", "",
               "u1: the GEMM's DRAM utilisation in its first (isolated) stage, as MCA measures "
-              "it, and ur: its read phase's; T: the occupancy threshold MCA picked; held: "
-              "the read phase alone keeps the queue over T (ur >= T/(T+1)), so "
-              "communication enters by anti-starvation.", "",
-              "| sub-layer | u1 | ur | T | held | t3 | t3-mca | ideal-overlap | t3 / ideal | "
-              "t3-mca / ideal | t3-mca / t3 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "it, and ur: its read phase's; T: the occupancy threshold MCA picked (the "
+              "read phase alone keeps the queue over T when ur >= T/(T+1)).", "",
+              "| sub-layer | u1 | ur | T | t3 | t3-mca | ideal-overlap | t3 / ideal | "
+              "t3-mca / ideal | t3-mca / t3 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in pts:
         t3, mca, ideal = (_run(p, m)["speedup_vs_sequential"] for m in
                           ("t3", "t3-mca", "ideal-overlap"))
         arb = _run(p, "t3-mca").get("arbitration") or {}
         u1, ur = arb.get("first_stage_utilisation"), arb.get("first_stage_read_utilisation")
         thr = arb.get("occupancy_threshold")
-        mca_cols = (f"{u1:.2f} | {ur:.2f} | {thr or 'none'} | "
-                    f"{'yes' if arb.get('held_to_wait_limit') else 'no'}"
-                    if u1 is not None and ur is not None else "- | - | - | -")
+        mca_cols = (f"{u1:.2f} | {ur:.2f} | {thr or 'none'}"
+                    if u1 is not None and ur is not None else "- | - | -")
         lines.append(f"| {_label(p)} | {mca_cols} | {t3:.3f}x | {mca:.3f}x | "
                      f"{ideal:.3f}x | {t3 / ideal:.3f} | {mca / ideal:.3f} | {mca / t3:.3f} |")
     lines.append("")
@@ -156,10 +154,9 @@ def page(doc: dict, doc2x: dict | None, commands: list[str]) -> str:
               "stage is reserved before the communication it competes with) and "
               "communication only under the occupancy threshold's ceiling T/(T+1), T from "
               "the first stage's intensity; where the GEMM's read phase alone keeps the "
-              "queue over T (first-stage read utilisation >= T/(T+1): the TP 32 layers of "
-              "PALM and MT-NLG), every request waits the anti-starvation limit (1 us, "
-              "`DramSpec.starvation_s`, a stated assumption) and then alternates with the "
-              "GEMM.",
+              "queue over T (first-stage read utilisation ur >= T/(T+1)), a request waits "
+              "at most the anti-starvation limit (1 us, `DramSpec.starvation_s`, a stated "
+              "assumption) and then takes what the GEMM leaves.",
               "- The L2 (`emulator/model/cost.py`): a stage's distinct panels are read once, and "
               "panels shared with the previous stage stay when they fit; so the TP 32 FC "
               "layers are memory-intensive (they re-read B every stage) and the TP 8/16 ones "

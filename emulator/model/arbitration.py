@@ -28,10 +28,12 @@ stream at the whole rate (T3: "drained at kernel boundaries").
   the communication its previous stage triggered (``lookahead`` = 1), so the
   GEMM's reads and write bursts take what they need and communication the rest
   under the ceiling. Anti-starvation: a request that has waited the DRAM's
-  wait limit (``DramSpec.starvation_s``) is issued anyway and then alternates
-  with the GEMM's requests as under round-robin, without filling the queue, so a
-  memory-bound GEMM that keeps the total over the ceiling delays communication
-  by the limit, not by the whole GEMM; the stream drains at kernel end.
+  wait limit (``DramSpec.starvation_s``) is issued anyway, without the ceiling,
+  at most at round-robin's share and without filling the queue; as the GEMM's
+  stage was reserved first (the fluid timeline keeps earlier reservations), it
+  gets what the GEMM leaves, so a memory-bound GEMM that keeps the total over the
+  ceiling no longer holds communication back until its read phase ends; the
+  stream drains at kernel end.
 - ``ComputeExclusive``: communication only when the GEMM has no request: the
   GEMM's stage is reserved first, and communication gets at most what the GEMM
   leaves on average, (1 - u1) of the peak, with no anti-starvation (T3: it
@@ -75,9 +77,6 @@ class Alone:
         """The total rate under which communication may be served (None: the peak)."""
         return None
 
-    def hold(self, dram: Dram, window: CommWindow) -> float:
-        """How long every communication request waits before it is issued at all."""
-        return 0.0
 
     def describe(self) -> dict:
         return {"policy": self.name}
@@ -111,12 +110,13 @@ MCA_THRESHOLDS = ((0.75, 5), (0.5, 10), (0.25, 30))  # (first-stage utilisation 
 
 class Mca(Alone):
     name = "mca"
+    lookahead = 1  # compute first: a GEMM stage is reserved before the communication
+    # its previous stage triggered
 
     def __init__(self):
         self.threshold: float = math.inf
         self.first_stage_utilisation: float | None = None
         self.read_utilisation: float | None = None
-        self.held = False  # the GEMM alone keeps the queue over the threshold
 
     def observe_first_stage(self, utilisation: float, reads: float | None = None) -> None:
         """The first (isolated) stage's DRAM utilisation, and its read phase's."""
@@ -125,19 +125,6 @@ class Mca(Alone):
         self.first_stage_utilisation = utilisation
         self.read_utilisation = reads
         self.threshold = next((t for u, t in MCA_THRESHOLDS if utilisation >= u), math.inf)
-        self.held = reads is not None and reads >= self.ceiling_fraction
-
-    @property
-    def lookahead(self) -> int:  # compute first, unless the GEMM holds the queue anyway
-        return 0 if self.held else 1
-
-    def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
-        if self.held and window.compute_after:  # issued by anti-starvation: alternates
-            return 0.0, self.starved_share * dram.rate
-        return 0.0, None
-
-    def hold(self, dram: Dram, window: CommWindow) -> float:
-        return dram.starvation_s if self.held and window.compute_after else 0.0
 
     @property
     def ceiling_fraction(self) -> float:
@@ -147,27 +134,18 @@ class Mca(Alone):
     def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
         """Communication is issued only while the total stays under the occupancy
         threshold's utilisation ceiling (the GEMM's own reservations come first)."""
-        if self.held or not window.compute_after:
-            return None
-        return self.ceiling_fraction * dram.rate
+        return self.ceiling_fraction * dram.rate if window.compute_after else None
 
     def describe(self) -> dict:
         return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
                 "first_stage_utilisation": self.first_stage_utilisation,
                 "first_stage_read_utilisation": self.read_utilisation,
-                "ceiling_fraction": self.ceiling_fraction,
-                "held_to_wait_limit": self.held}
+                "ceiling_fraction": self.ceiling_fraction}
 
 
 class ComputeExclusive(Mca):
     name = "compute-exclusive"
-    lookahead = 1  # the GEMM first, always
-    held = False  # no anti-starvation: communication only in the GEMM's gaps
-
-    def observe_first_stage(self, utilisation: float, reads: float | None = None) -> None:
-        super().observe_first_stage(utilisation, reads)
-        self.held = False
 
     @property
     def comm_fraction(self) -> float:

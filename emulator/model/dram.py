@@ -28,12 +28,13 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   default: 1024 accesses) and each burst is admitted and served as one; results
   move by less than 0.5% between 16 KB and 128 KB bursts (a burst is
   at most the queue)
-  (``tests/test_dram.py``; the README gives the figures).
+  (``tests/test_arbitration.py``; the README gives the figures).
 - **Anti-starvation**: a policy that holds communication back (MCA's occupancy
   ceiling) holds each request at most ``starvation_s`` (1 us, a stated
-  assumption in ``DramSpec``): what is still unserved then is issued anyway and
-  alternates with the GEMM's requests (``starved_share`` of the rate, as
-  round-robin) without filling the queue.
+  assumption in ``DramSpec``): what is still unserved then is issued anyway,
+  at most at ``starved_share`` of the rate (round-robin's) and without filling
+  the queue; a GEMM stage reserved before it keeps what it has (program order),
+  so it gets what the GEMM leaves.
 - **Read/write turnaround**: writes served while another stream reads make the
   channel turn its bus around: tWTR + tRTW (``turnaround_s``) per batch of
   ``write_batch`` writes (GPGPU-Sim's write queue drains between its high and
@@ -110,7 +111,6 @@ class Dram:
         size = nbytes / bursts
         for i in range(bursts):
             t = ready + (i * size / offered_rate if offered_rate else 0.0)
-            t += policy.hold(self, window)  # held back until issued anyway
             blocking, cap = policy.admit(self, t, size, window)
             s0 = e = t
             if blocking > 0:  # the queue is full of communication: served alone
