@@ -72,9 +72,18 @@ def x_space(p: Problem, base: int, owner: int) -> TileSpace:
 
 
 def a2a_map(p: Problem, slots: Slots) -> tuple[Kernel, list[AddressMap]]:
+    job, maps, _ = slot_writes(p, slots, lambda space: _swizzled(p, space))
+    return job, maps
+
+
+def slot_writes(p: Problem, slots: Slots, order) -> tuple[Kernel, list[AddressMap], list]:
+    """The GEMM (WGs in ``order(space)``) stores chunk j of its output into rank j's
+    receive buffer X, block i (its own block locally): an all-to-all of the output, or
+    Flux's RS-W before the owner's reduction. Returns the kernel, its maps and the
+    signals of the peers' blocks arriving here."""
     space = p.space(slots, "C", p.chunks)
     xbase = slots.alloc("X tile", len(x_space(p, 0, 0)))  # chunk 0 is the largest
-    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue(p.world - 1))
+    job = p.gemm(space, order(space), store_queue=p.store_queue(p.world - 1))
     op = p.producer_op()
     amap = AddressMap(space, p.rank, p.world, op, job.local_writes())
     for c in p.others + [p.rank]:
@@ -82,10 +91,9 @@ def a2a_map(p: Problem, slots: Slots) -> tuple[Kernel, list[AddressMap]]:
                         to_region=p.slot_region(p.rank, c))
     mine = x_space(p, xbase, p.rank)
     xmap = AddressMap(mine, p.rank, p.world, op, np.zeros(len(mine), np.int64), incoming_op=op)
-    for s in p.others:
-        xmap.track(p.slot_region(s, p.rank), after=p.split)
+    arrived = [xmap.track(p.slot_region(s, p.rank), after=p.split) for s in p.others]
     xmap.local(p.slot_region(p.rank, p.rank))  # its own block: written by its own GEMM
-    return job, [amap, xmap]
+    return job, [amap, xmap], arrived
 
 
 # ------------------------------------------------------------------ CU-driven kernels

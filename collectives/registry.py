@@ -1,4 +1,4 @@
-"""The registry entries of this package: T3's operations and its five configurations.
+"""The registry entries of this package: the operations, T3's five configurations and Flux's.
 
 Importing this module fills ``REGISTRY`` (``emulator.engine.registry``). A new
 configuration is one file in ``collectives/`` and one ``add_configuration`` call
@@ -7,7 +7,7 @@ here (or, outside the repository, in a file given to ``--configs``).
 
 from __future__ import annotations
 
-from collectives import baselines, operations, t3
+from collectives import baselines, flux, operations, t3
 from emulator.engine.registry import REGISTRY, Configuration, Operation
 
 
@@ -77,3 +77,20 @@ REGISTRY.add_configuration(Configuration(
 REGISTRY.add_configuration(Configuration(
     "ideal-rs-nmc", "ideal-overlap with a near-memory RS (reductions only)", "T3 bound",
     baselines.ideal_rs_nmc, applies=lambda op: op.reducing, color="#d62728"))
+
+
+def _gemm_rs(op) -> bool:
+    return op.parts is operations.REDUCE_SCATTER
+
+
+for _name, _build, _help, _color in (
+        ("flux-rs-w", flux.rs_write, "Flux GEMM-RS, RS-W: tiles stored into the owners' slot "
+         "buffers, then each owner's reduction kernel (swizzled tile order)", "#17becf"),
+        ("flux-rs-a", flux.rs_atomic, "Flux GEMM-RS, RS-A: tiles reduced into the owners' "
+         "chunks by atomic updates (swizzled tile order)", "#bcbd22"),
+        ("flux-rs-w-noswizzle", flux.rs_write_unswizzled, "flux-rs-w without the tile "
+         "swizzle: every rank writes the same owner at once", "#9edae5"),
+        ("flux-rs-a-noswizzle", flux.rs_atomic_unswizzled, "flux-rs-a without the tile "
+         "swizzle", "#dbdb8d")):
+    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_gemm_rs,
+                                             algorithms=("direct",), color=_color))

@@ -8,8 +8,8 @@ COLLECTIVES = tuple(a for op in REG.operations.values() for a in op.aliases)
 COLLECTIVE_ALGORITHMS = {c: REG.operation(c).algorithms for c in COLLECTIVES}
 
 
-def modes_for(collective: str) -> tuple[str, ...]:
-    return REG.configurations_for(REG.operation(collective))
+def modes_for(collective: str, algorithm: str | None = None) -> tuple[str, ...]:
+    return REG.configurations_for(REG.operation(collective), algorithm)
 
 
 def supported(collective: str, algorithm: str, topology: str) -> bool:

@@ -288,7 +288,8 @@ def configs(configs) -> None:
     click.echo("configurations:")
     for name, c in reg.configurations.items():
         ops = [op.name for op in reg.operations.values() if c.applies(op)]
-        click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}")
+        algos = f"; algorithm {' or '.join(c.algorithms)}" if c.algorithms else ""
+        click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}{algos}")
 
 
 def _system_ranks(system: str | None, ranks: int, topology: str, device: str) -> int:

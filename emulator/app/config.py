@@ -87,7 +87,9 @@ class RunConfig:
     def modes(self) -> tuple[str, ...]:
         if self.mode == "all":
             reg = registry(self.configs)
-            return reg.configurations_for(reg.operation(self.collective))
+            op = reg.operation(self.collective)
+            algo = self.algorithm or default_algorithm(op.algorithms, self.topology)
+            return reg.configurations_for(op, algo)
         return tuple(m.strip() for m in self.mode.split(","))
 
     def to_dict(self) -> dict:
@@ -138,16 +140,19 @@ class RunConfig:
                               f"--topology {' or '.join(fits)}")
         if self.mode != "all":
             modes = self.modes
-            applies = reg.configurations_for(op)
+            applies = reg.configurations_for(op, algo)
             for mode in modes:
                 if mode not in reg.configurations:
                     raise ConfigError("--mode", self.mode, f"allowed: "
                                       f"{', '.join(reg.configurations)}, all, or a "
                                       f"comma-separated list")
                 if mode not in applies:
-                    raise ConfigError("--mode", self.mode, f"--collective {self.collective} has "
-                                      f"{', '.join(applies)} ({mode}: "
-                                      f"{reg.configuration(mode).help})")
+                    runs = reg.configuration(mode).algorithms
+                    why = (f"; it runs --algorithm {' or '.join(runs)}"
+                           if runs and algo not in runs else "")
+                    raise ConfigError("--mode", self.mode, f"--collective {self.collective} "
+                                      f"with --algorithm {algo} has {', '.join(applies)} "
+                                      f"({mode}: {reg.configuration(mode).help}{why})")
             if len(set(modes)) != len(modes):
                 raise ConfigError("--mode", self.mode, "a mode is listed twice")
         if not 1 <= self.split_k <= min(self.k, 64):

@@ -26,7 +26,8 @@ def summary_table(doc: dict) -> str:
                  + (f" (system {system})" if system else "") + ", "
                  f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
                  + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else ""))
-    head = f"{'mode':<13} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
+    w = max([13] + [len(run["mode"]) for run in doc["runs"]])  # the mode column
+    head = f"{'mode':<{w}} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
            f"{'numerics':<22} {'wall':>7}"
     lines.append(head)
     lines.append("-" * len(head))
@@ -37,7 +38,7 @@ def summary_table(doc: dict) -> str:
         else:
             verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g})"
         sp = run.get("speedup_vs_sequential")
-        lines.append(f"{run['mode']:<13} {run['modelled_time_s'] * 1e6:>8.1f} us "
+        lines.append(f"{run['mode']:<{w}} {run['modelled_time_s'] * 1e6:>8.1f} us "
                      f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
                      f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
                      f"{run['wall_time_s']:>6.2f}s")
@@ -47,7 +48,7 @@ def summary_table(doc: dict) -> str:
                      "algbw x (n-1)/n, AR x 2(n-1)/n):")
         for mode, b in bw:
             if b:
-                lines.append(f"  {mode:<13} " + "; ".join(
+                lines.append(f"  {mode:<{w}} " + "; ".join(
                     f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
                     f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
     lb = doc["lower_bounds_s"]

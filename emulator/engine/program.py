@@ -15,8 +15,10 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
 
     Stage s sits at position s. A command whose trigger (or, for a pull, whose
     result) gates stage g comes just before it; a command whose region the producer writes comes after the stage of
-    its last local write plus ``lookahead`` stages (the arbitration policy's); any
-    other command comes after the last stage. Returns each stage's order index and
+    its last local write plus ``lookahead`` stages (the arbitration policy's), unless
+    it is a sink (a region only marked complete, ``src`` None, which may need peers'
+    writes that the peers' later stages make); a sink, and any other command, comes
+    after the last stage. Returns each stage's order index and
     the commands in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
@@ -36,7 +38,7 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         written = int(slot_stage[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
         if gated:
             pos = min(gated) - 0.5
-        elif written >= 0:
+        elif written >= 0 and cmd.src is not None:
             pos = min(written + lookahead, last) + 0.5
         else:
             pos = last + 0.5

@@ -58,6 +58,8 @@ class Configuration:
     build: Callable  # (problem, operation, algorithm) -> Plan
     applies: Callable[[Operation], bool] = lambda op: True
     baseline: bool = False  # speedups are over this configuration
+    algorithms: tuple[str, ...] = ()  # the collective algorithms it runs (empty: all of the
+    # operation's)
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
 
@@ -102,8 +104,11 @@ class Registry:
                                 f"{', '.join(self.configurations)}")
         return self.configurations[name]
 
-    def configurations_for(self, op: Operation) -> tuple[str, ...]:
-        return tuple(n for n, c in self.configurations.items() if c.applies(op))
+    def configurations_for(self, op: Operation, algorithm: str | None = None
+                           ) -> tuple[str, ...]:
+        """The configurations that run ``op`` (with ``algorithm``, if given)."""
+        return tuple(n for n, c in self.configurations.items() if c.applies(op)
+                     and (algorithm is None or not c.algorithms or algorithm in c.algorithms))
 
     def baseline(self) -> str | None:
         return next((n for n, c in self.configurations.items() if c.baseline), None)

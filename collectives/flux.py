@@ -1,0 +1,78 @@
+"""Flux (REFERENCE.md section 2): communication fused into the GEMM's epilogue, on a
+fully connected or switched topology (the ``direct`` algorithm), as configurations
+of the same mechanism as T3's.
+
+GEMM + reduce-scatter, rank r owning rows chunk r:
+- ``flux-rs-w`` (Flux's usual path): each WG stores its tile into the owner's slot
+  buffer X, viewed as [N, m/N, n], at block r (its own rows locally): an
+  all-to-all of the partial output (``direct.slot_writes``); the owner's
+  reduction kernel waits for the N - 1 peers' blocks (the flag barrier) and
+  sums the N blocks into its chunk of C (memory-bound: reads N (m/N) n, writes
+  (m/N) n elements).
+- ``flux-rs-a``: each WG reduces its tile straight into the owner's pre-zeroed
+  chunk of C with atomic updates (``red.global.add``); the owner's chunk is
+  complete when all N ranks' WGs have landed; no reduction kernel. The update's
+  cost is the device's ``nmc_update_cost`` (an atomic read-modify-write).
+- Tile swizzle (Flux's A100 form): the tile order is rotated by rank, own chunk
+  first, then r + 1, r + 2, ...: at any moment each destination has one writer.
+  The ``-noswizzle`` variants walk the chunks 0, 1, ... on every rank, so all
+  ranks write the same destination at once (contended at its port and memory).
+
+The HBM is shared by plain FR-FCFS-like arbitration (``fr-fcfs``): the copy and
+store traffic of a stock GPU has no T3-style memory-controller policy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collectives import direct
+from collectives.common import Problem
+from emulator.engine.addrmap import AddressMap
+from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
+from emulator.engine.registry import Operation
+from emulator.engine.steps import CuStep
+
+ARBITRATION = "fr-fcfs"
+
+
+def flux_order(p: Problem, space, swizzle: bool) -> list[int]:
+    """WG tiles chunk by chunk: rotated by rank (own chunk first) with ``swizzle``, else
+    chunk 0 first on every rank."""
+    chunks = ([(p.rank + s) % p.world for s in range(p.world)] if swizzle
+              else list(range(p.world)))
+    return [t for c in chunks for t in space.tiles_in(p.chunk_region(c))]
+
+
+def rs_atomic(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    space = p.space(slots, "C", p.chunks)
+    job = p.gemm(space, flux_order(p, space, swizzle), store_queue=p.store_queue(p.world - 1))
+    amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
+    for c in p.others:
+        amap.remote_map(p.chunk_region(c), c, op="update")
+    amap.track(p.chunk_region(p.rank), after=p.split * p.world)
+    phases = [KernelPhase("gemm+rs-a", job, [amap], op.parts.stream, fused=True)]
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def rs_write(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    layout = layout + [("X", (p.world * p.max_chunk, p.n), p.dtype)]
+    job, maps, arrived = direct.slot_writes(p, slots, lambda s: flux_order(p, s, swizzle))
+    blocks = [("X", p.slot_region(s, p.rank)) for s in range(p.world)]
+    reduce = CuStep("rs-w reduce", op.parts.stream, blocks, ("C", p.chunk_region(p.rank)),
+                    p.rank)
+    phases = [KernelPhase("gemm+rs-w", job, maps, op.parts.stream, fused=True),
+              StepsPhase("reduce", [reduce], waits=tuple(arrived))]
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def rs_atomic_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
+    return rs_atomic(p, op, algorithm, swizzle=False)
+
+
+def rs_write_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
+    return rs_write(p, op, algorithm, swizzle=False)

@@ -1,0 +1,39 @@
+"""Flux's GEMM + reduce-scatter configurations (collectives/flux.py). Their numerics on
+2, 3, 4 and 8 ranks, fp16 and fp32, split-K 1 and 2, uneven shapes, are in the whole
+matrix (tests/test_collectives.py), and timing-only against numeric in
+tests/test_timing_only.py: both run every configuration of every direct RS."""
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.ops import modes_for
+
+FLUX = ("flux-rs-w", "flux-rs-a", "flux-rs-w-noswizzle", "flux-rs-a-noswizzle")
+
+
+def test_flux_configurations_run_the_direct_rs_only():
+    assert set(FLUX) <= set(modes_for("rs", "direct"))
+    assert not set(FLUX) & set(modes_for("rs", "ring"))
+    assert not set(FLUX) & set(modes_for("ar", "direct"))
+    proc = run_cli(["run", "-n", "2", "--collective", "rs", "--topology", "ring", "--mode",
+                    "flux-rs-w"], timeout=60)
+    assert proc.returncode == 2
+    assert "it runs --algorithm direct" in proc.stderr
+
+
+def test_flux_on_gpt3_rs_shape_swizzle_helps_and_rs_w_pays_its_reduction(emulate):
+    """GPT-3 175B's GEMM-RS at TP 8 (m = 8192: 8192 x 12288 over k = 6144) on 8 A100s
+    behind NVSwitch, timing-only."""
+    doc = emulate(["-n", "8", "--device", "a100-sxm", "--collective", "rs", "--topology",
+                   "switch", "--m", "8192", "--n", "12288", "--k", "6144", "--timing-only",
+                   "--mode", "sequential," + ",".join(FLUX)])
+    t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+    for mode in ("flux-rs-w", "flux-rs-a"):  # one writer per destination at a time
+        assert t[mode] <= t[mode + "-noswizzle"]
+        assert t[mode] < t["sequential"]
+    rs_w = next(r for r in doc["runs"] if r["mode"] == "flux-rs-w")
+    # the owner's reduction reads the N blocks of its chunk (M/8 x N each, fp16) and
+    # writes the chunk once: 9 x 1024 x 12288 x 2 bytes on each of the 8 GPUs
+    assert rs_w["phases"]["reduce"] > 0
+    per_gpu = 1024 * 12288 * 2
+    assert rs_w["dram_bytes"]["rs_read"] >= 8 * 8 * per_gpu
