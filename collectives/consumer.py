@@ -12,6 +12,12 @@ buffer AG. Fused form, only through the map over AG (one tile = up to
   unless this is its last stop;
 - the GEMM's WGs walk the chunks in arrival order (own, i+1, i+2, ...) and a
   stage is released by the tracker when the input tiles its WGs read are in.
+
+Flux's AG + GEMM (``flux.py``) is the direct form with two knobs: the
+communication tile (``comm_rows``: rows per transfer and signal, whole GEMM
+tiles; 0 = one GEMM tile) and the chunk order of the GEMM's WGs (``own_first``:
+own rows first then ring order after the local rank, Flux's swizzle; else
+chunk 0 first on every rank).
 """
 
 from __future__ import annotations
@@ -24,8 +30,18 @@ from emulator.engine.plan import Slots
 from emulator.engine.kernel import Kernel
 
 
-def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[Kernel, list[AddressMap],
-                                                              list[tuple[list[int], list[int]]]]:
+def _comm_tiles(p: Problem, c: int, comm_rows: int) -> list[tuple[int, int, int, int]]:
+    """Chunk ``c`` of the input in communication tiles of ``comm_rows`` rows rounded up to
+    whole GEMM tiles (0: one GEMM tile each)."""
+    r0, r1 = p.chunk(c)
+    tm = p.spec.wg_tile_m
+    step = max(tm, -(-comm_rows // tm) * tm) if comm_rows else tm
+    return [(a, min(a + step, r1), 0, p.k) for a in range(r0, r1, step)]
+
+
+def ag_gemm(p: Problem, slots: Slots, algorithm: str, comm_rows: int = 0,
+            own_first: bool = True) -> tuple[Kernel, list[AddressMap],
+                                             list[tuple[list[int], list[int]]]]:
     """The gated consumer GEMM, its maps (C's, then AG's) and the resident-input signals."""
     n, i = p.world, p.rank
     aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
@@ -34,30 +50,33 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str) -> tuple[Kernel, list[Addr
     writes[own] = 1
     amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store")
     signal = {}  # input tile region -> the signal of its arrival (or residence)
-    if n > 1:
-        for t in own:
-            signal[aspace.region(t)] = amap.dma_map(
-                aspace.region(t), p.left if algorithm == "ring" else p.others, op="store",
-                after=1)
-    else:  # one rank: its own rows are the whole input; tracked so the gates see them
-        for t in own:
-            signal[aspace.region(t)] = amap.track(aspace.region(t), after=1)
+
+    def mark(region, sig) -> None:
+        for t in aspace.tiles_in(region):
+            signal[aspace.region(t)] = sig
+
+    for region in _comm_tiles(p, i, comm_rows):
+        if n > 1:
+            mark(region, amap.dma_map(region, p.left if algorithm == "ring" else p.others,
+                                      op="store", after=1))
+        else:  # one rank: its own rows are the whole input; tracked so the gates see them
+            mark(region, amap.track(region, after=1))
     for c in p.others:
-        for t in aspace.tiles_in(p.chunk_region(c, p.k)):
+        for region in _comm_tiles(p, c, comm_rows):
             if algorithm == "ring" and c != p.left:
-                signal[aspace.region(t)] = amap.dma_map(aspace.region(t), p.left, op="store",
-                                                        after=1)
+                mark(region, amap.dma_map(region, p.left, op="store", after=1))
             else:
-                signal[aspace.region(t)] = amap.track(aspace.region(t), after=1)
+                mark(region, amap.track(region, after=1))
     cspace = p.space(slots, "C", p.chunks)
     arrival = ([p.ring_at(s) for s in range(n)] if algorithm == "ring"  # from the right
-               else [i] + p.others)
+               else [i] + p.others if own_first else list(range(n)))
     order = [t for c in arrival for t in cspace.tiles_in(p.chunk_region(c))]
     kernel = p.gemm(cspace, order, a="AG")
     gates = {}  # a stage waits for the input tiles its WGs read (T3: a stage is released)
     for s, ids in enumerate(kernel.stages()):
         rows = sorted({(int(w[0]), int(w[1])) for w in kernel.wgs[ids]})
-        gates[s] = tuple(signal[(r0, r1, 0, p.k)] for r0, r1 in rows)
+        sigs = [signal[(r0, r1, 0, p.k)] for r0, r1 in rows]
+        gates[s] = tuple({id(g): g for g in sigs}.values())
     kernel = kernel.with_stage_gates(gates)
     cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
     preload = [([aspace.slot(t) for t in own],

@@ -18,6 +18,16 @@ GEMM + reduce-scatter, rank r owning rows chunk r:
   The ``-noswizzle`` variants walk the chunks 0, 1, ... on every rank, so all
   ranks write the same destination at once (contended at its port and memory).
 
+AllGather + GEMM, fused in the GEMM's prologue (``consumer.ag_gemm``, direct):
+rank r's input rows are resident and pushed by the copy engine (DMA) to every
+peer in communication tiles, each transfer followed by its signal; each GEMM
+WG waits on the signals covering its rows, then runs the unchanged GEMM.
+- ``flux-ag``: communication tile m/N rows (one per chunk), WGs own rows
+  first, then ring order after the local rank (Flux's NVSwitch order);
+- ``flux-ag-tile2``, ``flux-ag-tile4``: communication tiles halved once and
+  twice (Flux tunes it from m/N down to the GEMM tile height);
+- ``flux-ag-noswizzle``: WGs walk the chunks 0, 1, ... on every rank.
+
 The HBM is shared by plain FR-FCFS-like arbitration (``fr-fcfs``): the copy and
 store traffic of a stock GPU has no T3-style memory-controller policy.
 """
@@ -26,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from collectives import direct
+from collectives import consumer, direct
 from collectives.common import Problem
 from emulator.engine.addrmap import AddressMap
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
@@ -76,3 +86,28 @@ def rs_atomic_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
 
 def rs_write_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
     return rs_write(p, op, algorithm, swizzle=False)
+
+
+def ag_gemm(p: Problem, op: Operation, algorithm: str, halvings: int = 0,
+            swizzle: bool = True) -> Plan:
+    """Flux's AG + GEMM: communication tiles of ceil(m/N / 2^halvings) rows."""
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    rows = -(-p.max_chunk // (1 << halvings))
+    kernel, maps, preload = consumer.ag_gemm(p, slots, algorithm, comm_rows=rows,
+                                             own_first=swizzle)
+    phases = [KernelPhase("ag+gemm", kernel, maps, op.parts.stream, fused=True,
+                          preload=preload)]
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def ag_gemm_tile2(p: Problem, op: Operation, algorithm: str) -> Plan:
+    return ag_gemm(p, op, algorithm, halvings=1)
+
+
+def ag_gemm_tile4(p: Problem, op: Operation, algorithm: str) -> Plan:
+    return ag_gemm(p, op, algorithm, halvings=2)
+
+
+def ag_gemm_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
+    return ag_gemm(p, op, algorithm, swizzle=False)

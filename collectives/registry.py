@@ -94,3 +94,20 @@ for _name, _build, _help, _color in (
          "swizzle", "#dbdb8d")):
     REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_gemm_rs,
                                              algorithms=("direct",), color=_color))
+
+
+def _ag_gemm(op) -> bool:
+    return op.parts is operations.AG_GEMM
+
+
+for _name, _build, _help, _color in (
+        ("flux-ag", flux.ag_gemm, "Flux AG-GEMM: input tiles of m/N rows pushed by DMA, each "
+         "with its signal; the GEMM's WGs wait for the tiles covering their rows", "#17becf"),
+        ("flux-ag-tile2", flux.ag_gemm_tile2, "flux-ag with communication tiles of m/2N rows",
+         "#9edae5"),
+        ("flux-ag-tile4", flux.ag_gemm_tile4, "flux-ag with communication tiles of m/4N rows",
+         "#bcbd22"),
+        ("flux-ag-noswizzle", flux.ag_gemm_unswizzled, "flux-ag with every rank's WGs walking "
+         "the chunks from 0 (no swizzle)", "#dbdb8d")):
+    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_ag_gemm,
+                                             algorithms=("direct",), color=_color))

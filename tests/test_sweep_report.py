@@ -125,6 +125,17 @@ def test_sweep_writes_results_and_report_draws_figures(tmp_path):
         counted = seq["dram_bytes_per_rank"][0]
         assert served == pytest.approx(counted["gemm_read"] + counted["gemm_write"], rel=1e-6)
         assert len(runs["t3"]["stage_profile"]["stages_s"]) == len(prof["stages_s"]) >= 1
+        # Flux's metrics from the per-rank phase windows: the GEMM alone is the longest
+        # rank's GEMM phase of the sequential run
+        alone = max(e - s for ph in runs["sequential"]["rank_phases_s"]
+                    for name, (s, e) in ph.items() if name == "gemm")
+        base = runs["sequential"]["modelled_time_s"] - alone
+        for r in p["runs"]:
+            ect = r["modelled_time_s"] - alone
+            assert r["ect_s"] == pytest.approx(ect, rel=1e-9)
+            assert r["overlap_efficiency"] == pytest.approx(1 - ect / base, rel=1e-9)
+    assert "Overlap efficiency" in text
+    assert {r["mode"]: r["overlap_efficiency"] for r in rows}["sequential"] == "0.0"
 
 
 def test_numeric_sweep_checks_numerics(tmp_path):

@@ -95,6 +95,24 @@ def speedup_table(doc: dict) -> tuple[str, dict[str, list[float]]]:
     return _grid(rows, rule_before=len(rows) - 2), per_mode
 
 
+def overlap_table(doc: dict) -> str:
+    """Flux's overlap efficiency per point and configuration (E = 1 - ECT / ECT of the
+    baseline; ECT = time - the baseline's GEMM alone), with the GEMM-alone time."""
+    modes = [m for m in modes_of(doc) if m != BASE]
+    rows = [("sub-layer", "GEMM alone us", "baseline ECT us", *modes)]
+    for pt in doc["points"]:
+        runs = _runs(pt)
+        seq = runs.get(BASE)
+        if seq is None or seq.get("gemm_alone_s") is None or seq.get("ect_s") is None:
+            continue
+        cells = [f"{runs[m]['overlap_efficiency']:+.2f}"
+                 if m in runs and runs[m].get("overlap_efficiency") is not None else "-"
+                 for m in modes]
+        rows.append((_label(pt), f"{seq['gemm_alone_s'] * 1e6:.1f}",
+                     f"{seq['ect_s'] * 1e6:.1f}", *cells))
+    return _grid(rows) if len(rows) > 1 else ""
+
+
 def _mb(nbytes: float) -> str:
     mb = nbytes / 1e6
     return f"{mb:,.0f}" if mb >= 100 else f"{mb:.1f}"
@@ -195,7 +213,12 @@ def text_report(doc: dict) -> str:
              + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())),
              "", "Speedup over sequential (modelled time, per sub-layer)"]
     table, _ = speedup_table(doc)
-    parts += [table, "", "DRAM traffic by category"]
+    parts += [table]
+    overlap = overlap_table(doc)
+    if overlap:
+        parts += ["", "Overlap efficiency (Flux's E = 1 - ECT / ECT of sequential; ECT = time - "
+                  "the GEMM alone)", overlap]
+    parts += ["", "DRAM traffic by category"]
     parts.append(dram_table(doc))
     e2e, _ = end_to_end(doc)
     parts += ["", "End-to-end estimate per layer"]

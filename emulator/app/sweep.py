@@ -29,10 +29,10 @@ CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_w
 CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", "collective",
                "topology", "dtype", "mode", "modelled_time_s", "speedup_vs_sequential",
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
-               "max_abs_error", "wall_time_s")
+               "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
-            "wall_time_s", "stage_profile")
+            "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency")
 
 
 def _file_key(point: Point) -> str:
@@ -88,7 +88,9 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         else repr(r["speedup_vs_sequential"]),
                         sum(dram.values()), *(dram.get(c, 0) for c in CATEGORIES),
                         r["numerics"], "" if r["max_abs_error"] is None else r["max_abs_error"],
-                        f"{r['wall_time_s']:.3f}"])
+                        f"{r['wall_time_s']:.3f}",
+                        *("" if r.get(k) is None else repr(r[k])
+                          for k in ("ect_s", "overlap_efficiency"))])
     return buf.getvalue()
 
 

@@ -51,6 +51,15 @@ def summary_table(doc: dict) -> str:
                 lines.append(f"  {mode:<{w}} " + "; ".join(
                     f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
                     f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
+    ov = [(run["mode"], run["ect_s"], run["overlap_efficiency"]) for run in doc["runs"]
+          if run.get("ect_s") is not None]
+    alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
+    if ov and alone:
+        lines.append(f"overlap (Flux's metrics; GEMM alone {alone * 1e6:.1f} us): ECT = time - "
+                     f"GEMM alone, E = 1 - ECT / ECT of the baseline:")
+        for m, e, x in ov:
+            lines.append(f"  {m:<{w}} ECT {e * 1e6:>9.1f} us" + (f"  E {x:+.2f}" if x is not None
+                                                                 else ""))
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
@@ -208,6 +217,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "wall_time_s": max(walls),
                 "bandwidth": bandwidths(cfg, world, windows),
                 "stage_profile": res.profile,
+                # the producer's kernel run alone (its longest rank), if the plan has one
+                "gemm_alone_s": (max(sum(t[n][1] - t[n][0] for n in res.alone) for t in times)
+                                 if res.alone else None),
             }
             if cfg.record_wall:
                 run["wall_events"] = wall_events
@@ -226,8 +238,10 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 
     base = registry(cfg.configs).baseline()
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == base), None)
+    alone = next((r["gemm_alone_s"] for r in runs if r["mode"] == base), None)
     for run in runs:
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
+        run.update(overlap_metrics(run["modelled_time_s"], seq, alone))
     doc = {
         "config": cfg.to_dict(),
         "world_size": world,
@@ -240,6 +254,17 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "created_unix": time.time(),
     }
     return doc, traced
+
+
+def overlap_metrics(total: float, baseline: float | None, gemm_alone: float | None) -> dict:
+    """Flux's metrics: ECT (exposed communication time) = the run's time - the GEMM's
+    time alone (the baseline's unsplit GEMM, same shape and device), and overlap
+    efficiency E = 1 - ECT / ECT of the non-overlapped baseline (0: no better than
+    it, 1: communication wholly hidden, < 0: slower). None without the baseline."""
+    if baseline is None or gemm_alone is None:
+        return {"ect_s": None, "overlap_efficiency": None}
+    ect, base = total - gemm_alone, baseline - gemm_alone
+    return {"ect_s": ect, "overlap_efficiency": 1.0 - ect / base if base > 0 else None}
 
 
 def _main(cfg: RunConfig) -> int:

@@ -56,6 +56,7 @@ class RankResult:
     events: list[Event] = field(default_factory=list)
     wall_events: dict = field(default_factory=dict)
     profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
+    alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
 
 
 class _Clocks:
@@ -176,7 +177,9 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
     tracker.free()
     hbm.free()
     return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
-                      policy_info, events, wall_events if opts.record_wall else {}, profile)
+                      policy_info, events, wall_events if opts.record_wall else {}, profile,
+                      tuple(ph.name for ph in plan.phases
+                            if isinstance(ph, KernelPhase) and not ph.fused))
 
 
 PROFILE_BINS = 200
