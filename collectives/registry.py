@@ -111,3 +111,11 @@ for _name, _build, _help, _color in (
          "the chunks from 0 (no swizzle)", "#dbdb8d")):
     REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_ag_gemm,
                                              algorithms=("direct",), color=_color))
+
+
+REGISTRY.add_configuration(Configuration(
+    "flux-best", "Flux tuned as Flux does: every Flux configuration of the operation run in "
+    "timing-only mode, the fastest kept (RS-W vs RS-A, communication tile, swizzle)", "Flux",
+    lambda p, op, algorithm: (flux.rs_write if _gemm_rs(op) else flux.ag_gemm)(p, op, algorithm),
+    applies=lambda op: _gemm_rs(op) or _ag_gemm(op), algorithms=("direct",), search=True,
+    color="#e377c2"))

@@ -13,7 +13,7 @@ FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-noswizzle")
 
 
 def test_flux_configurations_run_the_direct_rs_only():
-    assert set(FLUX) <= set(modes_for("rs", "direct"))
+    assert set(FLUX) | {"flux-best"} <= set(modes_for("rs", "direct"))
     assert not set(FLUX) & set(modes_for("rs", "ring"))
     assert not set(FLUX) & set(modes_for("ar", "direct"))
     assert set(FLUX_AG) <= set(modes_for("ag-gemm", "direct"))
@@ -47,8 +47,13 @@ def test_flux_ag_gemm_on_gpt3_shape_swizzle_and_tiles(emulate):
     12288 per rank) on 8 A100s behind NVSwitch, timing-only."""
     doc = emulate(["-n", "8", "--device", "a100-sxm", "--collective", "ag-gemm", "--topology",
                    "switch", "--m", "8192", "--n", "6144", "--k", "12288", "--timing-only",
-                   "--mode", "sequential," + ",".join(FLUX_AG)])
+                   "--mode", "sequential,flux-best," + ",".join(FLUX_AG)])
     t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+    # flux-best: the fastest of the same configurations run on their own in this job
+    best = min(FLUX_AG, key=lambda m: t[m])
+    search = next(r["search"] for r in doc["runs"] if r["mode"] == "flux-best")
+    assert search["chosen"] == best and t["flux-best"] == t[best]
+    assert set(search["candidates_s"]) == set(FLUX_AG)
     assert t["flux-ag"] < t["sequential"]
     assert t["flux-ag"] < t["flux-ag-noswizzle"]  # own rows first: no wait for chunk 0
     # the exposed head is the first communication tile: smaller tiles start the GEMM

@@ -24,12 +24,34 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
     """Run configuration ``mode`` of ``cfg``'s operation. ``a``/``b`` None: timing-only."""
     watchdog.post("compute", f"{mode}: building the plan and maps")
     reg = registry(cfg.configs)
+    if reg.configuration(mode).search:
+        return _best(comm, cfg, spec, a, b, mode, memory)
     p = problem(comm, cfg, spec)
     plan = reg.configuration(mode).build(p, reg.operation(cfg.collective), cfg.algorithm)
     opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
                       "ring" if cfg.algorithm == "ring" else "direct")
     inputs = None if a is None else {"A": a, "B": b}
     return run_plan(comm, plan, p.spec, mode, inputs, opts, memory)
+
+
+def _best(comm, cfg: RunConfig, spec: DeviceSpec, a, b, mode: str,
+          memory: DeviceMemory | None) -> RankResult:
+    """A search configuration (Flux's tuning): every candidate in timing-only mode, the
+    fastest (modelled time, the slowest rank; ties to the registry's order) kept, and
+    run numerically when ``a``/``b`` are given."""
+    from mpi4py import MPI
+
+    reg = registry(cfg.configs)
+    names = reg.candidates(mode, reg.operation(cfg.collective), cfg.algorithm)
+    timed, ends = {}, {}
+    for name in names:
+        timed[name] = run_mode(comm, cfg, spec, None, None, name, memory)
+        ends[name] = comm.allreduce(timed[name].end, op=MPI.MAX)
+    chosen = min(names, key=lambda n: (ends[n], names.index(n)))
+    res = timed[chosen] if a is None else run_mode(comm, cfg, spec, a, b, chosen, memory)
+    res.mode = mode
+    res.choice = {"chosen": chosen, "candidates_s": ends}
+    return res
 
 
 def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[str, float]:

@@ -32,7 +32,8 @@ CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", 
                "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
-            "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency")
+            "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
+            "search")
 
 
 def _file_key(point: Point) -> str:

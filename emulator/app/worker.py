@@ -51,6 +51,10 @@ def summary_table(doc: dict) -> str:
                 lines.append(f"  {mode:<{w}} " + "; ".join(
                     f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
                     f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
+    for run in doc["runs"]:
+        if run.get("search"):
+            lines.append(f"{run['mode']}: chose {run['search']['chosen']} of " + ", ".join(
+                f"{m} {t * 1e6:.1f} us" for m, t in run["search"]["candidates_s"].items()))
     ov = [(run["mode"], run["ect_s"], run["overlap_efficiency"]) for run in doc["runs"]
           if run.get("ect_s") is not None]
     alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
@@ -217,6 +221,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "wall_time_s": max(walls),
                 "bandwidth": bandwidths(cfg, world, windows),
                 "stage_profile": res.profile,
+                "search": res.choice,  # a search configuration: its pick and the candidates
                 # the producer's kernel run alone (its longest rank), if the plan has one
                 "gemm_alone_s": (max(sum(t[n][1] - t[n][0] for n in res.alone) for t in times)
                                  if res.alone else None),

@@ -60,6 +60,9 @@ class Configuration:
     baseline: bool = False  # speedups are over this configuration
     algorithms: tuple[str, ...] = ()  # the collective algorithms it runs (empty: all of the
     # operation's)
+    search: bool = False  # its run is the best (modelled time, timing-only) of the other
+    # configurations of its design that run the operation (a tuner); ``build`` gives the
+    # plan of its default candidate
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
 
@@ -109,6 +112,14 @@ class Registry:
         """The configurations that run ``op`` (with ``algorithm``, if given)."""
         return tuple(n for n, c in self.configurations.items() if c.applies(op)
                      and (algorithm is None or not c.algorithms or algorithm in c.algorithms))
+
+    def candidates(self, name: str, op: Operation, algorithm: str) -> tuple[str, ...]:
+        """What search configuration ``name`` tries: its design's other configurations that
+        run ``op`` with ``algorithm``."""
+        design = self.configuration(name).design
+        return tuple(n for n in self.configurations_for(op, algorithm)
+                     if n != name and self.configurations[n].design == design
+                     and not self.configurations[n].search)
 
     def baseline(self) -> str | None:
         return next((n for n, c in self.configurations.items() if c.baseline), None)

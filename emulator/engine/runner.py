@@ -57,6 +57,7 @@ class RankResult:
     wall_events: dict = field(default_factory=dict)
     profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
     alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
+    choice: dict = field(default_factory=dict)  # a search configuration: what it chose
 
 
 class _Clocks:
