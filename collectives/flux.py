@@ -111,3 +111,36 @@ def ag_gemm_tile4(p: Problem, op: Operation, algorithm: str) -> Plan:
 
 def ag_gemm_unswizzled(p: Problem, op: Operation, algorithm: str) -> Plan:
     return ag_gemm(p, op, algorithm, swizzle=False)
+
+
+def te_ag_gemm(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """Flux's medium-grained baseline for AG + GEMM (TransformerEngine with userbuffers):
+    N chunk GEMMs, each its own kernel launch, pipelined with P2P chunk transfers on a
+    ring. Step s computes the chunk ``ring_at(s)`` (its own rows first) while the copy
+    engine forwards that chunk to the left neighbour; step s waits for its chunk's
+    arrival from the right, and a step ends when both its GEMM and its transfer have."""
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    n, i = p.world, p.rank
+    aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
+    cspace = p.space(slots, "C", p.chunks)
+    own = aspace.tiles_in(p.chunk_region(i, p.k))
+    phases = []
+    for s in range(n):
+        c = p.ring_at(s)
+        region = p.chunk_region(c, p.k)
+        writes = np.zeros(len(aspace), np.int64)
+        if s == 0:
+            writes[own] = 1  # resident: written before the operation
+        amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store", local_ok=True)
+        arrived = (amap.dma_map(region, p.left, op="store", after=1) if s < n - 1
+                   else amap.track(region, after=1))
+        kernel = p.gemm(cspace, cspace.tiles_in(p.chunk_region(c)), a="AG")
+        cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
+        preload = ([([aspace.slot(t) for t in own],
+                     [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
+                   if s == 0 else [])
+        phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
+                                  fused=True, preload=preload,
+                                  waits=(arrived,) if s > 0 else ()))
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)

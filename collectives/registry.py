@@ -1,4 +1,5 @@
-"""The registry entries of this package: the operations, T3's five configurations and Flux's.
+"""The registry entries of this package: the operations, T3's five configurations, Flux's
+and the TransformerEngine-style baseline Flux compares against.
 
 Importing this module fills ``REGISTRY`` (``emulator.engine.registry``). A new
 configuration is one file in ``collectives/`` and one ``add_configuration`` call
@@ -119,3 +120,7 @@ REGISTRY.add_configuration(Configuration(
     lambda p, op, algorithm: (flux.rs_write if _gemm_rs(op) else flux.ag_gemm)(p, op, algorithm),
     applies=lambda op: _gemm_rs(op) or _ag_gemm(op), algorithms=("direct",), search=True,
     color="#e377c2"))
+REGISTRY.add_configuration(Configuration(
+    "te-overlap", "TransformerEngine-style medium-grained overlap (Flux's baseline): N chunk "
+    "GEMMs, each its own launch, pipelined with P2P chunk transfers on a ring",
+    "TransformerEngine", flux.te_ag_gemm, applies=_ag_gemm, color="#8c564b"))

@@ -47,13 +47,14 @@ def test_flux_ag_gemm_on_gpt3_shape_swizzle_and_tiles(emulate):
     12288 per rank) on 8 A100s behind NVSwitch, timing-only."""
     doc = emulate(["-n", "8", "--device", "a100-sxm", "--collective", "ag-gemm", "--topology",
                    "switch", "--m", "8192", "--n", "6144", "--k", "12288", "--timing-only",
-                   "--mode", "sequential,flux-best," + ",".join(FLUX_AG)])
+                   "--mode", "sequential,flux-best,te-overlap," + ",".join(FLUX_AG)])
     t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
     # flux-best: the fastest of the same configurations run on their own in this job
     best = min(FLUX_AG, key=lambda m: t[m])
     search = next(r["search"] for r in doc["runs"] if r["mode"] == "flux-best")
     assert search["chosen"] == best and t["flux-best"] == t[best]
-    assert set(search["candidates_s"]) == set(FLUX_AG)
+    assert set(search["candidates_s"]) == set(FLUX_AG)  # not the TransformerEngine baseline
+    assert t["flux-best"] < t["te-overlap"]
     assert t["flux-ag"] < t["sequential"]
     assert t["flux-ag"] < t["flux-ag-noswizzle"]  # own rows first: no wait for chunk 0
     # the exposed head is the first communication tile: smaller tiles start the GEMM
@@ -61,3 +62,15 @@ def test_flux_ag_gemm_on_gpt3_shape_swizzle_and_tiles(emulate):
     assert t["flux-ag-tile4"] < t["flux-ag"]
     for r in doc["runs"]:
         assert r["overlap_efficiency"] is not None and r["overlap_efficiency"] < 1.0
+
+
+def test_medium_grained_baseline_is_slower_than_not_overlapping_at_small_m(emulate):
+    """Flux: TransformerEngine-style overlap can lose to no overlap at small m: m = 1024
+    gives chunk GEMMs of 128 rows, each its own launch and a whole wave of WGs."""
+    doc = emulate(["-n", "8", "--device", "a100-sxm", "--collective", "ag-gemm", "--topology",
+                   "switch", "--m", "1024", "--n", "6144", "--k", "12288", "--timing-only",
+                   "--mode", "sequential,te-overlap,flux-best"])
+    t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+    assert t["te-overlap"] > t["sequential"] > t["flux-best"]
+    te = next(r for r in doc["runs"] if r["mode"] == "te-overlap")
+    assert len(te["phases"]) == 8 and te["overlap_efficiency"] < 0  # N steps, a loss
