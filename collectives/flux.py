@@ -144,3 +144,39 @@ def te_ag_gemm(p: Problem, op: Operation, algorithm: str) -> Plan:
                                   fused=True, preload=preload,
                                   waits=(arrived,) if s > 0 else ()))
     return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def te_gemm_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """Flux's medium-grained baseline for GEMM + RS (TransformerEngine): N chunk GEMMs on
+    a ring, each its own kernel launch; step s computes the partial of chunk
+    ``ring_at(s + 1)``, adds the partial of the same chunk received from the right and
+    sends the sum to the left (the last step keeps its own chunk): each step's add
+    needs the previous step's send, so the steps serialise."""
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm, recv_buffer=True)
+    n, i = p.world, p.rank
+    cspace = p.space(slots, "C", p.chunks)
+    base = slots.alloc("te rs partial", n)  # one slot per chunk: its partial from the right
+    phases: list = []
+    for s in range(n):
+        c = p.ring_at(s + 1)
+        region = p.chunk_region(c)
+        kernel = p.gemm(cspace, cspace.tiles_in(region))
+        cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
+        phases.append(KernelPhase(f"gemm {s}", kernel, [cmap], op.parts.stream))
+        parts = [("C", region)]
+        wait, nbytes = None, 0
+        if s > 0:  # the right neighbour's partial of this chunk
+            parts.append(("R", region))
+            wait = slots.region(f"te rs chunk {c} partial", [base + c], [p.chunk_elems(c)],
+                                "from the right neighbour")
+            nbytes = p.chunk_elems(c) * p.dtype.itemsize
+        last = s == n - 1
+        if last and s == 0:  # one rank: its GEMM's chunk is the result
+            break
+        step = CuStep(f"{'keep' if last else 'send'} chunk {c}", op.parts.stream, parts,
+                      ("C", region) if last else ("R", region), i if last else p.left,
+                      wait, nbytes, signal_slots=[] if last else [base + c],
+                      signal_elems=[] if last else [p.chunk_elems(c)])
+        phases.append(StepsPhase(f"rs {s}", [step]))
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)

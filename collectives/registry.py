@@ -123,4 +123,6 @@ REGISTRY.add_configuration(Configuration(
 REGISTRY.add_configuration(Configuration(
     "te-overlap", "TransformerEngine-style medium-grained overlap (Flux's baseline): N chunk "
     "GEMMs, each its own launch, pipelined with P2P chunk transfers on a ring",
-    "TransformerEngine", flux.te_ag_gemm, applies=_ag_gemm, color="#8c564b"))
+    "TransformerEngine", lambda p, op, algorithm: (flux.te_ag_gemm if _ag_gemm(op) else
+                                                   flux.te_gemm_rs)(p, op, algorithm),
+    applies=lambda op: _ag_gemm(op) or _gemm_rs(op), color="#8c564b"))
