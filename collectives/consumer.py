@@ -79,6 +79,10 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str, comm_rows: int = 0,
         gates[s] = tuple({id(g): g for g in sigs}.values())
     kernel = kernel.with_stage_gates(gates)
     cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
-    preload = [([aspace.slot(t) for t in own],
-                [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
-    return kernel, [cmap, amap], preload
+    return kernel, [cmap, amap], resident(p, aspace, own)
+
+
+def resident(p: Problem, aspace, own: list[int]) -> list[tuple[list[int], list[int]]]:
+    """The preload signals of the rank's own input tiles, resident before the GEMM."""
+    return [([aspace.slot(t) for t in own],
+             [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]

@@ -40,9 +40,12 @@ def _swizzled(p: Problem, space: TileSpace) -> list[int]:
     return [x[j] for j in range(longest) for x in lists if j < len(x)]
 
 
-def rs_map(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:
+def rs_map(p: Problem, slots: Slots, order=None) -> tuple[Kernel, AddressMap]:
+    """Fused direct RS; the GEMM's WGs in ``order(space)`` (default: dealt round-robin
+    over the owners)."""
     space = p.space(slots, "C", p.chunks)
-    job = p.gemm(space, _swizzled(p, space), store_queue=p.store_queue(p.world - 1))
+    job = p.gemm(space, (order or (lambda s: _swizzled(p, s)))(space),
+                 store_queue=p.store_queue(p.world - 1))
     amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
     for c in p.others:
         amap.remote_map(p.chunk_region(c), c, op="update")

@@ -57,12 +57,7 @@ def flux_order(p: Problem, space, swizzle: bool) -> list[int]:
 def rs_atomic(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
     slots = Slots()
     layout, inputs, result = op.parts.layout(p, algorithm)
-    space = p.space(slots, "C", p.chunks)
-    job = p.gemm(space, flux_order(p, space, swizzle), store_queue=p.store_queue(p.world - 1))
-    amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
-    for c in p.others:
-        amap.remote_map(p.chunk_region(c), c, op="update")
-    amap.track(p.chunk_region(p.rank), after=p.split * p.world)
+    job, amap = direct.rs_map(p, slots, lambda s: flux_order(p, s, swizzle))
     phases = [KernelPhase("gemm+rs-a", job, [amap], op.parts.stream, fused=True)]
     return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
 
@@ -137,9 +132,7 @@ def te_ag_gemm(p: Problem, op: Operation, algorithm: str) -> Plan:
                    else amap.track(region, after=1))
         kernel = p.gemm(cspace, cspace.tiles_in(p.chunk_region(c)), a="AG")
         cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
-        preload = ([([aspace.slot(t) for t in own],
-                     [int((aspace.tiles[t, 1] - aspace.tiles[t, 0]) * p.k) for t in own])]
-                   if s == 0 else [])
+        preload = consumer.resident(p, aspace, own) if s == 0 else []
         phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
                                   fused=True, preload=preload,
                                   waits=(arrived,) if s > 0 else ()))

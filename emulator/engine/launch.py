@@ -75,14 +75,9 @@ class KernelRunner:
                     read_scale: float = 1.0):
         """Reserve items run at once from ``start``; return (end, arrival per destination
         rank, their StageCost)."""
-        clock, cost, k = self.clock, self.cost, self.kernel
-        routes = [self.routes[int(k.wg_tile[w])] for w in ids]
-        flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
-        reads *= read_scale
-        if self.cu_share:
-            compute /= 1.0 - self.cu_share
-        sc = cost.with_writes(k.wgs[ids], flops, compute, reads, [r.local_op for r in routes],
-                              [[t.rank for t in r.targets] for r in routes], self.hbm.rank)
+        clock, k = self.clock, self.kernel
+        sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident, read_scale,
+                        self.cu_share)
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
@@ -240,6 +235,21 @@ def _shared_reads(cost: CostModel, k: Kernel, groups: list[np.ndarray]) -> float
     return whole / parts if parts else 1.0
 
 
+def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.ndarray,
+               rank: int, resident: int | None, read_scale: float = 1.0,
+               cu_share: float = 0.0):
+    """The ``StageCost`` of items ``ids`` run at once: the producer's compute and reads
+    (reads x ``read_scale``; compute slowed by the CUs a concurrent kernel holds) and
+    where their routes write the tiles."""
+    rs = [routes[int(k.wg_tile[w])] for w in ids]
+    flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
+    if cu_share:
+        compute /= 1.0 - cu_share
+    return cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
+                            [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
+                            rank)
+
+
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
                      cu_share: float = 0.0) -> tuple[float, float] | None:
     """What MCA watches during a kernel's first stage, which runs alone (T3): the
@@ -247,21 +257,14 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
     and of its read phase alone, as ``KernelRunner`` times the stage on an idle HBM.
     Known before the kernel runs, so the rank's program order can follow the policy
     it picks. None for a persistent kernel (no isolated stage) or one without time."""
-    if k.persistent:
+    if k.persistent or not len(k.wgs):
         return None
     cost.l2_reset()
-    ids = k.groups(k.stages()[0])[0] if len(k.wgs) else None
-    if ids is None or not len(ids):
-        return None
-    scale = _shared_reads(cost, k, k.groups(k.stages()[0]))
-    flops, compute, reads = k.producer.cost(cost, k.wgs[ids], None)
-    if cu_share:
-        compute /= 1.0 - cu_share
-    rs = [routes[int(k.wg_tile[w])] for w in ids]
-    sc = cost.with_writes(k.wgs[ids], flops, compute, reads * scale, [r.local_op for r in rs],
-                          [[t.rank for t in r.targets] for r in rs], rank)
+    groups = k.groups(k.stages()[0])
+    sc = stage_cost(cost, k, routes, groups[0], rank, None, _shared_reads(cost, k, groups),
+                    cu_share)
     bw = cost.spec.hbm_bw
-    read_t = max(compute, sc.read_bytes / bw)
+    read_t = max(sc.compute_s, sc.read_bytes / bw)
     total_t = read_t + sc.write_cost_bytes / bw
     cost.l2_reset()
     if total_t <= 0:
