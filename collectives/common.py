@@ -38,9 +38,14 @@ class Problem:
     split: int = 1  # WGs per output tile (split-K)
 
     @cached_property
+    def topology(self) -> Topology:
+        """Where the job's GPUs sit: nodes, sockets, routes."""
+        return Topology.of(self.spec, self.world)
+
+    @cached_property
     def ring(self) -> tuple[int, ...]:
         """The topology's ring over all ranks (node by node: crosses the network least)."""
-        return Topology.of(self.spec, self.world).ring()
+        return self.topology.ring()
 
     @cached_property
     def ring_pos(self) -> int:

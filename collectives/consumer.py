@@ -30,7 +30,7 @@ from emulator.engine.plan import Slots
 from emulator.engine.kernel import Kernel
 
 
-def _comm_tiles(p: Problem, c: int, comm_rows: int) -> list[tuple[int, int, int, int]]:
+def comm_tiles(p: Problem, c: int, comm_rows: int) -> list[tuple[int, int, int, int]]:
     """Chunk ``c`` of the input in communication tiles of ``comm_rows`` rows rounded up to
     whole GEMM tiles (0: one GEMM tile each)."""
     r0, r1 = p.chunk(c)
@@ -55,31 +55,62 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str, comm_rows: int = 0,
         for t in aspace.tiles_in(region):
             signal[aspace.region(t)] = sig
 
-    for region in _comm_tiles(p, i, comm_rows):
+    for region in comm_tiles(p, i, comm_rows):
         if n > 1:
             mark(region, amap.dma_map(region, p.left if algorithm == "ring" else p.others,
                                       op="store", after=1))
         else:  # one rank: its own rows are the whole input; tracked so the gates see them
             mark(region, amap.track(region, after=1))
     for c in p.others:
-        for region in _comm_tiles(p, c, comm_rows):
+        for region in comm_tiles(p, c, comm_rows):
             if algorithm == "ring" and c != p.left:
                 mark(region, amap.dma_map(region, p.left, op="store", after=1))
             else:
                 mark(region, amap.track(region, after=1))
-    cspace = p.space(slots, "C", p.chunks)
     arrival = ([p.ring_at(s) for s in range(n)] if algorithm == "ring"  # from the right
                else [i] + p.others if own_first else list(range(n)))
-    order = [t for c in arrival for t in cspace.tiles_in(p.chunk_region(c))]
+    kernel, cmap = gated_gemm(p, slots, signal, arrival)
+    return kernel, [cmap, amap], resident(p, aspace, own)
+
+
+def gated_gemm(p: Problem, slots: Slots, signal: dict, chunks: list[int],
+               plain: bool = False) -> tuple[Kernel, AddressMap]:
+    """The consumer GEMM over AG, its WGs chunk by chunk in ``chunks`` order, each stage
+    gated on the signals (``signal``: input tile region -> signal, or a tuple of them) of
+    the input tiles its WGs read (T3: a stage is released by the tracker). ``plain``: the
+    GEMM's own tiles (the unfused GEMM's, which may span chunks: Flux's kernel is the
+    unchanged GEMM), ordered by the last chunk their rows need; else tiles aligned to the
+    chunks (T3's)."""
+    if plain:
+        cspace = p.space(slots, "C", [(0, p.m)], tile_n=p.spec.wg_tile_n)
+        rank_of = {c: i for i, c in enumerate(chunks)}
+        need = lambda t: max(rank_of[c] for c in range(p.world)  # noqa: E731
+                             if _overlap(p.chunk(c), cspace.region(t)[:2]))
+        order = sorted(range(len(cspace)), key=need)
+    else:
+        cspace = p.space(slots, "C", p.chunks)
+        order = [t for c in chunks for t in cspace.tiles_in(p.chunk_region(c))]
     kernel = p.gemm(cspace, order, a="AG")
-    gates = {}  # a stage waits for the input tiles its WGs read (T3: a stage is released)
+    inputs = sorted(signal)  # input tile regions (rows, all K)
+    gates = {}
     for s, ids in enumerate(kernel.stages()):
         rows = sorted({(int(w[0]), int(w[1])) for w in kernel.wgs[ids]})
-        sigs = [signal[(r0, r1, 0, p.k)] for r0, r1 in rows]
+        sigs = [g for r in rows for key in inputs if _overlap(key[:2], r)
+                for g in _signals(signal[key])]
         gates[s] = tuple({id(g): g for g in sigs}.values())
     kernel = kernel.with_stage_gates(gates)
-    cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
-    return kernel, [cmap, amap], resident(p, aspace, own)
+    cmap = AddressMap(cspace, p.rank, p.world, p.producer_op(), kernel.local_writes(),
+                      local_ok=True)
+    return kernel, cmap
+
+
+def _overlap(a, b) -> bool:
+    """Row ranges ``a`` and ``b`` share a row."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _signals(sig) -> tuple:
+    return sig if isinstance(sig, tuple) else (sig,)
 
 
 def resident(p: Problem, aspace, own: list[int]) -> list[tuple[list[int], list[int]]]:

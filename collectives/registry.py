@@ -8,7 +8,7 @@ here (or, outside the repository, in a file given to ``--configs``).
 
 from __future__ import annotations
 
-from collectives import baselines, flux, operations, t3
+from collectives import baselines, flux, operations, t3, transformer_engine
 from emulator.engine.registry import REGISTRY, Configuration, Operation
 
 
@@ -84,45 +84,70 @@ def _gemm_rs(op) -> bool:
     return op.parts is operations.REDUCE_SCATTER
 
 
-for _name, _build, _help, _color in (
-        ("flux-rs-w", flux.rs_write, "Flux GEMM-RS, RS-W: tiles stored into the owners' slot "
-         "buffers, then each owner's reduction kernel (swizzled tile order)", "#17becf"),
-        ("flux-rs-a", flux.rs_atomic, "Flux GEMM-RS, RS-A: tiles reduced into the owners' "
-         "chunks by atomic updates (swizzled tile order)", "#bcbd22"),
-        ("flux-rs-w-noswizzle", flux.rs_write_unswizzled, "flux-rs-w without the tile "
-         "swizzle: every rank writes the same owner at once", "#9edae5"),
-        ("flux-rs-a-noswizzle", flux.rs_atomic_unswizzled, "flux-rs-a without the tile "
-         "swizzle", "#dbdb8d")):
-    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_gemm_rs,
-                                             algorithms=("direct",), color=_color))
-
-
 def _ag_gemm(op) -> bool:
     return op.parts is operations.AG_GEMM
 
 
-for _name, _build, _help, _color in (
-        ("flux-ag", flux.ag_gemm, "Flux AG-GEMM: input tiles of m/N rows pushed by DMA, each "
-         "with its signal; the GEMM's WGs wait for the tiles covering their rows", "#17becf"),
-        ("flux-ag-tile2", flux.ag_gemm_tile2, "flux-ag with communication tiles of m/2N rows",
-         "#9edae5"),
-        ("flux-ag-tile4", flux.ag_gemm_tile4, "flux-ag with communication tiles of m/4N rows",
-         "#bcbd22"),
-        ("flux-ag-noswizzle", flux.ag_gemm_unswizzled, "flux-ag with every rank's WGs walking "
-         "the chunks from 0 (no swizzle)", "#dbdb8d")):
-    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_ag_gemm,
-                                             algorithms=("direct",), color=_color))
+DIRECT, RING = ("direct",), ("ring",)
+# Flux's knob space (flux.py): (name, builder, operation test, algorithms, help, colour)
+FLUX = (
+    ("flux-rs-w", flux.rs_write, _gemm_rs, DIRECT, "Flux GEMM-RS, RS-W: tiles stored into the "
+     "owners' slot buffers, then each owner's reduction kernel (swizzled tile order)",
+     "#17becf"),
+    ("flux-rs-a", flux.rs_atomic, _gemm_rs, DIRECT, "Flux GEMM-RS, RS-A: tiles reduced into "
+     "the owners' chunks by atomic updates (swizzled); on several nodes Flux's two-node form "
+     "(atomics within the node, a NIC put to the owner, a final reduction)", "#bcbd22"),
+    ("flux-rs-w-noswizzle", flux.rs_write_unswizzled, _gemm_rs, DIRECT, "flux-rs-w without the "
+     "tile swizzle: every rank writes the same owner at once", "#9edae5"),
+    ("flux-rs-a-noswizzle", flux.rs_atomic_unswizzled, _gemm_rs, DIRECT, "flux-rs-a without "
+     "the tile swizzle", "#dbdb8d"),
+    ("flux-rs-ring", flux.rs_ring, _gemm_rs, RING, "Flux GEMM-RS on PCIe: the GEMM writes "
+     "locally with per-tile flags beside a ring RS kernel on 6 CUs that forwards and reduces "
+     "tile by tile (1D ring)", "#17becf"),
+    ("flux-rs-ring2d", flux.rs_ring2d, _gemm_rs, RING, "flux-rs-ring as a 2D ring over the "
+     "two sockets: the other socket's chunks reduced first, each sum crossing once", "#bcbd22"),
+    ("flux-ag", flux.ag_gemm, _ag_gemm, DIRECT, "Flux AG-GEMM: input tiles of m/N rows pushed "
+     "by DMA, each with its signal; the GEMM's WGs wait for the tiles covering their rows; on "
+     "several nodes Flux's two-node form", "#17becf"),
+    ("flux-ag-tile2", flux.ag_gemm_tile2, _ag_gemm, DIRECT, "flux-ag with communication tiles "
+     "of m/2N rows", "#9edae5"),
+    ("flux-ag-tile4", flux.ag_gemm_tile4, _ag_gemm, DIRECT, "flux-ag with communication tiles "
+     "of m/4N rows", "#bcbd22"),
+    ("flux-ag-pull", flux.ag_gemm_pull, _ag_gemm, DIRECT, "flux-ag with the peers' tiles "
+     "pulled by this rank's DMA engine instead of pushed by theirs", "#1f77b4"),
+    ("flux-ag-pull-tile2", flux.ag_gemm_pull_tile2, _ag_gemm, DIRECT, "flux-ag-pull with "
+     "communication tiles of m/2N rows", "#aec7e8"),
+    ("flux-ag-pull-tile4", flux.ag_gemm_pull_tile4, _ag_gemm, DIRECT, "flux-ag-pull with "
+     "communication tiles of m/4N rows", "#c5b0d5"),
+    ("flux-ag-noswizzle", flux.ag_gemm_unswizzled, _ag_gemm, DIRECT, "flux-ag with every "
+     "rank's WGs walking the chunks from 0 (no swizzle)", "#dbdb8d"),
+    ("flux-ag-ring", flux.ag_ring, _ag_gemm, RING, "Flux AG-GEMM on PCIe: whole chunks pushed "
+     "along the ring by DMA and forwarded (1D ring)", "#17becf"),
+    ("flux-ag-ring2d", flux.ag_ring2d, _ag_gemm, RING, "flux-ag-ring with the inter-socket "
+     "transfers first, then a ring within each socket", "#bcbd22"),
+)
+for _name, _build, _op, _algos, _help, _color in FLUX:
+    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_op,
+                                             algorithms=_algos, color=_color,
+                                             atomics=_name.startswith("flux-rs-a")))
+
+
+def _flux_default(p, op, algorithm):
+    """flux-best's default candidate (its plan when built directly)."""
+    if algorithm == "ring":
+        return (flux.rs_ring if _gemm_rs(op) else flux.ag_ring)(p, op, algorithm)
+    return (flux.rs_write if _gemm_rs(op) else flux.ag_gemm)(p, op, algorithm)
 
 
 REGISTRY.add_configuration(Configuration(
-    "flux-best", "Flux tuned as Flux does: every Flux configuration of the operation run in "
-    "timing-only mode, the fastest kept (RS-W vs RS-A, communication tile, swizzle)", "Flux",
-    lambda p, op, algorithm: (flux.rs_write if _gemm_rs(op) else flux.ag_gemm)(p, op, algorithm),
-    applies=lambda op: _gemm_rs(op) or _ag_gemm(op), algorithms=("direct",), search=True,
-    color="#e377c2"))
+    "flux-best", "Flux tuned as Flux does: every Flux configuration of the operation and "
+    "algorithm run in timing-only mode, the fastest kept (RS-W vs RS-A, ring 1D vs 2D, push "
+    "vs pull, communication tile, swizzle)", "Flux", _flux_default,
+    applies=lambda op: _gemm_rs(op) or _ag_gemm(op), search=True, color="#e377c2"))
 REGISTRY.add_configuration(Configuration(
     "te-overlap", "TransformerEngine-style medium-grained overlap (Flux's baseline): N chunk "
     "GEMMs, each its own launch, pipelined with P2P chunk transfers on a ring",
-    "TransformerEngine", lambda p, op, algorithm: (flux.te_ag_gemm if _ag_gemm(op) else
-                                                   flux.te_gemm_rs)(p, op, algorithm),
-    applies=lambda op: _ag_gemm(op) or _gemm_rs(op), color="#8c564b"))
+    "TransformerEngine", lambda p, op, algorithm: (
+        transformer_engine.te_ag_gemm if _ag_gemm(op) else
+        transformer_engine.te_gemm_rs)(p, op, algorithm),
+    applies=lambda op: _ag_gemm(op) or _gemm_rs(op), baseline=True, color="#8c564b"))

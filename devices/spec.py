@@ -24,6 +24,7 @@ DEFAULT_PRESET = "t3-sim"
 TOPOLOGIES = ("ring", "full-mesh", "switch", "pcie")  # the same names as collectives.TOPOLOGIES
 NETWORKS = ("fabric", "torus2d")  # inter-node networks (systems of several nodes)
 DTYPES = ("fp16", "fp32")
+PARTIAL_STAGES = ("slots", "spread")
 
 
 class SpecError(ValueError):
@@ -121,6 +122,10 @@ class DeviceSpec:
     system: str = ""  # the system preset this device sits in ("" : the GPU file alone)
     dram: DramSpec = DramSpec()  # the memory controller ([memory] dram_* keys)
     wg_raster_group: int = 1  # WG rasterisation: 1 row-major, G > 1 grouped by G tile rows
+    partial_stage: str = "slots"  # a stage of fewer WGs than slots: "slots" (each at 1/S of
+    # the peak, T3's model) or "spread" (over the CUs first: each at 1/max(n, CUs))
+    atomic_dtypes: tuple[str, ...] = ("fp16", "fp32")  # dtypes with native atomic adds
+    # ([compute] atomic_dtypes): what a configuration reducing by atomics (Flux's RS-A) needs
 
     @property
     def wgs_per_stage(self) -> int:
@@ -178,6 +183,10 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
         "wg_raster_group": (int, 1, "wg_raster_group", 1),
+        # a stage of fewer WGs than its slots: "slots" = each WG still runs at 1/S of the
+        # peak (T3's model); "spread" = the WGs spread over the CUs first, each at
+        # 1/max(n, CUs) of the peak (NVIDIA's block scheduler fills SMs before doubling up)
+        "partial_stage": (str, 1, "partial_stage", "slots"),
     },
     "memory": {
         "dram_channels": (int, 1, "dram_channels", 0),
@@ -254,6 +263,14 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         if not isinstance(data.get(key), str):
             raise SpecError(f"{source}: '{key}' must be a string")
     values: dict[str, Any] = {}
+    if isinstance(data.get("compute"), dict) and "atomic_dtypes" in data["compute"]:
+        compute = dict(data["compute"])  # a list, not a number: checked here
+        atomics = compute.pop("atomic_dtypes")
+        if not (isinstance(atomics, list) and all(a in (*DTYPES, "bf16") for a in atomics)):
+            raise SpecError(f"{source}: [compute] atomic_dtypes = {atomics!r} must be a list "
+                            f"of {', '.join((*DTYPES, 'bf16'))}")
+        data = {**data, "compute": compute}
+        values["atomic_dtypes"] = tuple(atomics)
     for section in dict.fromkeys([*_SCHEMA, *_OPTIONAL]):
         keys = {k: (*v, ...) for k, v in _SCHEMA.get(section, {}).items()}
         keys.update(_OPTIONAL.get(section, {}))
@@ -278,6 +295,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if (values["vfp16"] is None) != (values["vfp32"] is None):
         raise SpecError(f"{source}: [compute] give both fp16_ and fp32_vector_flops_per_cycle_per_cu "
                         f"or neither")
+    if values["partial_stage"] not in PARTIAL_STAGES:
+        raise SpecError(f"{source}: [compute] partial_stage = {values['partial_stage']!r}; "
+                        f"allowed: {list(PARTIAL_STAGES)}")
     if values["nics"] and not values["nic_bw"] > 0:
         raise SpecError(f"{source}: [nic] count = {values['nics']} needs gb_per_s > 0")
     if not 0 < values["library_fraction"] <= 1:
@@ -313,6 +333,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                                        else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
         launch_s=values["launch_s"],
         wg_raster_group=values["wg_raster_group"],
+        atomic_dtypes=values.get("atomic_dtypes", DeviceSpec.atomic_dtypes),
+        partial_stage=values["partial_stage"],
         nics=values["nics"],
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],

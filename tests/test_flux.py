@@ -1,27 +1,117 @@
-"""Flux's GEMM + reduce-scatter configurations (collectives/flux.py). Their numerics on
-2, 3, 4 and 8 ranks, fp16 and fp32, split-K 1 and 2, uneven shapes, are in the whole
-matrix (tests/test_collectives.py), and timing-only against numeric in
-tests/test_timing_only.py: both run every configuration of every direct RS."""
+"""Flux's configurations (collectives/flux*.py). Their numerics on 2, 3, 4 and 8 ranks,
+fp16 and fp32, split-K 1 and 2, uneven shapes, on every topology are in the whole matrix
+(tests/test_collectives.py), and timing-only against numeric in tests/test_timing_only.py:
+both run every configuration of every operation and algorithm. The forms that need a
+platform (two sockets, two nodes) are checked here on systems of 2, 4 and 8 GPUs, and on
+16 across two emulated hosts."""
+
+import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.ops import modes_for
 
 FLUX = ("flux-rs-w", "flux-rs-a", "flux-rs-w-noswizzle", "flux-rs-a-noswizzle")
-FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-noswizzle")
+FLUX_RING = ("flux-rs-ring", "flux-rs-ring2d")
+FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-pull", "flux-ag-pull-tile2",
+           "flux-ag-pull-tile4", "flux-ag-noswizzle")
+FLUX_AG_RING = ("flux-ag-ring", "flux-ag-ring2d")
+SMALL = ["--m", "517", "--n", "300", "--k", "129"]
+SAME = ("modelled_time_s", "phases", "rank_phases_s", "dram_bytes_per_rank")
 
 
-def test_flux_configurations_run_the_direct_rs_only():
-    assert set(FLUX) | {"flux-best"} <= set(modes_for("rs", "direct"))
+def test_flux_configurations_run_on_their_algorithms():
+    """Direct forms on a switch or mesh, ring forms (PCIe) on a ring algorithm; GEMM + RS
+    and AG + GEMM only."""
+    assert set(FLUX) | {"flux-best", "te-overlap"} <= set(modes_for("rs", "direct"))
+    assert set(FLUX_RING) | {"flux-best", "te-overlap"} <= set(modes_for("rs", "ring"))
     assert not set(FLUX) & set(modes_for("rs", "ring"))
-    assert not set(FLUX) & set(modes_for("ar", "direct"))
+    assert not set(FLUX_RING) & set(modes_for("rs", "direct"))
+    assert not (set(FLUX) | set(FLUX_RING)) & set(modes_for("ar", "direct"))
     assert set(FLUX_AG) <= set(modes_for("ag-gemm", "direct"))
+    assert set(FLUX_AG_RING) <= set(modes_for("ag-gemm", "ring"))
     assert not set(FLUX_AG) & set(modes_for("ag-gemm", "ring"))
     proc = run_cli(["run", "-n", "2", "--collective", "rs", "--topology", "ring", "--mode",
                     "flux-rs-w"], timeout=60)
     assert proc.returncode == 2
     assert "it runs --algorithm direct" in proc.stderr
+
+
+def _system(tmp_path, kind: str, per: int) -> str:
+    """A system file: one PCIe node of two sockets of ``per`` GPUs, or two NVSwitch nodes
+    of ``per`` GPUs (the shapes of Flux's platforms at 2, 4 and 8 GPUs)."""
+    path = tmp_path / f"{kind}-{per}.toml"
+    if kind == "pcie":
+        path.write_text(f"""name = "pcie-{per}"\ngpu = "a100-pcie"\nnodes = 1\n"""
+                        f"""gpus_per_node = {2 * per}\n[intra]\ntopology = "pcie"\n"""
+                        f"""sockets = 2\nsocket_gb_per_s_per_direction = 32\n"""
+                        f"""socket_latency_ns = 500\n""")
+    else:
+        path.write_text(f"""name = "nodes-{per}"\ngpu = "a100-sxm"\nnodes = 2\n"""
+                        f"""gpus_per_node = {per}\n[intra]\ntopology = "switch"\n"""
+                        f"""[network]\nkind = "fabric"\nnics_per_node = 1\n"""
+                        f"""nic_gb_per_s_per_direction = 25\nlatency_ns = 3000\n""")
+    return str(path)
+
+
+@pytest.mark.parametrize("kind,per", [("pcie", 1), ("pcie", 2), ("pcie", 4), ("nodes", 1),
+                                      ("nodes", 2), ("nodes", 4)])
+@pytest.mark.parametrize("collective", ["rs", "ag-gemm"])
+def test_flux_platform_forms_pass_numerics_and_time_alike(tmp_path, emulate, kind, per,
+                                                         collective):
+    """Two sockets (the 2D rings) and two nodes (Flux's two-node forms) on 2, 4 and 8 GPUs:
+    every configuration passes numerics (fp32, split-K 2 for the RS) against numpy + MPI,
+    and timing-only gives the same modelled times."""
+    args = ["--system", _system(tmp_path, kind, per), "--collective", collective, "--mode",
+            "all", *SMALL, "--dtype", "fp32"] + (["--split-k", "2"] if collective == "rs"
+                                                  else [])
+    numeric = emulate(args)
+    modes = {r["mode"] for r in numeric["runs"]}
+    want = (FLUX_RING if collective == "rs" else FLUX_AG_RING) if kind == "pcie" else (
+        FLUX if collective == "rs" else FLUX_AG)
+    assert set(want) | {"flux-best", "te-overlap", "sequential"} <= modes
+    assert {r["numerics"] for r in numeric["runs"]} == {"pass"}
+    timing = emulate(args + ["--timing-only"])
+    for a, b in zip(numeric["runs"], timing["runs"], strict=True):
+        for key in SAME:
+            assert a[key] == b[key], (a["mode"], key)
+
+
+@pytest.mark.parametrize("collective,modes", [
+    ("rs", "sequential,flux-rs-a,flux-rs-w,te-overlap"),
+    ("ag-gemm", "sequential,flux-ag,flux-ag-pull,flux-ag-tile2")])
+def test_two_node_forms_on_sixteen_ranks_across_two_emulated_hosts(tmp_path, collective, modes):
+    """TP 16 as Flux runs it (a100-sxm-2x8), the nodes as MPI's nodes: numerics pass and the
+    modelled times are those of one host."""
+    args = ["--system", "a100-sxm-2x8", "--collective", collective, "--mode", modes, *SMALL,
+            "--dtype", "fp16"]
+    docs = []
+    for where in ([], ["--hosts", "n0,n1", "--same-machine"]):
+        out = tmp_path / f"{len(where)}.json"
+        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        docs.append(json.loads(out.read_text()))
+    for a, b in zip(docs[0]["runs"], docs[1]["runs"], strict=True):
+        assert a["numerics"] == b["numerics"] == "pass", a["mode"]
+        for key in SAME:
+            assert a[key] == b[key], (a["mode"], key)
+
+
+def test_two_d_rings_win_when_the_cpu_link_is_the_bottleneck(tmp_path, emulate):
+    """On a node of two sockets whose CPU link is slower than a GPU's PCIe port, the 2D forms
+    (each sum or chunk crosses once: 1/2 of the data per direction) beat the 1D ring
+    ((N-1)/N crosses, on the two ring hops between the sockets)."""
+    path = tmp_path / "slow.toml"
+    path.write_text(open(_system(tmp_path, "pcie", 4)).read().replace(
+        "socket_gb_per_s_per_direction = 32", "socket_gb_per_s_per_direction = 4"))
+    for collective, one, two in (("rs", "flux-rs-ring", "flux-rs-ring2d"),
+                                 ("ag-gemm", "flux-ag-ring", "flux-ag-ring2d")):
+        doc = emulate(["--system", str(path), "--collective", collective, "--m", "4096",
+                       "--n", "2048", "--k", "1024", "--timing-only", "--mode",
+                       f"sequential,{one},{two}"])
+        t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+        assert t[two] < 0.8 * t[one], (collective, t)
 
 
 def test_flux_on_gpt3_rs_shape_swizzle_helps_and_rs_w_pays_its_reduction(emulate):
@@ -77,3 +167,22 @@ def test_medium_grained_baseline_is_slower_than_not_overlapping_at_small_m(emula
     assert t["te-overlap"] > t["sequential"] > t["flux-best"]
     te = next(r for r in doc["runs"] if r["mode"] == "te-overlap")
     assert len(te["phases"]) == 8 and te["overlap_efficiency"] < 0  # N steps, a loss
+
+
+def test_rs_a_is_refused_for_a_dtype_without_native_atomics(tmp_path, emulate):
+    """As on the real hardware (bf16 on A100): a device whose fp16 adds are not atomic."""
+    text = (ROOT / "devices" / "presets" / "a100-sxm.toml").read_text()
+    dev = tmp_path / "no-fp16-atomics.toml"
+    dev.write_text(text.replace('atomic_dtypes = ["fp16", "fp32"]', 'atomic_dtypes = ["fp32"]'))
+    base = ["-n", "2", "--device", str(dev), "--topology", "switch", "--collective", "rs",
+            *SMALL, "--timing-only"]
+    proc = run_cli(["run", *base, "--mode", "sequential,flux-rs-a"], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "no native fp16 atomics" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    doc = emulate(base + ["--mode", "all"])  # all: what the device can run
+    modes = [r["mode"] for r in doc["runs"]]
+    assert "flux-rs-w" in modes and not any(m.startswith("flux-rs-a") for m in modes)
+    best = next(r for r in doc["runs"] if r["mode"] == "flux-best")
+    assert not any(m.startswith("flux-rs-a") for m in best["search"]["candidates_s"])
+    assert emulate(base[:-1] + ["--dtype", "fp32", "--mode", "flux-rs-a"])["runs"][0][
+        "numerics"] == "pass"

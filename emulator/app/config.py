@@ -192,6 +192,11 @@ class RunConfig:
             raise ConfigError("-n/--ranks", self.ranks,
                               f"system {spec.system} has {size} GPUs ({ic.nodes} node(s) x "
                               f"{ic.gpus_per_node}); leave -n out or give -n {size}")
+        reg = registry(self.configs)
+        for mode in self.modes if self.mode != "all" else ():
+            why = reg.refusal(mode, spec, self.dtype)
+            if why:
+                raise ConfigError("--mode", self.mode, why)
         if size:
             return  # the system file's links were checked when it loaded
         need = ic.links_needed(self.ranks)
@@ -202,6 +207,15 @@ class RunConfig:
                               f"GPU; device {spec.name} has {ic.links}, so at most {most} "
                               f"GPUs (use --topology switch or ring, or a device file with "
                               f"more links)")
+
+    def runnable(self, spec) -> RunConfig:
+        """``--mode all`` as the configurations the device can run in this dtype."""
+        if self.mode != "all":
+            return self
+        reg = registry(self.configs)
+        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype)]
+        return self if len(keep) == len(self.modes) else dataclasses.replace(
+            self, mode=",".join(keep))
 
     def memory_per_rank(self, spec) -> int:
         """A conservative estimate of one rank's peak host memory in bytes (measured: a

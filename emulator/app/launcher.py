@@ -93,6 +93,7 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
         cfg = cfg.validate()
         spec = cfg.load_spec()
     cfg.check_device(spec)
+    cfg = cfg.runnable(spec)
     if not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
         cfg.check_memory(spec, ranks_here, available_memory())
     if cfg.json:

@@ -67,6 +67,8 @@ def _runs(pt: dict) -> dict[str, dict]:
 
 
 def _label(pt: dict, with_device: bool = False) -> str:
+    if pt.get("system"):  # a case on a system (scenario.Point.label)
+        return f"{pt['model']} {pt['sublayer']} m={pt['m']} TP{pt['tp']} {pt['system']}"
     s = f"{pt['model']} {pt['sublayer']} TP{pt['tp']}"
     return s + f" {pt['device']}" if with_device else s
 
@@ -218,6 +220,11 @@ def text_report(doc: dict) -> str:
     if overlap:
         parts += ["", "Overlap efficiency (Flux's E = 1 - ECT / ECT of sequential; ECT = time - "
                   "the GEMM alone)", overlap]
+    from emulator.app import report_overlap
+
+    if report_overlap.applies(doc):
+        parts += ["", "Flux's views per cluster: GEMM alone, ECT and E per method, the tuned "
+                  "configuration's speedups and the knobs it chose", report_overlap.text(doc)]
     parts += ["", "DRAM traffic by category"]
     parts.append(dram_table(doc))
     e2e, _ = end_to_end(doc)
@@ -361,6 +368,10 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     stages = stage_figure(plt, pt, out / "stages.png")
     if stages:
         written.append(stages)
+    from emulator.app import report_overlap
+
+    if report_overlap.applies(doc):
+        written += report_overlap.figures(doc, out)
     return written
 
 

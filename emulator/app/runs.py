@@ -20,12 +20,15 @@ def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
 
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
-             b: np.ndarray | None, mode: str, memory: DeviceMemory | None = None) -> RankResult:
-    """Run configuration ``mode`` of ``cfg``'s operation. ``a``/``b`` None: timing-only."""
+             b: np.ndarray | None, mode: str, memory: DeviceMemory | None = None,
+             earlier: dict[str, RankResult] | None = None) -> RankResult:
+    """Run configuration ``mode`` of ``cfg``'s operation. ``a``/``b`` None: timing-only.
+    ``earlier``: results of configurations this job already ran (a search reuses their
+    modelled times, which timing-only and numeric runs share)."""
     watchdog.post("compute", f"{mode}: building the plan and maps")
     reg = registry(cfg.configs)
     if reg.configuration(mode).search:
-        return _best(comm, cfg, spec, a, b, mode, memory)
+        return _best(comm, cfg, spec, a, b, mode, memory, earlier or {})
     p = problem(comm, cfg, spec)
     plan = reg.configuration(mode).build(p, reg.operation(cfg.collective), cfg.algorithm)
     opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
@@ -35,23 +38,25 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
 
 
 def _best(comm, cfg: RunConfig, spec: DeviceSpec, a, b, mode: str,
-          memory: DeviceMemory | None) -> RankResult:
-    """A search configuration (Flux's tuning): every candidate in timing-only mode, the
-    fastest (modelled time, the slowest rank; ties to the registry's order) kept, and
-    run numerically when ``a``/``b`` are given."""
+          memory: DeviceMemory | None, earlier: dict[str, RankResult]) -> RankResult:
+    """A search configuration (Flux's tuning): every candidate in timing-only mode (or
+    its modelled time from ``earlier``, a run of it in this job), the fastest (modelled
+    time, the slowest rank; ties to the registry's order) kept, and run numerically
+    when ``a``/``b`` are given."""
+    import dataclasses
+
     from mpi4py import MPI
 
     reg = registry(cfg.configs)
-    names = reg.candidates(mode, reg.operation(cfg.collective), cfg.algorithm)
+    names = [n for n in reg.candidates(mode, reg.operation(cfg.collective), cfg.algorithm)
+             if not reg.refusal(n, spec, cfg.dtype)]
     timed, ends = {}, {}
-    for name in names:
-        timed[name] = run_mode(comm, cfg, spec, None, None, name, memory)
+    for name in names:  # every rank has run the same configurations before this one
+        timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, None, name, memory)
         ends[name] = comm.allreduce(timed[name].end, op=MPI.MAX)
     chosen = min(names, key=lambda n: (ends[n], names.index(n)))
     res = timed[chosen] if a is None else run_mode(comm, cfg, spec, a, b, chosen, memory)
-    res.mode = mode
-    res.choice = {"chosen": chosen, "candidates_s": ends}
-    return res
+    return dataclasses.replace(res, mode=mode, choice={"chosen": chosen, "candidates_s": ends})
 
 
 def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[str, float]:

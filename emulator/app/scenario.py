@@ -15,6 +15,16 @@ Section 2 and Table 2; Megatron-style tensor parallelism):
 - forward GEMMs read a transposed weight, backward ones do not (T3 evaluates
   both); the emulator's cost model does not depend on that layout, so the
   direction is recorded but does not change the shape.
+
+A scenario may instead list **cases** (``[[cases]]``, Flux's way of stating its
+workloads): an operation at given global shapes on given systems. A case names
+the operation, the systems (each a ``--system`` preset; TP = its GPU count),
+the token counts ``m`` and the global ``n`` and ``k``; ``shard`` says which of
+them tensor parallelism splits over the TP ranks (``"n"``: a column-parallel
+GEMM after an all-gather, each rank computes m x n/TP over k; ``"k"``: a
+row-parallel GEMM before a reduce-scatter, each rank computes an m x n partial
+over k/TP), and ``modes`` the configurations to run (each point runs those
+that apply to its system's algorithm). Every (case, system, m) is one point.
 """
 
 from __future__ import annotations
@@ -38,6 +48,10 @@ SCENARIO_DIR = Path(__file__).resolve().parents[2] / "run"
 
 _TOP = {"name": str, "description": str, "device": str, "collective": str, "topology": str,
         "dtype": str, "modes": list, "models": list}
+_CASES_TOP = {"name": str, "description": str, "dtype": str, "cases": list}
+_CASE = {"name": str, "sublayer": str, "operation": str, "systems": list, "m": list, "n": int,
+         "k": int, "shard": str, "modes": list}
+SHARDS = ("n", "k")
 _MODEL = {"name": str, "hidden": int, "layers": int, "seq_len": int, "batch": int, "tp": list,
           "sublayers": list}
 
@@ -74,12 +88,25 @@ class Point:
     k: int
     device: str
     layers: int
+    collective: str = ""  # the operation this point runs
+    topology: str = ""  # --topology ("" with a system: the system's own)
+    system: str = ""  # a system preset: GPU, topology and nodes (cases only)
+    modes: tuple[str, ...] = ()
+
+    @property
+    def system_name(self) -> str:
+        """The system preset's name, or a system file's stem."""
+        return Path(self.system).stem if self.system.endswith(".toml") else self.system
 
     @property
     def key(self) -> str:
+        if self.system:
+            return f"{self.model}/{self.sublayer}/m{self.m}/tp{self.tp}/{self.system_name}"
         return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device}"
 
     def label(self) -> str:
+        if self.system:
+            return f"{self.model} {self.sublayer} m={self.m} TP{self.tp} {self.system_name}"
         return f"{self.model} {self.sublayer} TP{self.tp}"
 
 
@@ -147,6 +174,8 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: malformed TOML: {exc}") from None
+    if "cases" in doc:
+        return _load_cases(path, doc, reg)
     _typed(str(path), doc, _TOP)
     for key, allowed in (("collective", tuple(reg.names())), ("topology", TOPOLOGIES),
                          ("dtype", DTYPES)):
@@ -185,12 +214,88 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
                     raise ScenarioError(f"{path}: {md.name} {sl} at TP {tp} gives M={m} K={k}; "
                                         f"needs K >= 1 and M >= TP")
                 points.append(Point(md.name, sl, SUBLAYERS[sl][0], tp, m, n, k, doc["device"],
-                                    md.layers))
+                                    md.layers, doc["collective"], doc["topology"], "", modes))
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):
         raise ScenarioError(f"{path}: the same point appears twice")
     return Scenario(doc["name"], doc.get("description", ""), doc["device"], doc["collective"],
                     doc["topology"], doc["dtype"], modes, tuple(models), str(path), tuple(points))
+
+
+def _load_cases(path: Path, doc: dict, reg) -> Scenario:
+    """A scenario of ``[[cases]]`` (see the module's docstring)."""
+    from collectives import default_algorithm
+    from devices.spec import SpecError
+    from devices.system import load_system, system_size
+
+    _typed(str(path), doc, _CASES_TOP)
+    if doc["dtype"] not in DTYPES:
+        raise ScenarioError(f"{path}: dtype = {doc['dtype']!r} (allowed: {', '.join(DTYPES)})")
+    points, all_modes, ops = [], [], []
+    for i, case in enumerate(doc["cases"]):
+        where = f"{path}: cases[{i}]"
+        if not isinstance(case, dict):
+            raise ScenarioError(f"{where}: must be a table ([[cases]])")
+        _typed(where, case, _CASE)
+        if case["operation"] not in reg.names():
+            raise ScenarioError(f"{where}: operation = {case['operation']!r} (allowed: "
+                                f"{', '.join(reg.names())})")
+        op = reg.operation(case["operation"])
+        if case["shard"] not in SHARDS:
+            raise ScenarioError(f"{where}: shard = {case['shard']!r} (allowed: "
+                                f"{', '.join(SHARDS)})")
+        if not case["m"] or not all(isinstance(m, int) and m >= 1 for m in case["m"]):
+            raise ScenarioError(f"{where}: m = {case['m']!r} must be a list of integers >= 1")
+        for key in ("n", "k"):
+            if case[key] < 1:
+                raise ScenarioError(f"{where}: {key} = {case[key]} must be >= 1")
+        if not case["modes"] or not case["systems"]:
+            raise ScenarioError(f"{where}: modes and systems must not be empty")
+        for name in case["systems"]:
+            if name.endswith(".toml") and not Path(name).is_absolute():
+                near = path.parent / name  # a system file next to the scenario
+                name = str(near.resolve()) if near.is_file() else name
+            try:
+                spec = load_system(name)
+            except SpecError as exc:
+                raise ScenarioError(f"{where}: systems: {exc}") from None
+            tp = system_size(spec)
+            topo = spec.interconnect.topology
+            algo = default_algorithm(op.algorithms, topo)
+            applies = reg.configurations_for(op, algo)
+            bad = [m for m in case["modes"] if m not in reg.configurations]
+            if bad:
+                raise ScenarioError(f"{where}: modes {bad} (allowed: "
+                                    f"{', '.join(reg.configurations)}; a configuration of "
+                                    f"one's own needs --configs FILE)")
+            modes = tuple(m for m in case["modes"] if m in applies)
+            if not modes:
+                raise ScenarioError(f"{where}: none of the modes applies to {op.name} on "
+                                    f"{name} (its algorithm {algo} runs {', '.join(applies)})")
+            n, k = case["n"], case["k"]
+            split = n if case["shard"] == "n" else k
+            if split % tp:
+                raise ScenarioError(f"{where}: {case['shard']} = {split} does not split over "
+                                    f"the {tp} GPUs of {name}")
+            if case["shard"] == "n":
+                n //= tp
+            else:
+                k //= tp
+            for m in case["m"]:
+                if m < tp:
+                    raise ScenarioError(f"{where}: m = {m} needs at least one row per rank "
+                                        f"(>= {tp} on {name})")
+                points.append(Point(case["name"], case["sublayer"], "fwd", tp, m, n, k,
+                                    spec.name, 1, op.name, topo, name, modes))
+            all_modes += [m for m in modes if m not in all_modes]
+        ops += [op.name] if op.name not in ops else []
+    keys = [p.key for p in points]
+    if len(set(keys)) != len(keys):
+        raise ScenarioError(f"{path}: the same point appears twice")
+    topologies = ",".join(dict.fromkeys(p.topology for p in points))
+    devices = ",".join(dict.fromkeys(p.system_name for p in points))
+    return Scenario(doc["name"], doc.get("description", ""), devices, ",".join(ops), topologies,
+                    doc["dtype"], tuple(all_modes), (), str(path), tuple(points))
 
 
 def geomean(values: list[float]) -> float:

@@ -29,11 +29,12 @@ CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_w
 CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", "collective",
                "topology", "dtype", "mode", "modelled_time_s", "speedup_vs_sequential",
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
-               "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency")
+               "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency", "system",
+               "speedups_vs_baselines", "search_chosen")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
             "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
-            "search")
+            "search", "speedup_vs")
 
 
 def _file_key(point: Point) -> str:
@@ -42,11 +43,13 @@ def _file_key(point: Point) -> str:
 
 def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
                  watchdog_s: float, configs: tuple[str, ...] = ()) -> RunConfig:
-    return RunConfig(ranks=p.tp, collective=sc.collective, topology=sc.topology,
-                     mode=",".join(sc.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
+    """The run of one point (on a system: in the system's own topology)."""
+    return RunConfig(ranks=p.tp, collective=p.collective, topology=p.topology,
+                     mode=",".join(p.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
                      device=p.device, watchdog_s=watchdog_s,
                      json=str(out / "points" / f"{_file_key(p)}.json"),
-                     timing_only=timing_only, configs=configs).validate()
+                     timing_only=timing_only, configs=configs,
+                     system=p.system or None).validate()
 
 
 def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = ()) -> dict:
@@ -61,6 +64,7 @@ def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = ()) -> d
 def _record(p: Point, doc: dict) -> dict:
     return {"key": p.key, "model": p.model, "sublayer": p.sublayer, "direction": p.direction,
             "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device, "layers": p.layers,
+            "collective": p.collective, "topology": p.topology, "system": p.system_name,
             "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
             "lower_bounds_s": doc["lower_bounds_s"],
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
@@ -71,7 +75,7 @@ def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     c = doc.get("config", {})
     return (all(c.get(k) == getattr(cfg, k) for k in ("ranks", "collective", "topology", "mode",
                                                         "m", "n", "k", "dtype", "device",
-                                                        "timing_only"))
+                                                        "timing_only", "system"))
             and len(doc.get("runs", [])) == len(cfg.modes))
 
 
@@ -83,7 +87,9 @@ def csv_text(header: dict, points: list[dict]) -> str:
         for r in pt["runs"]:
             dram = r["dram_bytes"]
             w.writerow([pt["model"], pt["sublayer"], pt["direction"], pt["tp"], pt["m"], pt["n"],
-                        pt["k"], pt["device"], header["collective"], header["topology"],
+                        pt["k"], pt["device"],
+                        pt.get("collective", header["collective"]),
+                        pt.get("topology", header["topology"]),
                         header["dtype"], r["mode"], repr(r["modelled_time_s"]),
                         "" if r["speedup_vs_sequential"] is None
                         else repr(r["speedup_vs_sequential"]),
@@ -91,7 +97,10 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         r["numerics"], "" if r["max_abs_error"] is None else r["max_abs_error"],
                         f"{r['wall_time_s']:.3f}",
                         *("" if r.get(k) is None else repr(r[k])
-                          for k in ("ect_s", "overlap_efficiency"))])
+                          for k in ("ect_s", "overlap_efficiency")),
+                        pt.get("system", ""),
+                        ";".join(f"{b}={v!r}" for b, v in (r.get("speedup_vs") or {}).items()),
+                        (r.get("search") or {}).get("chosen", "")])
     return buf.getvalue()
 
 

@@ -51,6 +51,15 @@ def summary_table(doc: dict) -> str:
                 lines.append(f"  {mode:<{w}} " + "; ".join(
                     f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
                     f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
+    from emulator.app.catalog import registry
+
+    first = registry(tuple(cfg.get("configs", ()))).baseline()  # the speedup column's
+    for b in dict.fromkeys(b for run in doc["runs"] for b in run.get("speedup_vs") or {}):
+        if b == first:
+            continue
+        lines.append(f"speedup over {b}: " + ", ".join(
+            f"{run['mode']} {run['speedup_vs'][b]:.3f}x" for run in doc["runs"]
+            if b in (run.get("speedup_vs") or {})))
     for run in doc["runs"]:
         if run.get("search"):
             lines.append(f"{run['mode']}: chose {run['search']['chosen']} of " + ", ".join(
@@ -176,8 +185,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     traced = []
     any_fail = False
     memory = DeviceMemory(comm)
+    earlier = {}  # configuration -> its result in this job (a search reuses the times)
     for mode in cfg.modes:
-        res = run_mode(comm, cfg, spec, a, b, mode, memory)
+        res = earlier[mode] = run_mode(comm, cfg, spec, a, b, mode, memory, earlier)
         if cfg.timing_only:
             ok, err, note = True, 0.0, ""
         elif bad_input:
@@ -241,11 +251,15 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         return (None if any_fail else {}), traced
     from emulator.app.catalog import registry
 
-    base = registry(cfg.configs).baseline()
+    reg = registry(cfg.configs)
+    base = reg.baseline()
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == base), None)
     alone = next((r["gemm_alone_s"] for r in runs if r["mode"] == base), None)
+    others = {r["mode"]: r["modelled_time_s"] for r in runs if r["mode"] in reg.baselines()}
     for run in runs:
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
+        run["speedup_vs"] = {b: t / run["modelled_time_s"] for b, t in others.items()
+                             if b != run["mode"]}
         run.update(overlap_metrics(run["modelled_time_s"], seq, alone))
     doc = {
         "config": cfg.to_dict(),

@@ -102,9 +102,10 @@ class KernelRunner:
         ends, arrivals, stage_end = [], [], stage_start
         issue = 2 * self.cost.spec.nic_issue_s
         scale = _shared_reads(self.cost, self.kernel, groups)
+        resident = spread(self.cost, sum(len(g) for g in groups))
         for g, ids in enumerate(groups):
             start = max(stage_start, self._gate_time(self.kernel.gates_of(ids)))
-            end, arr, sc = self._time_items(s, ids, start, None, scale)
+            end, arr, sc = self._time_items(s, ids, start, resident, scale)
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
             clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),
                       start, end, wgs=len(ids), flops=sc.flops, read_bytes=sc.read_bytes,
@@ -225,6 +226,14 @@ class KernelRunner:
             counts[tg.slot] = counts.get(tg.slot, 0) + elems
 
 
+def spread(cost: CostModel, n: int) -> int | None:
+    """The WGs a stage of ``n`` shares the CUs among when the device spreads a partial stage
+    over its CUs (``partial_stage = "spread"``); None: each WG at 1/S of the peak."""
+    if cost.spec.partial_stage == "spread" and n < cost.spec.wgs_per_stage:
+        return n
+    return None
+
+
 def _shared_reads(cost: CostModel, k: Kernel, groups: list[np.ndarray]) -> float:
     """A stage's groups share the L2, so its panels are read once: the factor on each
     group's own reads."""
@@ -261,8 +270,8 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
         return None
     cost.l2_reset()
     groups = k.groups(k.stages()[0])
-    sc = stage_cost(cost, k, routes, groups[0], rank, None, _shared_reads(cost, k, groups),
-                    cu_share)
+    sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(k.stages()[0])),
+                    _shared_reads(cost, k, groups), cu_share)
     bw = cost.spec.hbm_bw
     read_t = max(sc.compute_s, sc.read_bytes / bw)
     total_t = read_t + sc.write_cost_bytes / bw

@@ -94,3 +94,5 @@ class Plan:
     result: list[tuple[str, tuple[int, int, int, int]]]  # regions checked, concatenated by rows
     isolated: bool = False  # phases are separate isolated runs (ideal configurations)
     arbitration: str = "alone"  # the HBM policy of fused phases (model.arbitration)
+    pattern: str = ""  # the traffic pattern its transfers follow, for the static shares of
+    # ports several GPUs send across ("ring", "direct"; "": the algorithm's)

@@ -57,12 +57,15 @@ class Configuration:
     design: str  # "T3", "Flux", ... or "baseline"
     build: Callable  # (problem, operation, algorithm) -> Plan
     applies: Callable[[Operation], bool] = lambda op: True
-    baseline: bool = False  # speedups are over this configuration
+    baseline: bool = False  # a baseline: runs report their speedup over it (the first one
+    # registered is the one speedups and Flux's ECT are over by default)
     algorithms: tuple[str, ...] = ()  # the collective algorithms it runs (empty: all of the
     # operation's)
     search: bool = False  # its run is the best (modelled time, timing-only) of the other
     # configurations of its design that run the operation (a tuner); ``build`` gives the
     # plan of its default candidate
+    atomics: bool = False  # reduces by atomic adds: refused for a dtype without native
+    # atomics on the device (``DeviceSpec.atomic_dtypes``), as on the real hardware
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
 
@@ -113,6 +116,14 @@ class Registry:
         return tuple(n for n, c in self.configurations.items() if c.applies(op)
                      and (algorithm is None or not c.algorithms or algorithm in c.algorithms))
 
+    def refusal(self, name: str, spec, dtype: str) -> str:
+        """Why configuration ``name`` cannot run on device ``spec`` in ``dtype`` ("" : it
+        can)."""
+        if self.configuration(name).atomics and dtype not in spec.atomic_dtypes:
+            return (f"{name} reduces by atomic adds and device {spec.name} has no native "
+                    f"{dtype} atomics (it has {', '.join(spec.atomic_dtypes) or 'none'})")
+        return ""
+
     def candidates(self, name: str, op: Operation, algorithm: str) -> tuple[str, ...]:
         """What search configuration ``name`` tries: its design's other configurations that
         run ``op`` with ``algorithm``."""
@@ -122,7 +133,12 @@ class Registry:
                      and not self.configurations[n].search)
 
     def baseline(self) -> str | None:
+        """The configuration speedups and Flux's ECT baseline are over (the first baseline)."""
         return next((n for n, c in self.configurations.items() if c.baseline), None)
+
+    def baselines(self) -> tuple[str, ...]:
+        """Every baseline configuration (runs report their speedup over each)."""
+        return tuple(n for n, c in self.configurations.items() if c.baseline)
 
     def load(self, path: str) -> None:
         """Run a configuration file (it registers its entries); each file once."""

@@ -121,7 +121,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
             hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(spec, opts.dtype)
     clocks = _Clocks(rank, comm.size, spec, opts.watchdog_s, opts.record or opts.record_wall,
-                     opts.pattern)
+                     plan.pattern or opts.pattern)
     fault_kind, fault_rank = opts.fault
     times: dict[str, tuple[float, float]] = {}
     policy_info: dict = {}

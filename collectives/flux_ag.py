@@ -1,0 +1,186 @@
+"""Flux's AllGather + GEMM, fused in the GEMM's prologue (REFERENCE.md section 2).
+
+Rank r's input rows (chunk r of the M x K input) are resident in its gathered
+buffer AG at the start (Flux: local copy, its own signal set, a barrier). The
+rest arrive by copy-engine transfers (DMA), in communication tiles of
+``comm_rows`` rows (Flux tunes it from m/N down to the GEMM tile height), each
+followed by its signal; each GEMM WG waits on the signals of the tiles its rows
+read (a stage waits for its WGs'), then runs the unchanged GEMM. The GEMM's
+WGs walk the chunks in arrival order (own rows first), or, without the swizzle,
+chunk 0 first on every rank. The transfers follow the platform:
+
+- one node, a switch or full mesh (Flux's All2All): direct transfers in ring
+  order after the local rank, pushed (``dma_map`` to each peer) or pulled
+  (``pull_map`` from each peer, on this rank's engine);
+- PCIe or a ring (``algorithm="ring"``): ring pushes with forwarding, whole
+  chunks (``ring_push``); ``two_d`` on a node of two sockets: inter-socket
+  transfers first (each rank sends its chunk to its partner across the CPU
+  link, rank +- G/2), then a ring within each socket forwards both chunks
+  every rank holds; 1/2 of the input crosses the CPU link per direction
+  instead of (N-1)/N on the 1D ring (Flux's Ring2D, reordered: its global ring
+  does the crossing hops in its first steps);
+- several nodes: each rank sends its chunk with a second DMA engine directly
+  to the rank of the same local index on every other node (through the NIC),
+  concurrently with the intra-node transfers; every arrival triggers the
+  intra-node transfers of that chunk: flags to the node's other ranks, which
+  pull it (``pull``), or pushes to them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collectives import consumer
+from collectives.common import Problem
+from collectives.flux_rs import ARBITRATION
+from devices.commands import DMA0, Executor
+from emulator.engine.addrmap import AddressMap, TileSpace
+from emulator.engine.plan import KernelPhase, Plan, Slots
+from emulator.engine.registry import Operation
+
+
+class _Input:
+    """The gathered input AG on this rank: its map, flag space and the signal of every
+    input tile (what the GEMM's gates wait on)."""
+
+    def __init__(self, p: Problem, slots: Slots, comm_rows: int, flags: bool = False):
+        self.p, self.comm_rows = p, comm_rows
+        self.space = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
+        self.own = self.space.tiles_in(p.chunk_region(p.rank, p.k))
+        writes = np.zeros(len(self.space), np.int64)
+        writes[self.own] = 1  # resident before the kernel
+        self.map = AddressMap(self.space, p.rank, p.world, "store", writes,
+                              incoming_op="store")
+        self.flags = (TileSpace("AG", self.space.tiles, slots.alloc("AG flag", len(self.space)))
+                      if flags else None)
+        self.signal: dict = {}
+
+    def tiles(self, c: int):
+        return consumer.comm_tiles(self.p, c, self.comm_rows)
+
+    def mark(self, region, sig) -> None:
+        for t in self.space.tiles_in(region):
+            self.signal[self.space.region(t)] = sig
+
+    def plan(self, op: Operation, algorithm: str, chunks: list[int], slots: Slots,
+             extra: list[AddressMap] = ()) -> Plan:
+        p = self.p
+        layout, inputs, result = op.parts.layout(p, algorithm)
+        kernel, cmap = consumer.gated_gemm(p, slots, self.signal, chunks, plain=True)
+        phase = KernelPhase("ag+gemm", kernel, [cmap, *extra, self.map], op.parts.stream,
+                            fused=True,
+                            preload=consumer.resident(p, self.space, self.own))
+        return Plan(layout, inputs, [phase], slots, result, arbitration=ARBITRATION)
+
+
+def _order(p: Problem, arrival: list[int], swizzle: bool) -> list[int]:
+    return arrival if swizzle else list(range(p.world))
+
+
+def ag_gemm(p: Problem, op: Operation, algorithm: str, halvings: int = 0,
+            swizzle: bool = True, pull: bool = False) -> Plan:
+    """Flux's AG + GEMM on the platform's transfers (module docstring); communication
+    tiles of ceil(m/N / 2^halvings) rows; ``pull``: peers' tiles pulled, not pushed."""
+    rows = -(-p.max_chunk // (1 << halvings))
+    if algorithm == "ring":
+        return ring_push(p, op, algorithm, rows, swizzle)
+    if p.topology.nodes > 1:
+        return two_node(p, op, algorithm, rows, swizzle, pull)
+    slots = Slots()
+    inp = _Input(p, slots, rows)
+    amap = inp.map
+    ready = None
+    behind = [(p.rank - s) % p.world for s in range(1, p.world)]  # who wants it soonest:
+    # rank r - 1 reads rank r's rows right after its own, r - 2 next, ...
+    for region in inp.tiles(p.rank):
+        if p.world > 1 and not pull:
+            inp.mark(region, amap.dma_map(region, behind, op="store", after=1))
+        else:  # resident; tracked so that the gates (and the pulls) see it
+            inp.mark(region, sig := amap.track(region, after=1))
+            ready = ready or sig
+    for c in p.others:  # ring order after the local rank
+        for region in inp.tiles(c):
+            inp.mark(region, amap.pull_map(region, c, flag=ready) if pull
+                     else amap.track(region, after=1))
+    return inp.plan(op, algorithm, _order(p, [p.rank] + p.others, swizzle), slots)
+
+
+def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,
+              two_d: bool = False) -> Plan:
+    """Ring pushes with forwarding (1D), or inter-socket first (``two_d``)."""
+    topo = p.topology
+    slots = Slots()
+    inp = _Input(p, slots, comm_rows)
+    amap = inp.map
+    if not (two_d and topo.nodes == 1 and topo.sockets == 2 and topo.per_socket * 2 == p.world):
+        for c in [p.rank] + p.others:  # to the left; forwarded until the chunk's last stop
+            for region in inp.tiles(c):
+                inp.mark(region, amap.track(region, after=1) if c == p.left or p.world == 1
+                         else amap.dma_map(region, p.left, op="store", after=1))
+        return inp.plan(op, algorithm, _order(p, [p.ring_at(s) for s in range(p.world)],
+                                              swizzle), slots)
+    per = topo.per_socket
+    base = (p.rank // per) * per
+    other = base + per if topo.socket(p.rank) == 0 else base - per
+    j = p.rank - base
+    left = base + (j - 1) % per
+    along = [left] if per > 1 else []
+    for region in inp.tiles(p.rank):  # across the sockets first, then along the socket
+        inp.mark(region, amap.dma_map(region, [other + j] + along, op="store", after=1))
+    arrival = [p.rank]
+    for s in range(per):  # the chunks of socket rank j+s and of its partner
+        for c in (base + (j + s) % per, other + (j + s) % per):
+            if c == p.rank:
+                continue
+            for region in inp.tiles(c):  # forwarded along the socket until its last stop
+                inp.mark(region, amap.track(region, after=1) if s == per - 1 or not along
+                         else amap.dma_map(region, left, op="store", after=1))
+            arrival.append(c)
+    plan = inp.plan(op, algorithm, _order(p, arrival, swizzle), slots)
+    plan.pattern = "direct"  # every rank sends across the CPU link at once
+    return plan
+
+
+def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,
+             pull: bool = False) -> Plan:
+    """Across nodes: direct to the same local rank on the other nodes, intra-node pulls (or
+    pushes) of every chunk as it arrives."""
+    topo = p.topology
+    g, nodes = topo.per_node, topo.nodes
+    node, local = divmod(p.rank, g)
+    slots = Slots()
+    inp = _Input(p, slots, comm_rows, flags=pull)
+    amap = inp.map
+    far = [b * g + local for b in range(nodes) if b != node]  # same local index elsewhere
+    near = [node * g + (local + s) % g for s in range(1, g)]  # this node, ring order
+    wire = Executor("dma", min(1, p.spec.dma_engines - 1))  # beside the intra-node engine
+    # pushes of its own chunk within the node: a second queue over the same buffer (engine 0)
+    local_push = AddressMap(inp.space, p.rank, p.world, "store", amap.local_writes,
+                            incoming_op="store", local_ok=True)
+    ready = None
+    for region in inp.tiles(p.rank):
+        sig = amap.dma_map(region, far, op="store", after=1, executor=wire)
+        ready = ready or sig
+        if not pull and near:  # its resident rows gate the GEMM on both queues' entries,
+            # so both come first in program order
+            sig = (sig, local_push.dma_map(region, near, op="store", after=1, executor=DMA0))
+        inp.mark(region, sig)
+    # this node's chunks first (resident at their holders from the start), then each
+    # other node's: the one arriving here first, then those arriving at this node's peers
+    chunks = near + [b * g + (local + s) % g for b in range(nodes) if b != node
+                     for s in range(g)]
+    for c in chunks:
+        b, j = divmod(c, g)
+        for region in inp.tiles(c):
+            if b != node and j == local:  # arrived from the other node: share it
+                sig = (amap.track(region, after=1) if not near
+                       else amap.flag_map(region, near, inp.flags, after=1) if pull
+                       else amap.dma_map(region, near, op="store", after=1))
+            elif pull:  # held by node rank j once there: pull it
+                flag = ready if b == node else amap.flag_signal(inp.flags, region)
+                sig = amap.pull_map(region, node * g + j, flag=flag, executor=DMA0)
+            else:  # pushed here by its holder on this node
+                sig = amap.track(region, after=1)
+            inp.mark(region, sig)
+    extra = [local_push] if local_push.entries else []
+    return inp.plan(op, algorithm, _order(p, [p.rank] + chunks, swizzle), slots, extra)

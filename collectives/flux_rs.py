@@ -1,0 +1,193 @@
+"""Flux's GEMM + reduce-scatter forms (REFERENCE.md section 2), each a map over the GEMM's
+output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each tile.
+
+- ``rs_write`` (RS-W): every WG stores its tile into the owner's slot buffer X at
+  block r (its own rows locally): an all-to-all of the partial output; the
+  owner's reduction kernel waits for the peers' blocks (the flag barrier) and
+  sums the N blocks into its chunk (memory-bound).
+- ``rs_atomic`` (RS-A): every WG reduces its tile into the owner's pre-zeroed
+  chunk by atomic updates (``red.global.add``: the device's ``nmc_update_cost``
+  per update); the owner's chunk is complete after N x split writes; no
+  reduction kernel.
+- ``rs_two_node`` (Flux across nodes, RS-A within them): a WG's tile goes by
+  atomic updates to the rank of its own node with the owner's local index;
+  when all G local ranks' partials are in (Flux's per-tile counter up to the
+  local world size) that rank puts the tile with its NIC (GPU-initiated, as
+  NVSHMEM's put) into the owner's slot buffer X at the block of its node; the
+  owner's final reduction adds the other nodes' blocks to its chunk. Tiles of
+  the chunks that end on the rank's own local index come last (Flux's
+  inter-node swizzle), other nodes' before its own node's.
+- ``rs_ring`` (Flux on PCIe): the GEMM writes its tiles locally, each tracked
+  (per-tile flags), while a ring reduce-scatter kernel on a few CUs
+  (``Executor("cu", share)``, Flux's default 6 thread blocks on a
+  high-priority stream) forwards and reduces them tile by tile: step 1 sends
+  the rank's partial to the left neighbour's receive buffer R, steps 2..N-1
+  add the partial received from the right to its own and send the sum on, the
+  last adds the received partial into the output O. The GEMM computes the
+  chunks in ring order, its own last. ``two_d``: Flux's 2D ring over the two
+  sockets of a PCIe node: each socket ring-reduces the other socket's chunks
+  first, then sends each sum once across the CPU link to the owner (rank +-
+  G/2, into its R2), while it ring-reduces its own socket's chunks; the owner
+  adds R and R2 to its partial. Fewer bytes cross the CPU link: 1/2 of the
+  output per direction instead of (N-1)/N.
+
+ASSUMPTION (ring forms): Flux's RS kernel pulls from the right neighbour; a CU
+step here sends to the left: the same bytes on the same link direction, without
+the read request's latency.
+"""
+
+from __future__ import annotations
+
+from collectives import direct
+from collectives.common import Problem
+from devices.commands import Executor
+from emulator.engine.addrmap import AddressMap, TileSpace
+from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
+from emulator.engine.registry import Operation
+from emulator.engine.steps import CuStep
+
+ARBITRATION = "fr-fcfs"  # a stock GPU's HBM: no T3-style memory-controller policy
+RS_CTAS = 6  # Flux's PCIe reduce-scatter kernel: 6 thread blocks by default (its source,
+# ths_op/gemm_reduce_scatter.cc: num_blocks = 6), one per SM
+
+
+def flux_order(p: Problem, space, swizzle: bool) -> list[int]:
+    """WG tiles chunk by chunk: rotated by rank (own chunk first) with ``swizzle``, else
+    chunk 0 first on every rank."""
+    chunks = ([(p.rank + s) % p.world for s in range(p.world)] if swizzle
+              else list(range(p.world)))
+    return [t for c in chunks for t in space.tiles_in(p.chunk_region(c))]
+
+
+def _plan(p: Problem, layout, inputs, result, phases, slots) -> Plan:
+    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def rs_atomic(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    if p.topology.nodes > 1:
+        return rs_two_node(p, op, algorithm, swizzle)
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    job, amap = direct.rs_map(p, slots, lambda s: flux_order(p, s, swizzle))
+    phases = [KernelPhase("gemm+rs-a", job, [amap], op.parts.stream, fused=True)]
+    return _plan(p, layout, inputs, result, phases, slots)
+
+
+def rs_write(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    layout = layout + [("X", (p.world * p.max_chunk, p.n), p.dtype)]
+    job, maps, arrived = direct.slot_writes(p, slots, lambda s: flux_order(p, s, swizzle))
+    blocks = [("X", p.slot_region(s, p.rank)) for s in range(p.world)]
+    reduce = CuStep("rs-w reduce", op.parts.stream, blocks, ("C", p.chunk_region(p.rank)),
+                    p.rank)
+    phases = [KernelPhase("gemm+rs-w", job, maps, op.parts.stream, fused=True),
+              StepsPhase("reduce", [reduce], waits=tuple(arrived))]
+    return _plan(p, layout, inputs, result, phases, slots)
+
+
+def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    topo = p.topology
+    g, nodes = topo.per_node, topo.nodes
+    node, local = divmod(p.rank, g)
+    slots = Slots()
+    layout, inputs, result = op.parts.layout(p, algorithm)
+    layout = layout + [("X", (nodes * p.max_chunk, p.n), p.dtype)]
+    space = p.space(slots, "C", p.chunks)
+    targets = [(local + s) % g if swizzle else s % g for s in range(1, g + 1)]
+    order_nodes = [(node + d) % nodes for d in range(1, nodes + 1)]  # its own node last
+    chunks = [b * g + j for j in targets for b in order_nodes]
+    job = p.gemm(space, [t for c in chunks for t in space.tiles_in(p.chunk_region(c))],
+                 store_queue=p.store_queue(g - 1))
+    amap = AddressMap(space, p.rank, p.world, "update", job.local_writes())
+    xbase = slots.alloc("X tile", len(direct.x_space(p, 0, 0, nodes)))  # chunk 0: largest
+    nic = Executor("nic", 0)
+    own = None
+    for c in range(p.world):
+        region = p.chunk_region(c)
+        b, j = divmod(c, g)
+        if j != local:  # reduced by the rank of this node with the owner's local index
+            amap.remote_map(region, node * g + j, op="update")
+        elif b == node:
+            own = amap.track(region, after=p.split * g)
+        else:  # this rank reduces chunk c's node-local partial, then puts it to the owner
+            rows = p.slot_region(node, c)
+            amap.dma_map(region, c, op="store", after=p.split * g,
+                         to=direct.x_space(p, xbase, c, nodes), to_region=rows, executor=nic)
+    mine = direct.x_space(p, xbase, p.rank, nodes)
+    xmap = AddressMap(mine, p.rank, p.world, "store", [0] * len(mine), incoming_op="store")
+    arrived = [xmap.track(p.slot_region(b, p.rank), after=1) for b in range(nodes) if b != node]
+    xmap.local(p.slot_region(node, p.rank))  # its own node's partial is its chunk of C
+    region = p.chunk_region(p.rank)
+    final = CuStep("rs final over nodes", op.parts.stream,
+                   [("C", region)] + [("X", p.slot_region(b, p.rank)) for b in range(nodes)
+                                      if b != node], ("C", region), p.rank)
+    phases = [KernelPhase("gemm+rs-a", job, [amap, xmap], op.parts.stream, fused=True),
+              StepsPhase("reduce", [final], waits=(own, *arrived))]
+    return _plan(p, layout, inputs, result, phases, slots)
+
+
+def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int]]:
+    """(chunk, step, left, partner) of the ring RS on this rank, in the GEMM's order: the
+    step is 1..L-1 for a partial passed on, 0 where the chunk's ring ends here (L: the
+    ring's length); ``partner``: where the ring's sum goes then (-1: it is this rank's).
+    1D: the topology's ring over all ranks. 2D (two sockets): a ring within the socket
+    over the other socket's chunks first, then over its own socket's."""
+    topo = p.topology
+    if not (two_d and _two_sockets(p)):
+        return [(p.ring_at(s), s % p.world, p.left, -1) for s in range(1, p.world + 1)]
+    per = topo.per_socket
+    base = (p.rank // per) * per  # this socket's first rank
+    other = base + per if topo.socket(p.rank) == 0 else base - per
+    j = p.rank - base
+    left = base + (j - 1) % per
+    out = []
+    for sock, partner in ((other, p.rank - base + other), (base, -1)):
+        for s in list(range(1, per)) + [0]:
+            out.append((sock + (j + s) % per, s, left, partner if s == 0 else -1))
+    return out
+
+
+def _two_sockets(p: Problem) -> bool:
+    topo = p.topology
+    return topo.nodes == 1 and topo.sockets == 2 and topo.per_socket * 2 == p.world
+
+
+def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> Plan:
+    """Flux's PCIe GEMM + RS: the GEMM beside a ring RS kernel on ``RS_CTAS`` CUs (1D, or
+    ``two_d`` over two sockets; 1D where the node has no two equal sockets)."""
+    slots = Slots()
+    layout, inputs, _ = op.parts.layout(p, algorithm)
+    shape = (p.m, p.n)
+    layout = layout + [("R", shape, p.dtype), ("R2", shape, p.dtype), ("O", shape, p.dtype)]
+    space = p.space(slots, "C", p.chunks)
+    same_slots = lambda name: TileSpace(name, space.tiles, space.slot_base)  # noqa: E731
+    rspace, r2space = same_slots("R"), same_slots("R2")  # arrivals count at C's tiles
+    ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
+    steps = _ring_steps(p, two_d)
+    job = p.gemm(space, [t for c, *_ in steps for t in space.tiles_in(p.chunk_region(c))])
+    amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
+                      incoming_op="store")
+    cu = Executor("cu", share=min(0.5, RS_CTAS / p.spec.cus))
+    ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
+    across = any(partner >= 0 for *_, partner in steps)  # and across the sockets
+    for c, s, left, partner in steps:
+        passed = s > 1 or (s == 0 and ring)  # a partial from the right has come in
+        for t in space.tiles_in(p.chunk_region(c)):
+            tile = space.region(t)
+            adds = [("R", tile)] if passed else []
+            if s > 0:  # pass the partial sum on to the left
+                amap.dma_map(tile, left, op="store", after=p.split + (1 if passed else 0),
+                             to=rspace, executor=cu, adds=adds)
+            elif partner >= 0:  # the socket's sum crosses to the owner
+                amap.dma_map(tile, partner, op="store", after=p.split + len(adds),
+                             to=r2space, executor=cu, adds=adds)
+            else:  # this rank's chunk: its partial + the ring's (+ the other socket's)
+                adds += [("R2", tile)] if across else []
+                amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,
+                             executor=cu, adds=adds)
+    phases = [KernelPhase("gemm+rs-ring", job, [amap], op.parts.stream, fused=True)]
+    plan = _plan(p, layout, inputs, [("O", p.chunk_region(p.rank))], phases, slots)
+    if across:  # every rank sends across the CPU link at once: its share is 1/(G/2)
+        plan.pattern = "direct"
+    return plan
