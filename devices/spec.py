@@ -123,7 +123,7 @@ class DeviceSpec:
     dram: DramSpec = DramSpec()  # the memory controller ([memory] dram_* keys)
     wg_raster_group: int = 1  # WG rasterisation: 1 row-major, G > 1 grouped by G tile rows
     partial_stage: str = "slots"  # a stage of fewer WGs than slots: "slots" (each at 1/S of
-    # the peak, T3's model) or "spread" (over the CUs first: each at 1/max(n, CUs))
+    # the peak, T3's model) or "spread" (over the CUs first: ceil(n / CUs) per CU)
     atomic_dtypes: tuple[str, ...] = ("fp16", "fp32")  # dtypes with native atomic adds
     # ([compute] atomic_dtypes): what a configuration reducing by atomics (Flux's RS-A) needs
 
@@ -184,8 +184,8 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
         "wg_raster_group": (int, 1, "wg_raster_group", 1),
         # a stage of fewer WGs than its slots: "slots" = each WG still runs at 1/S of the
-        # peak (T3's model); "spread" = the WGs spread over the CUs first, each at
-        # 1/max(n, CUs) of the peak (NVIDIA's block scheduler fills SMs before doubling up)
+        # peak (T3's model); "spread" = the WGs spread over the CUs first, each CU holding
+        # ceil(n / CUs) of them (NVIDIA's block scheduler fills SMs before doubling up)
         "partial_stage": (str, 1, "partial_stage", "slots"),
     },
     "memory": {

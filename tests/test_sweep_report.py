@@ -253,3 +253,73 @@ def test_trace_is_a_perfetto_json_with_tracks_per_rank(tmp_path):
     assert stages and all(e["name"].startswith("stage ") for e in stages)
     triggers = [e for e in events if e["pid"] == t3_pid and e.get("cat") == "tracker"]
     assert triggers and all(e["name"].endswith("complete") for e in triggers)
+
+
+CASES = ROOT / "tests" / "data" / "tiny-cases.toml"
+
+
+def test_cases_scenario_shapes_and_modes_follow_the_systems():
+    """Flux's way of stating workloads: global shapes split over each system's GPUs, each
+    point running the modes its system's algorithm has."""
+    sc = load_scenario(str(CASES))
+    pts = {p.key: p for p in sc.points}
+    assert len(pts) == 2 * 2 * 2  # 2 operations x 2 systems x 2 m
+    ag = pts["Tiny MLP/AG-GEMM/m256/tp4/pcie-2s2"]
+    assert (ag.collective, ag.topology, ag.m, ag.n, ag.k) == ("ag+gemm", "pcie", 256, 256, 256)
+    rs = pts["Tiny MLP/GEMM-RS/m64/tp4/sxm-2x2"]
+    assert (rs.collective, rs.topology, rs.m, rs.n, rs.k) == ("gemm+rs", "switch", 64, 256, 256)
+    assert "flux-rs-ring" not in rs.modes and {"flux-rs-a", "flux-best"} <= set(rs.modes)
+    assert "flux-ag-ring2d" in ag.modes and "flux-ag" not in ag.modes
+    flux = load_scenario("flux-paper")
+    assert len(flux.points) == 2 * 3 * 6 + 2 * 3
+    big = {p.key: p for p in flux.points}["GPT-3 175B/GEMM-RS/m8192/tp16/h800-2x8"]
+    assert (big.m, big.n, big.k) == (8192, 12288, 49152 // 16)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("shard = \"n\"", "shard = \"m\""), "shard = 'm'"),
+    (("n = 1024", "n = 1023"), "does not split over the 4 GPUs"),
+    (("operation = \"ag+gemm\"", "operation = \"gemv\""), "operation = 'gemv'"),
+    (("m = [64, 256]", "m = [2, 256]"), "at least one row per rank"),
+    (("\"flux-ag\", ", "\"flux-rs-a\", \"nope\", "), "modes ['nope']"),
+])
+def test_bad_cases_are_refused(tmp_path, change, message):
+    text = CASES.read_text().replace(*change, 1)
+    path = tmp_path / "bad.toml"
+    for name in ("pcie-2s2.toml", "sxm-2x2.toml"):  # the systems next to the original
+        text = text.replace(f'"{name}"', f'"{CASES.parent / name}"')
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_scenario(str(path))
+
+
+def test_cases_sweep_and_report_give_flux_views(tmp_path):
+    out = tmp_path / "cases"
+    proc = run_cli(["sweep", str(CASES), "--out", str(out), "--timing-only"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(out)
+    sc = load_scenario(str(CASES))
+    assert len(rows) == sum(len(p.modes) for p in sc.points)
+    assert {r["system"] for r in rows} == {"pcie-2s2", "sxm-2x2"}
+    assert {r["collective"] for r in rows} == {"ag+gemm", "gemm+rs"}
+    for r in rows:  # the speedups over every baseline are the ratios of the time columns
+        if r["speedups_vs_baselines"]:
+            for pair in r["speedups_vs_baselines"].split(";"):
+                base, value = pair.split("=")
+                t = next(float(q["modelled_time_s"]) for q in rows if q["mode"] == base
+                         and (q["system"], q["sublayer"], q["m"]) == (r["system"], r["sublayer"],
+                                                                    r["m"]))
+                assert float(value) == pytest.approx(t / float(r["modelled_time_s"]), rel=1e-12)
+    chosen = {r["search_chosen"] for r in rows if r["mode"] == "flux-best"}
+    assert chosen and chosen <= {r["mode"] for r in rows}
+    rep = run_cli(["report", str(out)], timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    text = rep.stdout
+    for needle in ("Flux's views per cluster", "AG-GEMM on pcie-2s2 (TP 4)",
+                   "GEMM-RS on sxm-2x2 (TP 4)", "flux-best vs te-overlap",
+                   "flux-best vs sequential", "flux-best chose",
+                   "Overlap efficiency of every configuration"):
+        assert needle in text, needle
+    for name in ("flux_ect.png", "flux_efficiency.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name

@@ -227,10 +227,12 @@ class KernelRunner:
 
 
 def spread(cost: CostModel, n: int) -> int | None:
-    """The WGs a stage of ``n`` shares the CUs among when the device spreads a partial stage
-    over its CUs (``partial_stage = "spread"``); None: each WG at 1/S of the peak."""
+    """When the device spreads a partial stage of ``n`` WGs over its CUs (``partial_stage =
+    "spread"``): each CU holds ceil(n / CUs) of them, so each WG gets 1/(CUs x that) of the
+    peak (the WG slots a stage's time is set by); None: each WG at 1/S of the peak."""
+    cus = cost.spec.cus
     if cost.spec.partial_stage == "spread" and n < cost.spec.wgs_per_stage:
-        return n
+        return -(-n // cus) * cus
     return None
 
 
