@@ -13,12 +13,11 @@ chunk 0 first on every rank. The transfers follow the platform:
   order after the local rank, pushed (``dma_map`` to each peer) or pulled
   (``pull_map`` from each peer, on this rank's engine);
 - PCIe or a ring (``algorithm="ring"``): ring pushes with forwarding, whole
-  chunks (``ring_push``); ``two_d`` on a node of two sockets: inter-socket
-  transfers first (each rank sends its chunk to its partner across the CPU
-  link, rank +- G/2), then a ring within each socket forwards both chunks
-  every rank holds; 1/2 of the input crosses the CPU link per direction
-  instead of (N-1)/N on the 1D ring (Flux's Ring2D, reordered: its global ring
-  does the crossing hops in its first steps);
+  chunks (``ring_push``); ``two_d`` on a node of two sockets (Flux's Ring2D,
+  inter-socket transfers first): the chunks first travel G/2 hops along the
+  node's ring, which crosses the CPU link at two hops, so 1/2 of the input
+  crosses each way, one GPU at a time, instead of (N-1)/N; then each socket's
+  ring carries every chunk on to its GPUs that do not hold it yet;
 - several nodes: each rank sends its chunk with a second DMA engine directly
   to the rank of the same local index on every other node (through the NIC),
   concurrently with the intra-node transfers; every arrival triggers the
@@ -119,26 +118,59 @@ def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle
                          else amap.dma_map(region, p.left, op="store", after=1))
         return inp.plan(op, algorithm, _order(p, [p.ring_at(s) for s in range(p.world)],
                                               swizzle), slots)
-    per = topo.per_socket
-    base = (p.rank // per) * per
-    other = base + per if topo.socket(p.rank) == 0 else base - per
-    j = p.rank - base
-    left = base + (j - 1) % per
-    along = [left] if per > 1 else []
-    for region in inp.tiles(p.rank):  # across the sockets first, then along the socket
-        inp.mark(region, amap.dma_map(region, [other + j] + along, op="store", after=1))
-    arrival = [p.rank]
-    for s in range(per):  # the chunks of socket rank j+s and of its partner
-        for c in (base + (j + s) % per, other + (j + s) % per):
-            if c == p.rank:
-                continue
-            for region in inp.tiles(c):  # forwarded along the socket until its last stop
-                inp.mark(region, amap.track(region, after=1) if s == per - 1 or not along
-                         else amap.dma_map(region, left, op="store", after=1))
-            arrival.append(c)
-    plan = inp.plan(op, algorithm, _order(p, arrival, swizzle), slots)
-    plan.pattern = "direct"  # every rank sends across the CPU link at once
-    return plan
+    order, _, extra = _ring2d(p, inp, amap, slots)
+    return inp.plan(op, algorithm, _order(p, order, swizzle), slots, extra)
+
+
+def _ring2d(p: Problem, inp: _Input, amap: AddressMap, slots: Slots) -> tuple:
+    """Flux's Ring2D on a node of two sockets: the chunks first travel per_socket hops
+    along the node's ring (so 1/2 of the input crosses each way, one GPU at a time, at
+    the two ring hops between the sockets), then each socket's ring carries every chunk
+    on from the last of its GPUs that holds it to those that do not yet (each arrival
+    forwarded as soon as it lands). Returns the GEMM's chunk order (arrival order) and
+    the map of the own rows' second push."""
+    topo, ring, n = p.topology, list(p.ring), p.world
+    pos = {r: i for i, r in enumerate(ring)}
+    members = [[r for r in ring if topo.socket(r) == s] for s in range(topo.sockets)]
+    sock = {r: m for m in members for r in m}
+
+    def sleft(r: int) -> int:
+        m = sock[r]
+        return m[(m.index(r) - 1) % len(m)]
+
+    forwards: dict[tuple[int, int], list[int]] = {}  # (holder, chunk) -> where it sends it
+    hops: dict[int, int] = {}  # chunk -> hops until it reaches this rank
+    for c in range(n):
+        path = [c]
+        for _ in range(topo.per_socket):  # along the node's ring
+            path.append(ring[(pos[path[-1]] - 1) % n])
+        held = {r: h for h, r in enumerate(path)}
+        for a, b in zip(path, path[1:]):
+            forwards.setdefault((a, c), []).append(b)
+        for m in members:  # then along each socket's ring to the GPUs still without it
+            ends = [r for r in m if r in held and sleft(r) not in held]
+            for x in ends:
+                while sleft(x) not in held:
+                    forwards.setdefault((x, c), []).append(sleft(x))
+                    held[sleft(x)] = held[x] + 1
+                    x = sleft(x)
+        hops[c] = held[p.rank]
+    engine1 = Executor("dma", min(1, p.spec.dma_engines - 1))
+    own_push = AddressMap(inp.space, p.rank, p.world, "store", amap.local_writes,
+                          incoming_op="store", local_ok=True)
+    for c in range(n):
+        dsts = list(dict.fromkeys(forwards.get((p.rank, c), [])))
+        for region in inp.tiles(c):
+            if not dsts:
+                inp.mark(region, amap.track(region, after=1))
+            elif c == p.rank and len(dsts) > 1:  # across on a second engine, along on 0
+                inp.mark(region, (amap.dma_map(region, dsts[0], op="store", after=1,
+                                               executor=engine1),
+                                  own_push.dma_map(region, dsts[1:], op="store", after=1)))
+            else:
+                inp.mark(region, amap.dma_map(region, dsts, op="store", after=1))
+    order = sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))
+    return order, slots, [own_push] if own_push.entries else []
 
 
 def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,

@@ -168,9 +168,12 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
     job = p.gemm(space, [t for c, *_ in steps for t in space.tiles_in(p.chunk_region(c))])
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       incoming_op="store")
-    cu = Executor("cu", share=min(0.5, RS_CTAS / p.spec.cus))
     ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
     across = any(partner >= 0 for *_, partner in steps)  # and across the sockets
+    share = min(0.5, RS_CTAS / p.spec.cus)
+    # 2D: half the thread blocks send across the sockets while the rest work the ring
+    cu = Executor("cu", 0, share / 2 if across else share)
+    cross = Executor("cu", 1, share / 2) if across else cu
     for c, s, left, partner in steps:
         passed = s > 1 or (s == 0 and ring)  # a partial from the right has come in
         for t in space.tiles_in(p.chunk_region(c)):
@@ -181,7 +184,7 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
                              to=rspace, executor=cu, adds=adds)
             elif partner >= 0:  # the socket's sum crosses to the owner
                 amap.dma_map(tile, partner, op="store", after=p.split + len(adds),
-                             to=r2space, executor=cu, adds=adds)
+                             to=r2space, executor=cross, adds=adds)
             else:  # this rank's chunk: its partial + the ring's (+ the other socket's)
                 adds += [("R2", tile)] if across else []
                 amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,

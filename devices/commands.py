@@ -26,7 +26,9 @@ class Executor:
 
     ``dma``: DMA engine ``index`` (several per device, one queue each);
     ``nic``: NIC ``index`` (GPU-initiated put, fence, flag put);
-    ``cu``: a CU-driven kernel running beside the producer on ``share`` of the CUs.
+    ``cu``: a CU-driven kernel running beside the producer on ``share`` of the CUs
+    (``index``: a group of its thread blocks with a queue of its own; the groups' shares
+    add up, and the producer runs on the rest of the CUs).
     """
 
     kind: ExecutorKind = "dma"

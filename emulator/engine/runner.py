@@ -210,10 +210,11 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     commands = [c for cm in compiled for c in cm.commands]
     incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
     policy = policy_named(arbitration) if ph.fused else Alone()
-    shares = {c.executor.share for c in commands if c.executor.kind == "cu"}
-    if len(shares) > 1:
-        raise ValueError(f"{ph.name}: one concurrent CU kernel per phase, got CU shares {shares}")
-    cu_share = next(iter(shares), 0.0)
+    groups = {(c.executor.index, c.executor.share) for c in commands if c.executor.kind == "cu"}
+    cu_share = sum(share for _, share in groups)  # the CU kernel's thread-block groups
+    if cu_share >= 1.0:
+        raise ValueError(f"{ph.name}: the concurrent CU kernel's groups {sorted(groups)} hold "
+                         f"{cu_share:.2f} of the CUs; they must leave the producer some")
     load = first_stage_load(cost, ph.kernel, routes, hbm.rank, cu_share)
     if load is not None:  # MCA's measurement of the first stage picks its threshold
         policy.observe_first_stage(*load)

@@ -46,7 +46,6 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
     """Execute the steps functionally and in modelled time; return the kernel's end."""
     from emulator.runtime import watchdog
 
-    ic = cost.spec.interconnect
     t = group_start = max(start, clock.cu.free_at)
     for step in steps:
         if step.concurrent:
@@ -71,9 +70,8 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
                 dst = step.dst_rank  # a library's kernel: its achieved share of the peak
-                fraction = (ic.library_fraction_network if clock.topology.crosses_network(
-                    hbm.rank, dst) else ic.library_fraction)
-                link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction)
+                link_end = transfers.send(clock, dst, ready, nbytes, step.name,
+                                          transfers.cu_fraction(clock, dst))
                 end = max(read_end, link_end)
                 arrival = end + clock.latency(dst)
         clock.log(step.stream, step.name, ready, end)

@@ -190,7 +190,8 @@ class RankClock:
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
         self.nic = [BandwidthTimeline(f"nic{i}[{rank}]", nic_bw) for i in range(nics)]
         self.links_in: dict[int, BandwidthTimeline] = {}  # peer -> me, driven by my pulls
-        self.cu_side: dict[float, SerialResource] = {}  # concurrent CU kernels, by CU share
+        self.cu_side: dict[tuple, SerialResource] = {}  # concurrent CU kernels' thread-block
+        # groups, by (index, CU share): each serial, the groups run side by side
         self.order = ProgramOrder(f"rank {rank} program order", watchdog_s)
         self.watchdog_s = watchdog_s
         self.events: list[Event] = []
@@ -236,7 +237,8 @@ class RankClock:
 
     def executor(self, kind: str, index: int, share: float = 0.0):
         """The resource an executor occupies: DMA engine ``index`` (serial), NIC ``index``
-        (a bandwidth timeline), or the CU kernel holding ``share`` of the CUs (serial)."""
+        (a bandwidth timeline), or group ``index`` of the CU kernel's thread blocks, holding
+        ``share`` of the CUs (serial)."""
         if kind == "dma":
             if not 0 <= index < len(self.dma):
                 raise ValueError(f"rank {self.rank}: DMA engine {index} does not exist "
@@ -247,9 +249,11 @@ class RankClock:
                 raise ValueError(f"rank {self.rank}: NIC {index} does not exist "
                                  f"(the device has {len(self.nic)})")
             return self.nic[index]
-        if share not in self.cu_side:
-            self.cu_side[share] = SerialResource(f"cu-kernel[{self.rank}]")
-        return self.cu_side[share]
+        key = (index, share)
+        if key not in self.cu_side:
+            self.cu_side[key] = SerialResource(f"cu-kernel[{self.rank}]" +
+                                               (f".{index}" if index else ""))
+        return self.cu_side[key]
 
     def receive(self, t_arrival: float, nbytes: float, since: float | None = None) -> float:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less

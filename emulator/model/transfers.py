@@ -35,7 +35,9 @@ usable at its destination).
 - ``cu_send``: a CU-driven kernel step on ``share`` of the CUs: read the local
   copies (each B) at the HBM, add them (vector FLOPs at ``share`` of the
   vector rate), then write the sum locally (B, or ``nmc_update_cost`` x B) or
-  send it on the link while the reads stream.
+  send it on the link while the reads stream, at the share of the route's peak a
+  CU-driven sender achieves (``cu_fraction``: the preset's ``library_fraction``,
+  stated for the library's kernels).
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def _absorb(clock: RankClock, cost: CostModel, first: float, last: float, nbytes
                                       window.compute_after)
     rate = cost_bytes / (last - first) if last > first else None
     return clock.hbm.comm(policy, first, cost_bytes, window, f"landing {op}s", rate)
+
+
+def cu_fraction(clock: RankClock, dst: int) -> float:
+    """The share of the route's peak a CU-driven transfer to ``dst`` achieves: the
+    preset's ``library_fraction`` (``[network] library_fraction`` across nodes), stated
+    for the library's CU-driven kernels and taken for every CU-driven sender."""
+    ic = clock.topology.ic
+    return (ic.library_fraction_network if clock.topology.crosses_network(clock.rank, dst)
+            else ic.library_fraction)
 
 
 def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
@@ -149,7 +160,7 @@ def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies
         end = arrival = clock.hbm.comm(policy, read_end, cost.update_cost_bytes(nbytes, op),
                                        window, "cu-kernel writes")
     else:
-        link_end = send(clock, dst, t0, nbytes, f"cu {what}")
+        link_end = send(clock, dst, t0, nbytes, f"cu {what}", cu_fraction(clock, dst))
         end = max(read_end, link_end)
         arrival = end + clock.latency(dst)
     cu.free_at = end
