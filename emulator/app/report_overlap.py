@@ -158,8 +158,10 @@ def figures(doc: dict, out: Path) -> list[Path]:
     plt.close(fig)
     written.append(out / "flux_ect.png")
 
-    # 2. overlap efficiency per method against m
-    effm = [m for m in shown if m != _REG.baseline()]
+    # 2. overlap efficiency per configuration against m (clipped below at FLOOR: a
+    # medium-grained baseline at small m can be tens of ECTs worse; its value is printed)
+    floor = -1.5
+    bold = [m for m in shown if m != _REG.baseline()]
     fig, axes = plt.subplots(len(subs), cols, figsize=(4.2 * cols, 3.4 * len(subs)),
                              squeeze=False, sharey=True)
     for i, sub in enumerate(subs):
@@ -170,21 +172,32 @@ def figures(doc: dict, out: Path) -> list[Path]:
                 ax.axis("off")
                 continue
             pts = grp[mine[j]]
-            for m in effm:
-                xs = [p["m"] for p in pts if m in _runs(p)]
-                ys = [_runs(p)[m]["overlap_efficiency"] for p in pts if m in _runs(p)]
-                if len(xs) > 1:
-                    ax.plot(xs, ys, marker="o", label=m, color=colors.get(m))
-                elif xs:
-                    ax.scatter(xs, ys, label=m, color=colors.get(m))
+            names = [n for n in _REG.configurations if n != _REG.baseline()
+                     and any(n in _runs(q) for q in pts)]
+            for m in names:
+                xs = [q["m"] for q in pts if m in _runs(q)]
+                ys = [_runs(q)[m]["overlap_efficiency"] for q in pts if m in _runs(q)]
+                style = dict(marker="o", color=colors.get(m), label=m,
+                             linewidth=2.0 if m in bold else 0.8,
+                             alpha=1.0 if m in bold else 0.55,
+                             markersize=5 if m in bold else 3)
+                ax.plot(xs, [max(floor, y) for y in ys], **style)
+                for x, y in zip(xs, ys):
+                    if y < floor:
+                        ax.annotate(f"{y:.0f}", (x, floor), textcoords="offset points",
+                                    xytext=(0, 4), fontsize=7, color=colors.get(m),
+                                    ha="center")
             ax.axhline(0.0, color="black", linewidth=0.8)
+            ax.set_ylim(floor - 0.1, 1.05)
             ax.set_xscale("log", base=2)
+            ax.set_xticks([q["m"] for q in pts])
+            ax.set_xticklabels([str(q["m"]) for q in pts], fontsize=7)
             ax.set_title(f"{sub} · {mine[j][1]} (TP {mine[j][2]})", fontsize=9)
             ax.set_xlabel("m (tokens)", fontsize=8)
             ax.grid(alpha=0.3)
-        axes[i][0].set_ylabel("overlap efficiency E", fontsize=8)
-    axes[0][0].legend(fontsize=8)
+            ax.legend(fontsize=6, loc="lower right")
+        axes[i][0].set_ylabel(f"overlap efficiency E (clipped at {floor})", fontsize=8)
     fig.suptitle(f"{doc['scenario']}: overlap efficiency E = 1 - ECT / ECT of "
-                 f"{_REG.baseline()}", fontsize=10)
+                 f"{_REG.baseline()}; bold: {', '.join(bold)}", fontsize=10)
     written.append(_save(plt, fig, out / "flux_efficiency.png"))
     return written
