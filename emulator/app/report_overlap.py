@@ -113,39 +113,45 @@ def figures(doc: dict, out: Path) -> list[Path]:
     cols = max(sum(1 for k in keys if k[0] == s) for s in subs)
     written = []
 
+    def panels(height: float, **kw):
+        """A figure with a row per sub-layer, a panel per (system, TP): (fig, axes,
+        [(row, ax, key, points)])."""
+        fig, axes = plt.subplots(len(subs), cols, figsize=(4.2 * cols, height * len(subs)),
+                                 squeeze=False, **kw)
+        out = []
+        for i, sub in enumerate(subs):
+            mine = [k for k in keys if k[0] == sub]
+            for j in range(cols):
+                if j < len(mine):
+                    out.append((i, axes[i][j], mine[j], grp[mine[j]]))
+                else:
+                    axes[i][j].axis("off")
+        return fig, axes, out
+
     # 1. stacked GEMM alone + ECT per method and m
-    fig, axes = plt.subplots(len(subs), cols, figsize=(4.2 * cols, 3.6 * len(subs)),
-                             squeeze=False)
-    for i, sub in enumerate(subs):
-        mine = [k for k in keys if k[0] == sub]
-        for j in range(cols):
-            ax = axes[i][j]
-            if j >= len(mine):
-                ax.axis("off")
-                continue
-            key = mine[j]
-            pts = grp[key]
-            width = 0.8 / len(shown)
-            for mi, m in enumerate(shown):
-                for x, pt in enumerate(pts):
-                    r = _runs(pt).get(m)
-                    alone = next((q["gemm_alone_s"] for q in pt["runs"]
-                                  if q.get("gemm_alone_s")), None)
-                    if r is None or alone is None or r.get("ect_s") is None:
-                        continue
-                    ref = _runs(pt)[base[0]]["modelled_time_s"] if base and base[0] in \
-                        _runs(pt) else r["modelled_time_s"]  # bars in units of the baseline
-                    xs = x + (mi - (len(shown) - 1) / 2) * width
-                    ax.bar(xs, alone / ref, width * 0.95, color="#c7c7c7",
-                           edgecolor="white", linewidth=0.3)
-                    ax.bar(xs, max(0.0, r["ect_s"]) / ref, width * 0.95,
-                           bottom=alone / ref, color=colors.get(m), edgecolor="white",
-                           linewidth=0.3)
-            ax.set_xticks(range(len(pts)))
-            ax.set_xticklabels([str(p["m"]) for p in pts], fontsize=8)
-            ax.set_xlabel("m (tokens)", fontsize=8)
-            ax.set_title(f"{sub} · {key[1]} (TP {key[2]})", fontsize=9)
-            ax.grid(axis="y", alpha=0.3)
+    fig, axes, cells = panels(3.6)
+    for i, ax, key, pts in cells:
+        width = 0.8 / len(shown)
+        for mi, m in enumerate(shown):
+            for x, pt in enumerate(pts):
+                r = _runs(pt).get(m)
+                alone = next((q["gemm_alone_s"] for q in pt["runs"]
+                              if q.get("gemm_alone_s")), None)
+                if r is None or alone is None or r.get("ect_s") is None:
+                    continue
+                ref = _runs(pt)[base[0]]["modelled_time_s"] if base and base[0] in \
+                    _runs(pt) else r["modelled_time_s"]  # bars in units of the baseline
+                xs = x + (mi - (len(shown) - 1) / 2) * width
+                ax.bar(xs, alone / ref, width * 0.95, color="#c7c7c7",
+                       edgecolor="white", linewidth=0.3)
+                ax.bar(xs, max(0.0, r["ect_s"]) / ref, width * 0.95,
+                       bottom=alone / ref, color=colors.get(m), edgecolor="white",
+                       linewidth=0.3)
+        ax.set_xticks(range(len(pts)))
+        ax.set_xticklabels([str(p["m"]) for p in pts], fontsize=8)
+        ax.set_xlabel("m (tokens)", fontsize=8)
+        ax.set_title(f"{key[0]} · {key[1]} (TP {key[2]})", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
         axes[i][0].set_ylabel(f"time / time of {base[0] if base else 'itself'}", fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color="#c7c7c7")] + [
         plt.Rectangle((0, 0), 1, 1, color=colors.get(m)) for m in shown]
@@ -162,40 +168,32 @@ def figures(doc: dict, out: Path) -> list[Path]:
     # medium-grained baseline at small m can be tens of ECTs worse; its value is printed)
     floor = -1.5
     bold = [m for m in shown if m != _REG.baseline()]
-    fig, axes = plt.subplots(len(subs), cols, figsize=(4.2 * cols, 3.4 * len(subs)),
-                             squeeze=False, sharey=True)
-    for i, sub in enumerate(subs):
-        mine = [k for k in keys if k[0] == sub]
-        for j in range(cols):
-            ax = axes[i][j]
-            if j >= len(mine):
-                ax.axis("off")
-                continue
-            pts = grp[mine[j]]
-            names = [n for n in _REG.configurations if n != _REG.baseline()
-                     and any(n in _runs(q) for q in pts)]
-            for m in names:
-                xs = [q["m"] for q in pts if m in _runs(q)]
-                ys = [_runs(q)[m]["overlap_efficiency"] for q in pts if m in _runs(q)]
-                style = dict(marker="o", color=colors.get(m), label=m,
-                             linewidth=2.0 if m in bold else 0.8,
-                             alpha=1.0 if m in bold else 0.55,
-                             markersize=5 if m in bold else 3)
-                ax.plot(xs, [max(floor, y) for y in ys], **style)
-                for x, y in zip(xs, ys):
-                    if y < floor:
-                        ax.annotate(f"{y:.0f}", (x, floor), textcoords="offset points",
-                                    xytext=(0, 4), fontsize=7, color=colors.get(m),
-                                    ha="center")
-            ax.axhline(0.0, color="black", linewidth=0.8)
-            ax.set_ylim(floor - 0.1, 1.05)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([q["m"] for q in pts])
-            ax.set_xticklabels([str(q["m"]) for q in pts], fontsize=7)
-            ax.set_title(f"{sub} · {mine[j][1]} (TP {mine[j][2]})", fontsize=9)
-            ax.set_xlabel("m (tokens)", fontsize=8)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6, loc="lower right")
+    fig, axes, cells = panels(3.4, sharey=True)
+    for i, ax, key, pts in cells:
+        names = [n for n in _REG.configurations if n != _REG.baseline()
+                 and any(n in _runs(q) for q in pts)]
+        for m in names:
+            xs = [q["m"] for q in pts if m in _runs(q)]
+            ys = [_runs(q)[m]["overlap_efficiency"] for q in pts if m in _runs(q)]
+            style = dict(marker="o", color=colors.get(m), label=m,
+                         linewidth=2.0 if m in bold else 0.8,
+                         alpha=1.0 if m in bold else 0.55,
+                         markersize=5 if m in bold else 3)
+            ax.plot(xs, [max(floor, y) for y in ys], **style)
+            for x, y in zip(xs, ys):
+                if y < floor:
+                    ax.annotate(f"{y:.0f}", (x, floor), textcoords="offset points",
+                                xytext=(0, 4), fontsize=7, color=colors.get(m),
+                                ha="center")
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_ylim(floor - 0.1, 1.05)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([q["m"] for q in pts])
+        ax.set_xticklabels([str(q["m"]) for q in pts], fontsize=7)
+        ax.set_title(f"{key[0]} · {key[1]} (TP {key[2]})", fontsize=9)
+        ax.set_xlabel("m (tokens)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower right")
         axes[i][0].set_ylabel(f"overlap efficiency E (clipped at {floor})", fontsize=8)
     fig.suptitle(f"{doc['scenario']}: overlap efficiency E = 1 - ECT / ECT of "
                  f"{_REG.baseline()}; bold: {', '.join(bold)}", fontsize=10)
