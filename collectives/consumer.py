@@ -92,11 +92,17 @@ def gated_gemm(p: Problem, slots: Slots, signal: dict, chunks: list[int],
         order = [t for c in chunks for t in cspace.tiles_in(p.chunk_region(c))]
     kernel = p.gemm(cspace, order, a="AG")
     inputs = sorted(signal)  # input tile regions (rows, all K)
+
+    def read(r0: int, r1: int) -> list:
+        """The input tiles rows r0..r1 read: the one of the same rows (chunk-aligned
+        tiles), else every one they overlap."""
+        key = (r0, r1, 0, p.k)
+        return [key] if key in signal else [k for k in inputs if _overlap(k[:2], (r0, r1))]
+
     gates = {}
     for s, ids in enumerate(kernel.stages()):
         rows = sorted({(int(w[0]), int(w[1])) for w in kernel.wgs[ids]})
-        sigs = [g for r in rows for key in inputs if _overlap(key[:2], r)
-                for g in _signals(signal[key])]
+        sigs = [g for r in rows for key in read(*r) for g in _signals(signal[key])]
         gates[s] = tuple({id(g): g for g in sigs}.values())
     kernel = kernel.with_stage_gates(gates)
     cmap = AddressMap(cspace, p.rank, p.world, p.producer_op(), kernel.local_writes(),

@@ -31,7 +31,7 @@ import numpy as np
 
 from collectives import consumer
 from collectives.common import Problem
-from collectives.flux_rs import ARBITRATION
+from collectives.flux_rs import ARBITRATION, two_sockets
 from devices.commands import DMA0, Executor
 from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots
@@ -53,6 +53,10 @@ class _Input:
         self.flags = (TileSpace("AG", self.space.tiles, slots.alloc("AG flag", len(self.space)))
                       if flags else None)
         self.signal: dict = {}
+        # the own rows' pushes on a second queue over the same buffer (maps earlier in a
+        # phase queue first, so it goes ahead of the entries that wait for arrivals)
+        self.own_push = AddressMap(self.space, p.rank, p.world, "store", writes,
+                                   incoming_op="store", local_ok=True)
 
     def tiles(self, c: int):
         return consumer.comm_tiles(self.p, c, self.comm_rows)
@@ -61,15 +65,20 @@ class _Input:
         for t in self.space.tiles_in(region):
             self.signal[self.space.region(t)] = sig
 
-    def plan(self, op: Operation, algorithm: str, chunks: list[int], slots: Slots,
-             extra: list[AddressMap] = ()) -> Plan:
+    def plan(self, op: Operation, algorithm: str, chunks: list[int], slots: Slots) -> Plan:
         p = self.p
         layout, inputs, result = op.parts.layout(p, algorithm)
         kernel, cmap = consumer.gated_gemm(p, slots, self.signal, chunks, plain=True)
+        extra = [self.own_push] if self.own_push.entries else []
         phase = KernelPhase("ag+gemm", kernel, [cmap, *extra, self.map], op.parts.stream,
                             fused=True,
                             preload=consumer.resident(p, self.space, self.own))
         return Plan(layout, inputs, [phase], slots, result, arbitration=ARBITRATION)
+
+
+def _second_engine(p: Problem) -> Executor:
+    """The copy engine beside engine 0 (engine 0 if the device has one)."""
+    return Executor("dma", min(1, p.spec.dma_engines - 1))
 
 
 def _order(p: Problem, arrival: list[int], swizzle: bool) -> list[int]:
@@ -111,25 +120,23 @@ def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle
     slots = Slots()
     inp = _Input(p, slots, comm_rows)
     amap = inp.map
-    if not (two_d and topo.nodes == 1 and topo.sockets == 2 and topo.per_socket * 2 == p.world):
+    if not (two_d and two_sockets(p)):
         for c in [p.rank] + p.others:  # to the left; forwarded until the chunk's last stop
             for region in inp.tiles(c):
                 inp.mark(region, amap.track(region, after=1) if c == p.left or p.world == 1
                          else amap.dma_map(region, p.left, op="store", after=1))
         return inp.plan(op, algorithm, _order(p, [p.ring_at(s) for s in range(p.world)],
                                               swizzle), slots)
-    order, _, extra = _ring2d(p, inp, amap, slots)
-    return inp.plan(op, algorithm, _order(p, order, swizzle), slots, extra)
+    return inp.plan(op, algorithm, _order(p, _ring2d(p, inp), swizzle), slots)
 
 
-def _ring2d(p: Problem, inp: _Input, amap: AddressMap, slots: Slots) -> tuple:
+def _ring2d(p: Problem, inp: _Input) -> list[int]:
     """Flux's Ring2D on a node of two sockets: the chunks first travel per_socket hops
     along the node's ring (so 1/2 of the input crosses each way, one GPU at a time, at
     the two ring hops between the sockets), then each socket's ring carries every chunk
     on from the last of its GPUs that holds it to those that do not yet (each arrival
-    forwarded as soon as it lands). Returns the GEMM's chunk order (arrival order) and
-    the map of the own rows' second push."""
-    topo, ring, n = p.topology, list(p.ring), p.world
+    forwarded as soon as it lands). Maps ``inp``; returns the chunks in arrival order."""
+    topo, ring, n, amap = p.topology, list(p.ring), p.world, inp.map
     pos = {r: i for i, r in enumerate(ring)}
     members = [[r for r in ring if topo.socket(r) == s] for s in range(topo.sockets)]
     sock = {r: m for m in members for r in m}
@@ -155,9 +162,7 @@ def _ring2d(p: Problem, inp: _Input, amap: AddressMap, slots: Slots) -> tuple:
                     held[sleft(x)] = held[x] + 1
                     x = sleft(x)
         hops[c] = held[p.rank]
-    engine1 = Executor("dma", min(1, p.spec.dma_engines - 1))
-    own_push = AddressMap(inp.space, p.rank, p.world, "store", amap.local_writes,
-                          incoming_op="store", local_ok=True)
+    engine1 = _second_engine(p)
     for c in range(n):
         dsts = list(dict.fromkeys(forwards.get((p.rank, c), [])))
         for region in inp.tiles(c):
@@ -166,11 +171,11 @@ def _ring2d(p: Problem, inp: _Input, amap: AddressMap, slots: Slots) -> tuple:
             elif c == p.rank and len(dsts) > 1:  # across on a second engine, along on 0
                 inp.mark(region, (amap.dma_map(region, dsts[0], op="store", after=1,
                                                executor=engine1),
-                                  own_push.dma_map(region, dsts[1:], op="store", after=1)))
+                                  inp.own_push.dma_map(region, dsts[1:], op="store",
+                                                       after=1)))
             else:
                 inp.mark(region, amap.dma_map(region, dsts, op="store", after=1))
-    order = sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))
-    return order, slots, [own_push] if own_push.entries else []
+    return sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))
 
 
 def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,
@@ -185,17 +190,15 @@ def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle:
     amap = inp.map
     far = [b * g + local for b in range(nodes) if b != node]  # same local index elsewhere
     near = [node * g + (local + s) % g for s in range(1, g)]  # this node, ring order
-    wire = Executor("dma", min(1, p.spec.dma_engines - 1))  # beside the intra-node engine
-    # pushes of its own chunk within the node: a second queue over the same buffer (engine 0)
-    local_push = AddressMap(inp.space, p.rank, p.world, "store", amap.local_writes,
-                            incoming_op="store", local_ok=True)
+    wire = _second_engine(p)  # beside the intra-node engine
     ready = None
     for region in inp.tiles(p.rank):
         sig = amap.dma_map(region, far, op="store", after=1, executor=wire)
         ready = ready or sig
         if not pull and near:  # its resident rows gate the GEMM on both queues' entries,
             # so both come first in program order
-            sig = (sig, local_push.dma_map(region, near, op="store", after=1, executor=DMA0))
+            sig = (sig, inp.own_push.dma_map(region, near, op="store", after=1,
+                                             executor=DMA0))
         inp.mark(region, sig)
     # this node's chunks first (resident at their holders from the start), then each
     # other node's: the one arriving here first, then those arriving at this node's peers
@@ -214,5 +217,4 @@ def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle:
             else:  # pushed here by its holder on this node
                 sig = amap.track(region, after=1)
             inp.mark(region, sig)
-    extra = [local_push] if local_push.entries else []
-    return inp.plan(op, algorithm, _order(p, [p.rank] + chunks, swizzle), slots, extra)
+    return inp.plan(op, algorithm, _order(p, [p.rank] + chunks, swizzle), slots)

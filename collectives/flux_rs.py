@@ -134,7 +134,7 @@ def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int]]:
     1D: the topology's ring over all ranks. 2D (two sockets): a ring within the socket
     over the other socket's chunks first, then over its own socket's."""
     topo = p.topology
-    if not (two_d and _two_sockets(p)):
+    if not (two_d and two_sockets(p)):
         return [(p.ring_at(s), s % p.world, p.left, -1) for s in range(1, p.world + 1)]
     per = topo.per_socket
     base = (p.rank // per) * per  # this socket's first rank
@@ -148,7 +148,8 @@ def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _two_sockets(p: Problem) -> bool:
+def two_sockets(p: Problem) -> bool:
+    """One node of two equal sockets (where the 2D forms apply)."""
     topo = p.topology
     return topo.nodes == 1 and topo.sockets == 2 and topo.per_socket * 2 == p.world
 

@@ -155,7 +155,7 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
               help="A Python file that registers configurations of one's own, which the "
                    "scenario's modes may name (repeatable; resume with the same files).")
 def sweep(scenario, out_dir, timing_only, watchdog_s, configs) -> None:
-    """Run every point of SCENARIO (a name under run/, or a .toml path) in every configuration."""
+    """Run every point of SCENARIO (a name under run/, or a .toml path) in its configurations."""
     from pathlib import Path
 
     from emulator.app.scenario import ScenarioError, load_scenario
@@ -188,7 +188,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs) -> None:
                    "(default: the first point with the fewest ranks).")
 @click.option("--no-figures", is_flag=True, help="Print the tables only.")
 def report(out_dir, timeline, no_figures) -> None:
-    """Print a sweep's tables (speedups, DRAM traffic, end-to-end) and write PNG figures."""
+    """Print a sweep's tables (speedups, Flux's overlap views, DRAM traffic, end-to-end) and
+    write PNG figures."""
     from pathlib import Path
 
     from emulator.app.report import figures, load, text_report

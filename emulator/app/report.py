@@ -6,7 +6,8 @@ From a sweep directory's ``results.json``:
 - DRAM traffic per GPU by T3's categories (GEMM, RS and AG reads and writes)
   for sequential and the fused configurations, and its reduction;
 - an end-to-end estimate per model and TP degree (method below);
-- PNG figures (matplotlib): speedup bars, stacked DRAM bars, a per-rank timeline.
+- PNG figures (matplotlib): speedup bars, stacked DRAM bars, a per-rank timeline;
+- for sweeps of cases on systems, Flux's views (``report_overlap.py``).
 
 End-to-end method (stated in the output as well). T3 scales a measured
 per-layer breakdown by the sub-layer speedups; we have no measured breakdown,

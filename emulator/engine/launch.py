@@ -271,8 +271,9 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
     if k.persistent or not len(k.wgs):
         return None
     cost.l2_reset()
-    groups = k.groups(k.stages()[0])
-    sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(k.stages()[0])),
+    first = k.stages()[0]
+    groups = k.groups(first)
+    sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(first)),
                     _shared_reads(cost, k, groups), cu_share)
     bw = cost.spec.hbm_bw
     read_t = max(sc.compute_s, sc.read_bytes / bw)
