@@ -3,7 +3,8 @@ operation:
 
 - ``sequential``: the producer GEMM, then the collective as a CU-driven kernel of
   its own (for an AG feeding a GEMM: the AG kernel, then the GEMM); an AR's AG
-  then runs as a kernel;
+  then runs as a kernel; an operation may give its own phases (``parts.phases``:
+  the embedding operator's kernel per table, then the library all-to-all);
 - ``ideal-overlap``: max(GEMM alone, collective alone) (+ AG alone for AR): the
   sequential phases, each run isolated on a clock of its own;
 - ``ideal-rs-nmc``: the same with the RS done by near-memory updates (reductions).
@@ -18,10 +19,14 @@ from emulator.engine.registry import Operation
 
 def _phases(p: Problem, op: Operation, algorithm: str, isolated: bool, nmc: bool) -> Plan:
     parts, slots = op.parts, Slots()
-    layout, inputs, result = parts.layout(p, algorithm, recv_buffer=not nmc)
 
     def iso(name: str) -> dict:
         return {"clock": name} if isolated else {}
+
+    if getattr(parts, "phases", None) is not None:  # an operation with phases of its own
+        layout, inputs, result, phases = parts.phases(p, slots, algorithm, iso)
+        return Plan(layout, inputs, phases, slots, result, isolated)
+    layout, inputs, result = parts.layout(p, algorithm, recv_buffer=not nmc)
 
     stream = parts.stream
     if parts.consumer:  # the collective gathers the GEMM's input first

@@ -36,6 +36,13 @@ class Problem:
     spec: DeviceSpec
     dtype: object  # numpy dtype of the stored data
     split: int = 1  # WGs per output tile (split-K)
+    params: tuple[tuple[str, float], ...] = ()  # the run's parameters (--param), resolved
+
+    def param(self, name: str) -> float:
+        for n, v in self.params:
+            if n == name:
+                return v
+        raise KeyError(f"the run has no parameter {name!r}")
 
     @cached_property
     def topology(self) -> Topology:

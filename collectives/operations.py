@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectives import direct, ring
+from collectives import direct, embedding, fused_ops, ring
 from collectives.common import Problem, plain_gemm
 from collectives.consumer import ag_gemm
 from emulator.engine.plan import Credit, Slots
@@ -121,3 +121,21 @@ def _ag_gemm_layout(p: Problem, algorithm: str, recv_buffer: bool = False):
 AG_GEMM = OperationParts(
     "ag", "ag+gemm", _ag_gemm_layout, lambda p, s: plain_gemm(p, s, a="AG"),
     lambda p, s, a, nmc: ALGORITHMS[a].ag_steps(p, s, "AG", p.k), ag_gemm, consumer=True)
+
+
+GEMV_ALL_REDUCE = OperationParts(
+    "rs", "gemv+ar", _layout(_none, False, _whole, _recv), fused_ops.plain_gemv,
+    _rs_steps, _one_map("rs_map"), then_ag=True)
+
+
+@dataclass(frozen=True)
+class PhaseParts:
+    """An operation whose baseline phases are its own (``phases(p, slots, algorithm,
+    iso)`` -> (layout, inputs, result regions, phases); ``iso(name)``: the clock of an
+    isolated run)."""
+
+    phases: Callable
+    consumer: bool = False
+
+
+EMBEDDING_ALL_TO_ALL = PhaseParts(embedding.phases)

@@ -8,7 +8,8 @@ here (or, outside the repository, in a file given to ``--configs``).
 
 from __future__ import annotations
 
-from collectives import baselines, flux, operations, t3, transformer_engine
+from collectives import (baselines, embedding, flux, fused_ops, operations, persistent, t3,
+                         transformer_engine)
 from emulator.engine.registry import REGISTRY, Configuration, Operation
 
 
@@ -63,21 +64,43 @@ REGISTRY.add_operation(Operation(
     lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own",
     collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS))
 
+REGISTRY.add_operation(Operation(
+    "gemv+ar", "all-reduce of a decode GEMV's partial output (row-parallel layer)",
+    "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
+    _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
+    reducing=True, bus_factors=AR, spans={"ar": ("rs", "ag")},
+    dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
+REGISTRY.add_operation(Operation(
+    "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
+    "to the samples' GPUs (DLRM)", "fused ops sec. 3", ("direct",),
+    operations.EMBEDDING_ALL_TO_ALL, _mpi_collective("all_to_all"),
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("embedding+a2a",),
+    params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
+    check_reference=embedding.reference, bounds=embedding.bounds,
+    host_memory=embedding.host_memory,
+    dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
+
+
+def _t3_op(op) -> bool:
+    return op.design == "T3 sec. 1"
+
+
 REGISTRY.add_configuration(Configuration(
-    "sequential", "the GEMM, then the collective as a CU-driven kernel (baseline)",
-    "T3 baseline", baselines.sequential, baseline=True, color="#7f7f7f", short="S"))
+    "sequential", "the compute kernel(s), then the collective as a CU-driven library kernel "
+    "(baseline)", "T3 baseline", baselines.sequential, baseline=True, color="#7f7f7f",
+    short="S"))
 REGISTRY.add_configuration(Configuration(
     "t3", "GEMM fused with the collective by track & trigger, NMC updates, round-robin HBM "
-    "arbitration", "T3", t3.t3, color="#1f77b4", short="T"))
+    "arbitration", "T3", t3.t3, applies=_t3_op, color="#1f77b4", short="T"))
 REGISTRY.add_configuration(Configuration(
-    "t3-mca", "t3 with memory-controller arbitration", "T3", t3.t3_mca, color="#2ca02c",
-    short="M"))
+    "t3-mca", "t3 with memory-controller arbitration", "T3", t3.t3_mca, applies=_t3_op,
+    color="#2ca02c", short="M"))
 REGISTRY.add_configuration(Configuration(
     "ideal-overlap", "max(GEMM alone, collective alone) (+ AG alone), isolated runs",
     "T3 bound", baselines.ideal_overlap, color="#ff7f0e"))
 REGISTRY.add_configuration(Configuration(
     "ideal-rs-nmc", "ideal-overlap with a near-memory RS (reductions only)", "T3 bound",
-    baselines.ideal_rs_nmc, applies=lambda op: op.reducing, color="#d62728"))
+    baselines.ideal_rs_nmc, applies=lambda op: op.reducing and _t3_op(op), color="#d62728"))
 
 
 def _gemm_rs(op) -> bool:
@@ -151,3 +174,25 @@ REGISTRY.add_configuration(Configuration(
         transformer_engine.te_ag_gemm if _ag_gemm(op) else
         transformer_engine.te_gemm_rs)(p, op, algorithm),
     applies=lambda op: _ag_gemm(op) or _gemm_rs(op), baseline=True, color="#8c564b"))
+
+
+def _is(name: str):
+    return lambda op: op.name == name
+
+
+OCC = {"occupancy": persistent.OCCUPANCY}
+REGISTRY.add_configuration(Configuration(
+    "fused", "the fused computation-collective operator: one persistent kernel whose WGs "
+    "send their own results (embedding: communication-aware order, remote slices first; "
+    "GEMV: two-phase direct all-reduce; GEMM: tiles stored to the tokens' GPUs)",
+    "Fused ops", lambda p, op, algorithm: _FUSED[op.name](p),
+    applies=lambda op: op.name in _FUSED, color="#9467bd", short="F",
+    params={**OCC, "slice": embedding.SLICE}))
+REGISTRY.add_configuration(Configuration(
+    "fused-oblivious", "fused embedding + all-to-all with the communication-oblivious task "
+    "order (bags in index order: sample by sample)", "Fused ops",
+    lambda p, op, algorithm: embedding.fused(p, aware=False), applies=_is("emb+a2a"),
+    color="#c5b0d5", params={**OCC, "slice": embedding.SLICE}))
+
+_FUSED = {"emb+a2a": lambda p: embedding.fused(p, aware=True), "gemv+ar": fused_ops.gemv_ar,
+          "gemm+a2a": fused_ops.gemm_a2a}

@@ -199,6 +199,25 @@ def _gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray)
 
 
 @njit(**_JIT)
+def _embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndarray,
+                    out: np.ndarray) -> None:
+    """Embedding-bag WGs (sum pooling): item (s0, s1, c0, c1, j0, j1) pools, for each
+    sample s in [s0, s1), the rows ``ids[s, j0:j1]`` of table t = c0 // D (rows t x
+    ``rows`` .. of ``table``) into out[s, c0:c1], in fp32, ids in ascending j."""
+    d = table.shape[1]
+    for t in range(items.shape[0]):
+        s0, s1, c0, c1, j0, j1 = items[t]
+        base = (c0 // d) * rows
+        for s in range(s0, s1):
+            for c in range(c1 - c0):
+                out[s, c0 + c] = np.float32(0.0)
+            for j in range(j0, j1):
+                r = base + ids[s, j]
+                for c in range(c1 - c0):
+                    out[s, c0 + c] += table[r, c]
+
+
+@njit(**_JIT)
 def _sum_into(acc: np.ndarray, src: np.ndarray, first: bool) -> None:
     """acc (fp32) = src or acc + src, elementwise over equal 2-D shapes (src fp32)."""
     for i in range(acc.shape[0]):
@@ -326,6 +345,33 @@ def gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) 
     _gemv_rows(a, x, tiles, out)
 
 
+def embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndarray,
+                   out: np.ndarray) -> None:
+    """Pool embedding bags in place in ``out`` (fp32).
+
+    Parameters
+    ----------
+    table : (T x rows, D) fp32 rows of T tables (``widen`` fp16 first).
+    ids : (batch, T x L) int64 row ids, each in [0, rows): bag (s, t) is ids[s, tL:(t+1)L].
+    rows : rows per table.
+    items : int64 (n, 6) rows (s0, s1, c0, c1, j0, j1): samples, output columns (one
+        table's D columns: t = c0 // D) and the ids' columns pooled.
+    out : (batch, T x D) fp32, C-contiguous.
+    """
+    _need(table.dtype == np.float32 and table.ndim == 2, f"table must be 2-D fp32, got "
+          f"{table.dtype}{table.shape}")
+    _need(ids.dtype == np.int64 and ids.ndim == 2, f"ids must be 2-D int64, got {ids.dtype}")
+    _need(items.dtype == np.int64 and items.ndim == 2 and items.shape[1] == 6,
+          "items must be int64 (n, 6)")
+    _need(out.dtype == np.float32 and out.ndim == 2 and out.flags.c_contiguous,
+          f"out must be C-contiguous fp32, got {out.dtype}{out.shape}")
+    if len(items):
+        _need(int(ids.min()) >= 0 and int(ids.max()) < rows, f"row ids outside [0, {rows})")
+        _need(int((items[:, 3] - items[:, 2]).max()) <= table.shape[1]
+              and int(items[:, 3].max()) <= out.shape[1], "items outside the output")
+    _embedding_bags(table, ids, rows, items, out)
+
+
 def sum_into(acc: np.ndarray, src: np.ndarray, first: bool = False) -> None:
     """``acc = src`` (``first``) or ``acc += src`` elementwise, in fp32 (a memory-bound
     reduction kernel's step: each source copy is widened once, added once; the caller
@@ -353,6 +399,8 @@ def warm_up(dtypes: tuple[str, ...] = ("fp16", "fp32")) -> None:
         gemm_blocks(a, b, tiles[1:2], np.empty((3, 4), np.float32))
         add(np.ones(3, dt), np.ones(3, dt))
         gemv_rows(a, b, tiles[:1], np.empty((3, 4), np.float32))
+        embedding_bags(a, np.zeros((2, 2), np.int64), 3,
+                       np.array([[0, 2, 0, 5, 0, 2]], np.int64), np.empty((2, 5), np.float32))
         acc = np.empty((2, 2), np.float32)
         sum_into(acc, np.ones((2, 2), dt), True)
         sum_into(acc, np.ones((2, 2), dt))

@@ -126,6 +126,19 @@ class DeviceSpec:
     # the peak, T3's model) or "spread" (over the CUs first: ceil(n / CUs) per CU)
     atomic_dtypes: tuple[str, ...] = ("fp16", "fp32")  # dtypes with native atomic adds
     # ([compute] atomic_dtypes): what a configuration reducing by atomics (Flux's RS-A) needs
+    max_wgs_per_cu: int = 0  # resident WGs per CU of a light memory-bound kernel (embedding
+    # pooling, GEMV): the occupancy limit of persistent grids (0: wgs_per_cu)
+    mem_latency_s: float = 0.0  # loaded DRAM latency a WG's reads see (0: not modelled)
+    wg_inflight_bytes: int = 0  # read bytes one WG of a memory-bound kernel keeps in flight
+    # (with mem_latency_s: its rate is at most inflight / latency, Little's law)
+    dram_banks: int = 0  # DRAM banks of the whole HBM (0: row locality not modelled)
+    dram_row_miss_cost: float = 1.0  # channel time of a DRAM access that misses the open
+    # row, relative to a row hit
+
+    @property
+    def max_resident_wgs(self) -> int:
+        """Resident WGs of a light memory-bound kernel: the persistent grid's maximum."""
+        return self.cus * (self.max_wgs_per_cu or self.wgs_per_cu)
 
     @property
     def wgs_per_stage(self) -> int:
@@ -187,6 +200,8 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         # peak (T3's model); "spread" = the WGs spread over the CUs first, each CU holding
         # ceil(n / CUs) of them (NVIDIA's block scheduler fills SMs before doubling up)
         "partial_stage": (str, 1, "partial_stage", "slots"),
+        # resident WGs per CU of a light memory-bound kernel (persistent grids' maximum)
+        "max_wgs_per_cu": (int, 1, "max_wgs_per_cu", 0),
     },
     "memory": {
         "dram_channels": (int, 1, "dram_channels", 0),
@@ -196,6 +211,12 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "dram_write_batch": (int, 1, "dram_write_batch", DramSpec.write_batch),
         "dram_burst_kb": (float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes),
         "dram_starvation_ns": (float, 1e-9, "dram_starvation_s", DramSpec.starvation_s),
+        # memory-bound kernels (``cost.py``, "latency and row locality"): the loaded DRAM
+        # latency, the bytes a WG keeps in flight, and a row miss's channel time
+        "latency_ns": (float, 1e-9, "mem_latency_s", 0.0),
+        "wg_inflight_bytes": (int, 1, "wg_inflight_bytes", 0),
+        "dram_banks": (int, 1, "dram_banks", 0),
+        "dram_row_miss_cost": (float, 1, "dram_row_miss_cost", 1.0),
     },
     "interconnect": {
         "library_fraction": (float, 1, "library_fraction", 1.0),
@@ -209,7 +230,8 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
 }
 _TOP_KEYS = {"name", "description"}
 _MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "launch_us", "count", "gb_per_s", "latency_ns",
-                "issue_ns", "dram_channels", "dram_turnaround_ns"}
+                "issue_ns", "dram_channels", "dram_turnaround_ns", "max_wgs_per_cu",
+                "wg_inflight_bytes", "dram_banks"}
 
 
 def list_presets() -> list[str]:
@@ -303,6 +325,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if not 0 < values["library_fraction"] <= 1:
         raise SpecError(f"{source}: [interconnect] library_fraction must be in (0, 1], got "
                         f"{values['library_fraction']}")
+    if values["dram_row_miss_cost"] < 1.0:
+        raise SpecError(f"{source}: [memory] dram_row_miss_cost must be >= 1 (a row miss "
+                        f"costs at least a hit), got {values['dram_row_miss_cost']}")
     if values["nmc_update_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
                         f"costs at least a write), got {values['nmc_update_cost']}")
@@ -335,6 +360,11 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         wg_raster_group=values["wg_raster_group"],
         atomic_dtypes=values.get("atomic_dtypes", DeviceSpec.atomic_dtypes),
         partial_stage=values["partial_stage"],
+        max_wgs_per_cu=values["max_wgs_per_cu"],
+        mem_latency_s=values["mem_latency_s"],
+        wg_inflight_bytes=values["wg_inflight_bytes"],
+        dram_banks=values["dram_banks"],
+        dram_row_miss_cost=values["dram_row_miss_cost"],
         nics=values["nics"],
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],

@@ -139,7 +139,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
         return out
 
     def t3() -> np.ndarray:
-        return run_mode(comm, cfg, spec, a, b, "t3", memory).result
+        return run_mode(comm, cfg, spec, {"A": a, "B": b}, "t3", memory).result
 
     wall: dict[str, list[float]] = {"bare": [], "t3": []}
     cpu: dict[str, list[float]] = {"bare": [], "t3": []}

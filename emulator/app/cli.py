@@ -56,6 +56,23 @@ def main() -> None:
     """Distributed emulator of multi-GPU systems: one emulated GPU per MPI rank."""
 
 
+def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """``--param NAME=VALUE`` options as (name, number) pairs; a malformed one is a usage
+    error naming it."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or not name.strip() or number != number:
+            _fail_usage(ConfigError("--param", item, "NAME=VALUE with a number, e.g. "
+                                    "tables=256"))
+        out.append((name.strip(), number))
+    return tuple(out)
+
+
 @main.command()
 @click.option("-n", "--ranks", type=int, default=_DEFAULT.ranks, show_default=True,
               help="Emulated GPUs (MPI ranks) to launch.")
@@ -110,12 +127,16 @@ def main() -> None:
 @click.option("--same-machine", is_flag=True,
               help="With --hosts: start every host's ranks on this machine, as separate nodes "
                    "to MPI (Hydra -launcher fork): tests the multi-node paths on one host.")
+@click.option("--param", "params", type=str, multiple=True, metavar="NAME=VALUE",
+              help="An operation's shape beyond M, N, K or a configuration's knob, e.g. "
+                   "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu list` "
+                   "names each operation's and configuration's parameters).")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, system, split_k,
         seed, values, watchdog_s, json_path, timing_only, trace_path, record_wall,
-        configs, hosts, same_machine, inject_fault) -> None:
+        configs, hosts, same_machine, params, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
     ranks = _system_ranks(system, ranks, topology, device)
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
@@ -124,7 +145,7 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
                     inject_fault=inject_fault, configs=tuple(configs),
                     hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
-                    same_machine=same_machine, system=system)
+                    same_machine=same_machine, system=system, params=_params(params))
     from emulator.app.files import OutputError
 
     mpi = under_mpi()

@@ -62,6 +62,8 @@ class RunConfig:
     hosts: tuple[str, ...] = ()  # hosts the launcher spreads the ranks over (--hosts)
     same_machine: bool = False  # every "host" runs on this machine (--same-machine)
     system: str | None = None  # a system preset or file (--system): GPU, topology, nodes
+    params: tuple[tuple[str, float], ...] = ()  # --param NAME=VALUE: an operation's shapes
+    # beyond M, N, K and the configurations' knobs (defaults from the registry)
 
     def load_spec(self):
         """The device of the run: the system's GPU in the system's interconnect (--system),
@@ -91,6 +93,26 @@ class RunConfig:
             algo = self.algorithm or default_algorithm(op.algorithms, self.topology)
             return reg.configurations_for(op, algo)
         return tuple(m.strip() for m in self.mode.split(","))
+
+    def param_specs(self) -> dict:
+        """name -> Param this run takes (its operation's and its modes' configurations')."""
+        reg = registry(self.configs)
+        return reg.params_for(reg.operation(self.collective), self.modes)
+
+    def param(self, name: str) -> float:
+        """The run's value of parameter ``name`` (given, or the registry's default)."""
+        given = dict(self.params)
+        if name in given:
+            return given[name]
+        specs = self.param_specs()
+        if name not in specs:
+            raise KeyError(f"no parameter {name!r} in this run ({', '.join(specs) or 'none'})")
+        return specs[name].default
+
+    def resolved_params(self) -> tuple[tuple[str, float], ...]:
+        """Every parameter of the run with its value, sorted by name."""
+        given = dict(self.params)
+        return tuple(sorted((n, given.get(n, p.default)) for n, p in self.param_specs().items()))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -155,6 +177,19 @@ class RunConfig:
                                       f"({mode}: {reg.configuration(mode).help}{why})")
             if len(set(modes)) != len(modes):
                 raise ConfigError("--mode", self.mode, "a mode is listed twice")
+        specs = reg.params_for(op, self.modes)
+        names = [n for n, _ in self.params]
+        if len(set(names)) != len(names):
+            raise ConfigError("--param", ",".join(names), "a parameter is given twice")
+        for name, value in self.params:
+            if name not in specs:
+                raise ConfigError("--param", f"{name}={value:g}", f"--collective "
+                                  f"{self.collective} with these modes takes "
+                                  + (", ".join(f"{n} ({p.help})" for n, p in specs.items())
+                                     or "no parameters"))
+            why = specs[name].check(name, value)
+            if why:
+                raise ConfigError("--param", f"{name}={value:g}", why)
         if not 1 <= self.split_k <= min(self.k, 64):
             raise ConfigError("--split-k", self.split_k,
                               f"an integer from 1 to min(K, 64) = {min(self.k, 64)}")
@@ -221,6 +256,8 @@ class RunConfig:
         """A conservative estimate of one rank's peak host memory in bytes (measured: a
         numeric rank holds its inputs, the HBM buffers, the reference and tolerance; a
         timing-only rank about 6 KB of plan and tracker state per output tile)."""
+        if self.operation.host_memory is not None:
+            return int(self.operation.host_memory(self, spec))
         if self.timing_only:
             tiles = -(-self.m // spec.wg_tile_m) * -(-self.n // spec.wg_tile_n)
             if self.operation.parts.consumer:  # the gathered input has tiles too

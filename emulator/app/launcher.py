@@ -305,4 +305,6 @@ def _cfg_args(cfg: RunConfig) -> list[str]:
         args += ["--inject-fault", cfg.inject_fault]
     for path in cfg.configs:
         args += ["--configs", str(Path(path).resolve())]
+    for name, value in cfg.params:
+        args += ["--param", f"{name}={value!r}"]
     return args

@@ -16,33 +16,33 @@ from emulator.runtime import watchdog
 
 def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
     return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
-                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k)
+                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params())
 
 
-def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, a: np.ndarray | None,
-             b: np.ndarray | None, mode: str, memory: DeviceMemory | None = None,
+def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,
+             mode: str, memory: DeviceMemory | None = None,
              earlier: dict[str, RankResult] | None = None) -> RankResult:
-    """Run configuration ``mode`` of ``cfg``'s operation. ``a``/``b`` None: timing-only.
-    ``earlier``: results of configurations this job already ran (a search reuses their
-    modelled times, which timing-only and numeric runs share)."""
+    """Run configuration ``mode`` of ``cfg``'s operation. ``inputs`` (name -> array: the
+    GEMM's A and B, or the operation's own) None: timing-only. ``earlier``: results of
+    configurations this job already ran (a search reuses their modelled times, which
+    timing-only and numeric runs share)."""
     watchdog.post("compute", f"{mode}: building the plan and maps")
     reg = registry(cfg.configs)
     if reg.configuration(mode).search:
-        return _best(comm, cfg, spec, a, b, mode, memory, earlier or {})
+        return _best(comm, cfg, spec, inputs, mode, memory, earlier or {})
     p = problem(comm, cfg, spec)
     plan = reg.configuration(mode).build(p, reg.operation(cfg.collective), cfg.algorithm)
     opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
                       "ring" if cfg.algorithm == "ring" else "direct")
-    inputs = None if a is None else {"A": a, "B": b}
     return run_plan(comm, plan, p.spec, mode, inputs, opts, memory)
 
 
-def _best(comm, cfg: RunConfig, spec: DeviceSpec, a, b, mode: str,
+def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
           memory: DeviceMemory | None, earlier: dict[str, RankResult]) -> RankResult:
     """A search configuration (Flux's tuning): every candidate in timing-only mode (or
     its modelled time from ``earlier``, a run of it in this job), the fastest (modelled
     time, the slowest rank; ties to the registry's order) kept, and run numerically
-    when ``a``/``b`` are given."""
+    when ``inputs`` are given."""
     import dataclasses
 
     from mpi4py import MPI
@@ -52,10 +52,10 @@ def _best(comm, cfg: RunConfig, spec: DeviceSpec, a, b, mode: str,
              if not reg.refusal(n, spec, cfg.dtype)]
     timed, ends = {}, {}
     for name in names:  # every rank has run the same configurations before this one
-        timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, None, name, memory)
+        timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, name, memory)
         ends[name] = comm.allreduce(timed[name].end, op=MPI.MAX)
     chosen = min(names, key=lambda n: (ends[n], names.index(n)))
-    res = timed[chosen] if a is None else run_mode(comm, cfg, spec, a, b, chosen, memory)
+    res = timed[chosen] if inputs is None else run_mode(comm, cfg, spec, inputs, chosen, memory)
     return dataclasses.replace(res, mode=mode, choice={"chosen": chosen, "candidates_s": ends})
 
 
@@ -66,6 +66,8 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     from emulator.model.cost import DTYPE_BYTES
 
     op = cfg.operation
+    if op.bounds is not None:
+        return op.bounds(cfg, spec, world)
     e = DTYPE_BYTES[cfg.dtype]
     rows_min = min(r1 - r0 for r0, r1 in chunks)
     moved = op.link_bytes(cfg.m, cfg.n, cfg.k, rows_min, e)

@@ -60,6 +60,9 @@ def summary_table(doc: dict) -> str:
         lines.append(f"speedup over {b}: " + ", ".join(
             f"{run['mode']} {run['speedup_vs'][b]:.3f}x" for run in doc["runs"]
             if b in (run.get("speedup_vs") or {})))
+    if doc["world_size"] > 1:
+        lines.append("rank skew (slowest rank's end / fastest rank's end): " + ", ".join(
+            f"{run['mode']} {max(run['rank_skew']):.3f}" for run in doc["runs"]))
     for run in doc["runs"]:
         if run.get("search"):
             lines.append(f"{run['mode']}: chose {run['search']['chosen']} of " + ", ".join(
@@ -166,28 +169,37 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     world, rank = comm.size, comm.rank
     spec = with_topology(device, cfg.topology)  # a system's own (preflight set it) or --topology
     chunks = ring_chunks(cfg.m, world)
-    a = b = ref = tol = None
+    inputs = ref = tol = None
     bad_input = ""
     if not cfg.timing_only:
         warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
         own = chunks[rank][1] - chunks[rank][0]
         op = cfg.operation
-        rows = own if op.a_rows == "own" else cfg.m
-        a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
-        faults.in_inputs(cfg.fault, rank, a)
-        bad_input = non_finite_inputs(a=a, b=b)
+        if op.inputs is not None:  # an operation with inputs of its own (embedding tables)
+            inputs = op.inputs(cfg, rank, world)
+        else:
+            rows = own if op.a_rows == "own" else cfg.m
+            a, b = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+            inputs = {"A": a, "B": b}
+        first = next(iter(inputs))
+        faults.in_inputs(cfg.fault, rank, inputs[first])
+        bad_input = non_finite_inputs(**{n: x for n, x in inputs.items()
+                                         if x.dtype.kind == "f"})
         watchdog.wait_all(comm, "the numpy/MPI reference", cfg.watchdog_s)
         watchdog.post("compute", "computing the numpy/MPI reference")
-        ref, tol = compute_reference(comm, a, b, cfg.dtype, cfg.values, chunks, op.reference,
-                                     op.parts.consumer,
-                                     world * cfg.split_k if op.reducing else cfg.split_k)
+        if op.check_reference is not None:
+            ref, tol = op.check_reference(comm, cfg, inputs)
+        else:
+            ref, tol = compute_reference(comm, inputs["A"], inputs["B"], cfg.dtype, cfg.values,
+                                         chunks, op.reference, op.parts.consumer,
+                                         world * cfg.split_k if op.reducing else cfg.split_k)
     runs = []
     traced = []
     any_fail = False
     memory = DeviceMemory(comm)
     earlier = {}  # configuration -> its result in this job (a search reuses the times)
     for mode in cfg.modes:
-        res = earlier[mode] = run_mode(comm, cfg, spec, a, b, mode, memory, earlier)
+        res = earlier[mode] = run_mode(comm, cfg, spec, inputs, mode, memory, earlier)
         if cfg.timing_only:
             ok, err, note = True, 0.0, ""
         elif bad_input:
@@ -225,6 +237,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "phase_windows_s": windows,
                 "rank_phases_s": times,
                 "rank_end_s": [max(e for _, e in t.values()) for t in times],
+                "rank_skew": skew([max(e for _, e in t.values()) for t in times]),
                 "dram_bytes": totals,
                 "dram_bytes_per_rank": per_rank,
                 "arbitration": res.policy,
@@ -273,6 +286,13 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "created_unix": time.time(),
     }
     return doc, traced
+
+
+def skew(ends: list[float]) -> list[float]:
+    """Each rank's end over the fastest rank's (1.0: the fastest; how much later the
+    others finish: the skew between GPUs)."""
+    first = min(ends)
+    return [e / first if first > 0 else 1.0 for e in ends]
 
 
 def overlap_metrics(total: float, baseline: float | None, gemm_alone: float | None) -> dict:

@@ -17,7 +17,11 @@ Two ways to run:
   stage starts when all its groups have retired;
 - persistent kernels (``persistent=P``): P physical WGs, each with its own
   modelled timeline, run the task list round-robin (task i on WG i mod P); after
-  its last task each WG polls its share of ``exit_waits``.
+  its last task each WG polls its share of ``exit_waits``. With ``fair_share`` a
+  round's WGs that wait on the same gates are served by the HBM together (one
+  reservation from the earliest WG's start, shared fairly, as a stage's WGs are),
+  each WG ending no earlier than its own start plus its compute: a fluid model of
+  thousands of small tasks (embedding bags) at the cost of one reservation per round.
 A WG that completes the last tile of a region a NIC sends (the last WG of a
 slice) pays the NIC's issue cost twice (the put and the flag put). A stage's
 remote stores leave through a store queue per destination: with
@@ -55,6 +59,9 @@ class Kernel:
     exit_waits: tuple[Signal, ...] = ()  # persistent: flags polled by the WGs at exit
     store_queue: float = 0.0  # bytes of remote stores per destination a stage may leave
     # queued behind it (0: a stage retires when its remote stores have left)
+    fair_share: bool = False  # persistent: a round's WGs share the HBM fairly (served as
+    # one group from the earliest WG's start; O(rounds), for grids of many small tasks);
+    # False: each WG reserves on its own in WG order
 
     def __post_init__(self):
         if self.stage_size < 1:
@@ -77,6 +84,8 @@ class Kernel:
         return [np.array(v, np.int64) for v in keys.values()]
 
     def gates_of(self, ids: np.ndarray) -> Gates:
+        if not self.gates:
+            return ()
         seen: dict[int, Signal] = {}
         for w in ids:
             for g in self.gates.get(int(w), ()):

@@ -4,6 +4,7 @@ finished tile (see ``kernel.py`` for the model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -45,8 +46,11 @@ class KernelRunner:
         self.end = self.start
         # NIC-sent regions: slots -> tiles still to be written (the last WG issues the put)
         self._nic_left: dict[int, list] = {}
+        writers = np.bincount(kernel.wg_tile, minlength=len(kernel.space))  # items per tile
+        base = kernel.space.slot_base
         for slots in nic_regions or []:
-            entry = [len(slots)]
+            mine = [int(s) - base for s in slots if 0 <= int(s) - base < len(writers)]
+            entry = [int(writers[mine].sum()) if mine else len(slots)]
             for s in slots:
                 self._nic_left[int(s)] = entry
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
@@ -81,8 +85,9 @@ class KernelRunner:
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
-            cap = sc.read_bytes / sc.compute_s if sc.compute_s > 0 else None
-            read_end = max(compute_end, clock.hbm.reserve(start, sc.read_bytes, cap,
+            nbytes = sc.read_time_bytes
+            cap = nbytes / sc.compute_s if sc.compute_s > 0 else None
+            read_end = max(compute_end, clock.hbm.reserve(start, nbytes, cap,
                                                           "gemm reads")[1])
         end = hbm_end = clock.hbm.reserve(read_end, sc.write_cost_bytes, None, "gemm writes")[1]
         arrivals = {self.hbm.rank: end}
@@ -116,8 +121,9 @@ class KernelRunner:
         clock.cu.free_at = stage_end
         self.stage_windows.append((stage_start, stage_end))
         k = self.kernel
-        self.cost.l2_commit(k.wgs[np.concatenate(groups)], getattr(k.producer, "outputs_cached",
-                                                                    False))
+        if k.producer.kind in ("gemm", "gemv"):  # the panels the next stage may find in L2
+            self.cost.l2_commit(k.wgs[np.concatenate(groups)],
+                                getattr(k.producer, "outputs_cached", False))
         return ends, arrivals
 
     def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
@@ -139,6 +145,35 @@ class KernelRunner:
             arrivals.append(arr)
         clock.cu.free_at = float(self.wg_free.max())
         self.stage_windows.append((min(starts), clock.cu.free_at))
+        return ends, arrivals
+
+    def _time_shared_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
+        """A persistent round of a ``fair_share`` kernel: the round's WGs with the same gates
+        are served together (one HBM reservation from the earliest WG's start, shared
+        fairly); each WG ends at the later of that and its own start plus its compute, plus
+        its NIC issues."""
+        clock, k = self.clock, self.kernel
+        issue = 2 * self.cost.spec.nic_issue_s
+        pos = {int(w): j for j, w in enumerate(ids)}
+        ends: list[float] = [0.0] * len(ids)
+        arrivals: list[dict] = [{}] * len(ids)
+        first = np.inf
+        for g, gids in enumerate(k.groups(ids)):
+            gate = self._gate_time(k.gates_of(gids))
+            js = [pos[int(w)] for w in gids]
+            starts = [max(float(self.wg_free[j]), gate) for j in js]
+            t0 = min(starts)
+            first = min(first, t0)
+            end, arr, sc = self._time_items(s, gids, t0, k.stage_size)
+            for w, j, st in zip(gids, js, starts):
+                e = max(end, st + sc.compute_s) + issue * self._issues(np.array([w]))
+                self.wg_free[j] = ends[j] = e
+                arrivals[j] = arr
+            clock.log("gemm", f"round {s}" + (f" group {g}" if g else ""), t0, end,
+                      wgs=len(gids), flops=sc.flops, read_bytes=sc.read_bytes,
+                      write_bytes=sc.write_bytes)
+        clock.cu.free_at = float(self.wg_free.max())
+        self.stage_windows.append((float(first), clock.cu.free_at))
         return ends, arrivals
 
     # ---------------------------------------------------------------- the run
@@ -168,7 +203,8 @@ class KernelRunner:
             with self.clock.order.turn(self.stage_index[s], f"stage {s}"):
                 if k.persistent:
                     groups = [ids[j : j + 1] for j in range(len(ids))]
-                    ends, arrivals = self._time_round(s, ids)
+                    ends, arrivals = (self._time_shared_round(s, ids) if k.fair_share
+                                      else self._time_round(s, ids))
                 else:
                     groups = k.groups(ids)
                     ends, arrivals = self._time_stage(s, groups)
@@ -217,9 +253,14 @@ class KernelRunner:
                     self.slot_done[route.slot] = end
                 counts = signals.setdefault((rank, 0.0), {})
                 counts[route.slot] = counts.get(route.slot, 0) + elems
+        tile = self.kernel.space.region(t)
         for tg in route.targets:
             stream = "gemm" if tg.rank == rank else self.stream
-            writes.add(tg.rank, tg.buffer, tg.op, stream, tg.region, region, j)
+            dst = tg.region
+            if region != tile:  # the item writes part of its tile (a bag of a slice): the
+                dr, dc = dst[0] - tile[0], dst[2] - tile[2]  # same part of the target
+                dst = (region[0] + dr, region[1] + dr, region[2] + dc, region[3] + dc)
+            writes.add(tg.rank, tg.buffer, tg.op, stream, dst, region, j)
             if tg.rank == rank and arrivals[rank] > self.slot_done[tg.slot]:
                 self.slot_done[tg.slot] = arrivals[rank]  # a local write, done at the end
             counts = signals.setdefault((tg.rank, arrivals[tg.rank]), {})
@@ -256,9 +297,14 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
     flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
     if cu_share:
         compute /= 1.0 - cu_share
-    return cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
-                            [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
-                            rank)
+    sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
+                          [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
+                          rank)
+    efficiency = getattr(k.producer, "read_efficiency", None)  # random rows: row locality
+    if efficiency is not None and sc.read_bytes:
+        eff = efficiency(cost, resident or len(ids))
+        sc = dataclasses.replace(sc, read_cost_bytes=sc.read_bytes / eff)
+    return sc
 
 
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
@@ -298,8 +344,15 @@ class _Writes:
         self.buf = ws.buf if ws is not None else None
         self.src_width = src_width  # of the output buffer the WG regions (and canvas) index
         self.pending: dict[tuple, list] = {}
+        self.counted: dict[tuple, int] | None = None if hbm.payload else {}  # timing-only:
+        # the same bytes counted per destination, stream and kind, without the regions
 
     def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
+        if self.counted is not None:
+            key = (rank, stream, "update" if op == "update" else "write")
+            self.counted[key] = self.counted.get(key, 0) + (
+                (dst[1] - dst[0]) * (dst[3] - dst[2]) * self.hbm.specs[buffer].dtype.itemsize)
+            return
         key = (rank, buffer, op, stream)
         cur = self.pending.get(key)
         if cur is not None and self.buf is None:  # WG outputs side by side in the canvas
@@ -313,6 +366,10 @@ class _Writes:
         self.pending[key] = [dst, src, j]
 
     def flush(self) -> None:
+        for (rank, stream, kind), nbytes in (self.counted or {}).items():
+            self.hbm.count(rank, stream, kind, nbytes)
+        if self.counted:
+            self.counted.clear()
         for key, cur in self.pending.items():
             self._write(key, cur)
         self.pending.clear()

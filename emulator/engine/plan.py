@@ -11,7 +11,8 @@ allocate, where the inputs go, and the phases in order:
 - ``StepsPhase``: a CU-driven collective kernel (a list of ``CuStep``).
 
 Every phase is a kernel launch: it pays the device's ``launch_s`` and may wait
-on signals (``waits``) before it starts.
+on signals (``waits``) before it starts; a kernel phase with ``launch=False`` is
+the previous persistent kernel's next task list (no launch cost).
 
 Phases run functionally in list order. In modelled time a phase starts when
 its clock's CUs are free (``clock="main"`` for one chained timeline), or, on a
@@ -65,6 +66,8 @@ class KernelPhase:
     clock: str = "main"
     after: tuple[str, ...] = ()
     waits: tuple[Signal, ...] = ()  # signals the launch waits for
+    launch: bool = True  # False: the previous phase's persistent kernel goes on to this
+    # task list (no launch of its own; it starts when that kernel's WGs are done)
 
 
 @dataclass

@@ -14,9 +14,10 @@ dimension (for elementwise kernels ``k0`` picks the item's sources). A producer:
   in place in an output-shaped canvas.
 
 Implementations: ``TiledGemm`` (compute-bound: FLOPs at the matrix rate), ``Gemv``
-(FLOPs at the vector rate, weights read once: memory-bound) and ``Elementwise``
+(FLOPs at the vector rate, weights read once: memory-bound), ``Elementwise``
 (sum of N source copies into one tile, or a copy / gather / scatter of row
-blocks: bytes at the HBM rate).
+blocks: bytes at the HBM rate) and ``EmbeddingBag`` (sum pooling of random table
+rows: memory-bound, latency and DRAM row locality).
 """
 
 from __future__ import annotations
@@ -179,3 +180,43 @@ class Elementwise:
 
     def bind(self, hbm, runtime, items, stage_size, out):
         return _ElementwiseWorkspace(hbm, runtime, self.groups, out)
+
+
+class _EmbeddingWorkspace:
+    def __init__(self, hbm, runtime, bag: EmbeddingBag, out: str):
+        from devices import kernels
+
+        self.kernels, self.bag = kernels, bag
+        self.table = kernels.widen(hbm.view(bag.table))  # the tables are resident inputs
+        self.ids = hbm.view(bag.ids)
+        self.canvas = runtime.workspace(hbm.specs[out].shape)
+        self.buf = None
+        self.ahead = True  # reads only the tables and ids, which no route writes
+
+    def compute(self, items: np.ndarray) -> None:
+        self.kernels.embedding_bags(self.table, self.ids, self.bag.rows, items, self.canvas)
+
+
+@dataclass(frozen=True)
+class EmbeddingBag:
+    """Sum pooling of embedding bags (DLRM): item (s0, s1, c0, c1, j0, j1) pools, for each
+    sample in [s0, s1), the ``j1 - j0`` rows its ids name in table t = c0 // ``dim`` into
+    the output row's columns [c0, c1). Memory-bound with random row reads (the model's
+    ``gather_compute``; ``read_efficiency``: the rows' DRAM locality with that many WGs at
+    once)."""
+
+    table: str = "E"  # (tables x rows, dim)
+    ids: str = "I"  # int64 (samples, tables x L)
+    rows: int = 1  # rows per table
+    dim: int = 1  # embedding dimension D
+    index_bytes: int = 8  # bytes per row id read
+    kind: str = "embedding"
+
+    def cost(self, model, items, resident=None):
+        return model.gather_compute(items, self.dim, self.index_bytes, resident)
+
+    def read_efficiency(self, model, concurrent: int) -> float:
+        return model.row_efficiency(concurrent, self.dim * model.e)
+
+    def bind(self, hbm, runtime, items, stage_size, out):
+        return _EmbeddingWorkspace(hbm, runtime, self, out)

@@ -29,6 +29,26 @@ class RegistryError(ValueError):
 
 
 @dataclass(frozen=True)
+class Param:
+    """A number an operation (a shape beyond M, N, K) or a configuration (a knob) takes
+    from ``--param NAME=VALUE`` or a scenario's ``params``."""
+
+    default: float
+    help: str
+    low: float  # allowed range, inclusive
+    high: float
+    integer: bool = False
+
+    def check(self, name: str, value: float) -> str:
+        """Why ``value`` is not allowed ("" : it is)."""
+        if self.integer and value != int(value):
+            return f"{name} must be an integer"
+        if not self.low <= value <= self.high:
+            return f"{name} must be from {self.low:g} to {self.high:g}"
+        return ""
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str  # e.g. "gemm+rs"
     help: str
@@ -48,6 +68,14 @@ class Operation:
     # nccl-tests' busbw factor f(n) (busbw = algbw x f(n))
     spans: dict = field(default_factory=dict)  # name -> (first phase, last phase): a
     # collective timed from the first's start to the last's end (AR = RS then AG)
+    params: dict = field(default_factory=dict)  # name -> Param: its shapes beyond M, N, K
+    # Operations whose inputs are not a GEMM's A and B give their own (``cfg``: the run's
+    # configuration, with ``param(name)``):
+    inputs: Callable | None = None  # (cfg, rank, world) -> {input name: array}
+    check_reference: Callable | None = None  # (comm, cfg, inputs) -> (expected, tolerance)
+    bounds: Callable | None = None  # (cfg, spec, world) -> lower bounds (as runs.lower_bounds)
+    host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
+    dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
 
 
 @dataclass(frozen=True)
@@ -68,6 +96,7 @@ class Configuration:
     # atomics on the device (``DeviceSpec.atomic_dtypes``), as on the real hardware
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
+    params: dict = field(default_factory=dict)  # name -> Param: its knobs
 
 
 @dataclass
@@ -131,6 +160,17 @@ class Registry:
         return tuple(n for n in self.configurations_for(op, algorithm)
                      if n != name and self.configurations[n].design == design
                      and not self.configurations[n].search)
+
+    def params_for(self, op: Operation, modes: tuple[str, ...]) -> dict:
+        """name -> Param a run of ``op`` in ``modes`` takes: the operation's shapes and the
+        configurations' knobs (a search configuration's: its candidates' too)."""
+        out = dict(op.params)
+        for m in modes:
+            cfg = self.configurations.get(m)
+            if cfg is None:
+                continue
+            out.update(cfg.params)
+        return out
 
     def baseline(self) -> str | None:
         """The configuration speedups and Flux's ECT baseline are over (the first baseline)."""

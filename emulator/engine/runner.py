@@ -138,9 +138,10 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         for sig in ph.waits:  # a launch that waits on signals (a stream wait)
             watchdog.post("compute", f"{mode} {ph.name}: waits for {sig.name}", waiting=True)
             start = max(start, tracker.wait(sig, opts.watchdog_s))
-        if spec.launch_s:
-            clock.log("launch", ph.name, start, start + spec.launch_s)
-        start += spec.launch_s  # every kernel launch pays the device's launch cost
+        launch = spec.launch_s if getattr(ph, "launch", True) else 0.0
+        if launch:
+            clock.log("launch", ph.name, start, start + launch)
+        start += launch  # every kernel launch pays the device's launch cost
         if isinstance(ph, StepsPhase):
             if ph.credit is not None:
                 for r in ph.credit.notify:

@@ -40,6 +40,22 @@ Elementwise stage (a reduction of n source copies into one tile, or a copy
 when n = 1): reads n h w e per WG, (n - 1) h w vector FLOPs, compute = max
 over WGs x S / Pv; writes as above (memory-bound: bytes at the HBM rate the
 arbitration leaves).
+Memory-bound kernels (GEMV, embedding pooling): latency and row locality.
+- Latency (Little's law): a WG keeps ``wg_inflight_bytes`` of reads in flight, each
+  answered after the loaded DRAM latency ``mem_latency_s``, so one WG reads at most
+  inflight / latency: a WG's reads of B bytes take at least B x latency / inflight
+  (its compute time, the cap on its HBM reservation). P WGs at once reach P x that:
+  few WGs cannot fill the HBM.
+- Row locality of random row reads (embedding pooling: each looked-up row is R =
+  row bytes / access bytes accesses in one DRAM row, the rows themselves random):
+  a row's first access opens it (a miss, ``dram_row_miss_cost`` x a hit's channel
+  time); each later access hits only if no other WG opened another row in that bank
+  meanwhile, which with P concurrent WGs over the HBM's ``dram_banks`` banks happens
+  with probability h = 1 / (1 + P / banks). Data per channel time: R / (m + (R - 1)
+  (h + (1 - h) m)); the reads' HBM reservation is their bytes over that. So time
+  first falls with the number of WGs (latency hidden) and then rises (locality
+  lost): the occupancy trade-off. Streaming reads (GEMM panels, GEMV weight rows)
+  keep their locality.
 Persistent kernels: P resident WGs each get 1 / max(P, CUs) of the device's
 rate (a WG alone on a CU has all of it) instead of 1 / S.
 Link transfer of B bytes: B at the route's rate through the ports of its route
@@ -80,6 +96,12 @@ class StageCost:
     write_bytes: float  # bytes written to local HBM
     write_cost_bytes: float  # bytes x nmc_update_cost for updates
     remote_bytes: dict  # dst rank -> bytes stored/updated into a peer over the link
+    read_cost_bytes: float | None = None  # HBM channel time of the reads, in bytes at the
+    # peak rate (None: read_bytes; more when random rows lose their row locality)
+
+    @property
+    def read_time_bytes(self) -> float:
+        return self.read_bytes if self.read_cost_bytes is None else self.read_cost_bytes
 
 
 class CostModel:
@@ -117,6 +139,8 @@ class CostModel:
         flops = 2.0 * h * w * kk
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
         compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
+        if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
+            compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
         panels = self.panels(wgs)
         unique = self._bytes(panels)
         if not unique:
@@ -155,6 +179,42 @@ class CostModel:
         beside its cached outputs (LRU: the next stage's hits are the panels it shares)."""
         self._resident = self.panels(wgs)
         self._resident_fits = self._bytes(self._resident) <= self.l2_inputs(wgs, outputs_cached)
+
+    def latency_time(self, nbytes: float) -> float:
+        """A WG's least time to read ``nbytes`` (Little's law: inflight / latency per WG);
+        0 when the device does not give both."""
+        s = self.spec
+        if not (s.mem_latency_s and s.wg_inflight_bytes):
+            return 0.0
+        return nbytes * s.mem_latency_s / s.wg_inflight_bytes
+
+    def row_efficiency(self, concurrent: int, row_bytes: float) -> float:
+        """Data bytes per byte of HBM channel time when ``concurrent`` WGs each read random
+        rows of ``row_bytes`` (module docstring: row locality); 1 when not modelled."""
+        s = self.spec
+        m = s.dram_row_miss_cost
+        if not s.dram_banks or m <= 1.0:
+            return 1.0
+        r = max(1.0, row_bytes / s.dram.access_bytes)
+        hit = 1.0 / (1.0 + max(1, concurrent) / s.dram_banks)
+        return r / (m + (r - 1.0) * (hit + (1.0 - hit) * m))
+
+    def gather_compute(self, wgs: np.ndarray, width: int, index_bytes: int,
+                       resident: int | None = None) -> tuple[float, float, float]:
+        """(FLOPs, compute seconds, DRAM read bytes) of embedding-pooling WGs run at once:
+        item (r0, r1, c0, c1, k0, k1) pools r1 - r0 bags of k1 - k0 random rows of
+        ``width`` elements each (one add per element read, plus the row ids). Compute:
+        the slower of the vector ALUs and the WG's latency bound."""
+        bags = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
+        rows = bags * (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
+        reads = rows * (width * self.e + index_bytes)
+        flops = rows * width
+        if not len(wgs):
+            return 0.0, 0.0, 0.0
+        i = int(np.argmax(reads))
+        compute = max(self.wg_seconds(float(flops[i]), self.spec.vector_flops(self.dtype),
+                                      resident), self.latency_time(float(reads[i])))
+        return float(flops.sum()), compute, float(reads.sum())
 
     def elementwise_compute(self, wgs: np.ndarray, copies: int,
                             resident: int | None = None) -> tuple[float, float, float]:

@@ -1,0 +1,45 @@
+"""What the fused computation-collective operators share (REFERENCE.md section 3): the
+persistent grid's size and the round-robin task order of its physical WGs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collectives.common import Problem
+from emulator.engine.registry import Param
+
+# The design: the ROC_SHMEM context costs registers, so the fused kernel reaches 12.5%
+# lower occupancy than the plain kernel (REFERENCE.md section 3, "Costs").
+SHMEM_OCCUPANCY_LOSS = 0.125
+
+OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can have "
+                  "resident (the fused-operator study's occupancy knob)", 0.01, 1.0)
+
+
+def grid(p: Problem, per_cu: int | None = None) -> int:
+    """Physical WGs of a fused persistent kernel: the occupancy knob x the most it can have
+    resident (the device's light-kernel limit, or ``per_cu`` WGs per CU, less the
+    communication context's 12.5%)."""
+    most = p.spec.cus * per_cu if per_cu else p.spec.max_resident_wgs
+    most = max(1, int(most * (1.0 - SHMEM_OCCUPANCY_LOSS)))
+    return max(1, round(p.param("occupancy") * most))
+
+
+def rounds(lists: list[list[int]]) -> list[int]:
+    """The flat task order of a persistent grid whose WG i runs ``lists[i]`` in order (task
+    j x P + i is WG i's j-th; the engine runs task t on WG t mod P): WGs with fewer tasks
+    must be the last ones."""
+    P = len(lists)
+    counts = [len(x) for x in lists]
+    if any(a < b for a, b in zip(counts, counts[1:])):
+        raise ValueError("the WGs with fewer tasks must come last")
+    out = []
+    for j in range(max(counts, default=0)):
+        out += [lists[i][j] for i in range(P) if j < counts[i]]
+    return out
+
+
+def staggered(p: Problem, owner: np.ndarray) -> np.ndarray:
+    """Sort key of items bound for ``owner`` ranks: peers first (rank + 1, rank + 2, ...),
+    this rank's own last (the communication-aware order)."""
+    return (np.asarray(owner) - p.rank - 1) % p.world
