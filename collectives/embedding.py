@@ -157,7 +157,7 @@ def phases(p: Problem, slots: Slots, algorithm: str, iso) -> tuple:
                         p.spec.max_resident_wgs)
         amap = AddressMap(space, p.rank, p.world, "store", np.ones(len(space), np.int64),
                           local_ok=True)
-        out.append(KernelPhase(f"table {t}", kernel, [amap], "a2a", **iso("compute")))
+        out.append(KernelPhase("embedding", kernel, [amap], "a2a", **iso("compute")))
     out.append(StepsPhase("a2a", _a2a_steps(b, slots), **iso("a2a")))
     return layout, inputs, result, out
 

@@ -68,7 +68,7 @@ REGISTRY.add_operation(Operation(
     "gemv+ar", "all-reduce of a decode GEMV's partial output (row-parallel layer)",
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
-    reducing=True, bus_factors=AR, spans={"ar": ("rs", "ag")},
+    aliases=("gemv-ar",), reducing=True, bus_factors=AR, spans={"ar": ("rs", "ag")},
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "

@@ -61,7 +61,7 @@ def summary_table(doc: dict) -> str:
             f"{run['mode']} {run['speedup_vs'][b]:.3f}x" for run in doc["runs"]
             if b in (run.get("speedup_vs") or {})))
     if doc["world_size"] > 1:
-        lines.append("rank skew (slowest rank's end / fastest rank's end): " + ", ".join(
+        lines.append("rank skew (slowest rank's last kernel end / fastest's): " + ", ".join(
             f"{run['mode']} {max(run['rank_skew']):.3f}" for run in doc["runs"]))
     for run in doc["runs"]:
         if run.get("search"):
@@ -217,6 +217,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         events = comm.gather([(ev.track, ev.name, ev.start, ev.end, ev.args)
                               for ev in res.events] if want_events else None, root=0)
         wall_events = comm.gather(res.wall_events, root=0)
+        kernel_ends = comm.gather(res.kernel_end, root=0)
         if rank == 0:
             names = list(times[0])
             windows = {n: (max(t[n][0] for t in times), max(t[n][1] for t in times))
@@ -237,7 +238,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "phase_windows_s": windows,
                 "rank_phases_s": times,
                 "rank_end_s": [max(e for _, e in t.values()) for t in times],
-                "rank_skew": skew([max(e for _, e in t.values()) for t in times]),
+                "rank_kernel_end_s": kernel_ends,
+                "rank_skew": skew(kernel_ends),
                 "dram_bytes": totals,
                 "dram_bytes_per_rank": per_rank,
                 "arbitration": res.policy,
@@ -289,8 +291,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 
 
 def skew(ends: list[float]) -> list[float]:
-    """Each rank's end over the fastest rank's (1.0: the fastest; how much later the
-    others finish: the skew between GPUs)."""
+    """Each rank's end (its last kernel's) over the fastest rank's (1.0: the fastest; how
+    much later the others finish: the skew between GPUs)."""
     first = min(ends)
     return [e / first if first > 0 else 1.0 for e in ends]
 

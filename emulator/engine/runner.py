@@ -58,6 +58,8 @@ class RankResult:
     profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
     alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
     choice: dict = field(default_factory=dict)  # a search configuration: what it chose
+    kernel_end: float = 0.0  # when its last kernel ended (a fused operator's kernel ends
+    # when its exit polls have seen every incoming flag; executors may still be sending)
 
 
 class _Clocks:
@@ -124,6 +126,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                      plan.pattern or opts.pattern)
     fault_kind, fault_rank = opts.fault
     times: dict[str, tuple[float, float]] = {}
+    ready = 0.0  # when the rank's last kernel ended (its executors may still be sending)
     policy_info: dict = {}
     wall_events: dict = {}
     profile: dict = {}
@@ -155,17 +158,20 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         else:
             mine = fault_rank == rank and not any(  # the mode's first kernel phase
                 isinstance(q, KernelPhase) for q in plan.phases[:idx])
-            end, policy, walls, stages = _run_kernel(ph, compiled[id(ph)], mode, hbm, tracker,
-                                                     clock, cost, start,
-                                                     fault_kind if mine else "", opts,
-                                                     plan.arbitration)
+            end, policy, walls, stages, kernel_end = _run_kernel(
+                ph, compiled[id(ph)], mode, hbm, tracker, clock, cost, start,
+                fault_kind if mine else "", opts, plan.arbitration)
             if ph.fused:
                 policy_info = policy.describe()
                 wall_events = walls
             if not profile and rank == 0 and not plan.isolated:
                 profile = stage_profile(clock, ph.name, start, end, stages)
         clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
+        if ph.name in times:  # phases of one name (a kernel per table): one window
+            start = min(start, times[ph.name][0])
+            end = max(end, times[ph.name][1])
         times[ph.name] = (start, end)
+        ready = max(ready, end if isinstance(ph, StepsPhase) else kernel_end)
     hbm.win.Sync()
     watchdog.wait_all(comm, f"{mode}: end", opts.watchdog_s)
     wall = time.perf_counter() - w0
@@ -180,8 +186,9 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
     hbm.free()
     return RankResult(mode, times, max(e for _, e in times.values()), result, traffic, wall,
                       policy_info, events, wall_events if opts.record_wall else {}, profile,
-                      tuple(ph.name for ph in plan.phases
-                            if isinstance(ph, KernelPhase) and not ph.fused))
+                      tuple(dict.fromkeys(ph.name for ph in plan.phases
+                                          if isinstance(ph, KernelPhase) and not ph.fused)),
+                      kernel_end=ready)
 
 
 PROFILE_BINS = 200
@@ -232,7 +239,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
         runner.slot_done[slots] = start
         tracker.signal(hbm.rank, slots, elems, start)
     if not commands:
-        return runner.run(), policy, {}, runner.stage_windows
+        end = runner.run()
+        return end, policy, {}, runner.stage_windows, end
     timing = ExecutorTiming(clock, cost, incoming, runner, policy,
                             _own_writes(routes, commands, hbm.rank, ph.kernel.space))
     dma = DmaEngine(hbm, tracker, commands, timing, opts.watchdog_s,
@@ -245,7 +253,7 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     watchdog.post("compute", f"{mode} {ph.name}: waits for its executors", waiting=True)
     dma.join()
     walls = {"stages": runner.wall_events, "dma": dma.wall_events}
-    return max(kernel_end, timing.last_end), policy, walls, runner.stage_windows
+    return max(kernel_end, timing.last_end), policy, walls, runner.stage_windows, kernel_end
 
 
 def _own_writes(routes, commands, rank: int, space) -> dict[int, int]:

@@ -1,0 +1,141 @@
+"""The fused computation-collective operators (REFERENCE.md section 3;
+collectives/embedding.py, collectives/fused_ops.py): numerics against numpy + MPI's
+collectives on 2, 3, 4 and 8 ranks (fp32 bit-exact with integer inputs, fp16 within
+the reference's tolerance), timing-only equal to numeric, the scale-out form across two
+emulated hosts, the skew of the two task orders, and the occupancy trade-off."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+SHAPES = {
+    "emb+a2a": ["--m", "203", "--n", "24", "--k", "5", "--param", "tables=3",
+                "--param", "rows=50", "--param", "slice=8"],
+    "gemv+ar": ["--m", "1001", "--n", "3", "--k", "77"],
+    "gemm+a2a": ["--m", "517", "--n", "96", "--k", "129"],
+}
+MODES = {"emb+a2a": "sequential,ideal-overlap,fused,fused-oblivious",
+         "gemv+ar": "sequential,ideal-overlap,fused", "gemm+a2a": "sequential,fused"}
+SAME = ("modelled_time_s", "phases", "rank_phases_s", "rank_kernel_end_s",
+        "dram_bytes_per_rank")
+TWO_BY_TWO = str(ROOT / "tests" / "data" / "mi210-2x2.toml")
+
+
+def _where(ranks: int) -> list[str]:
+    """MI210s fully connected (its 3 links reach 4 GPUs), behind a switch at 8."""
+    return ["-n", str(ranks), "--device", "mi210",
+            "--topology", "full-mesh" if ranks <= 4 else "switch"]
+
+
+@pytest.mark.parametrize("operation", list(SHAPES))
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_numerics_and_timing_only_on_2_3_4_8_ranks(emulate, operation, ranks):
+    base = [*_where(ranks), "--collective", operation, *SHAPES[operation],
+            "--mode", MODES[operation]]
+    exact = emulate(base + ["--dtype", "fp32"])
+    for run in exact["runs"]:  # integer inputs in fp32: bit-exact
+        assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]
+    half = emulate(base + ["--dtype", "fp16"])
+    assert {r["numerics"] for r in half["runs"]} == {"pass"}
+    timing = emulate(base + ["--dtype", "fp16", "--timing-only"])
+    for a, b in zip(half["runs"], timing["runs"], strict=True):
+        for key in SAME:
+            assert a[key] == b[key], (a["mode"], key)
+
+
+def test_normal_values_pass_within_the_stated_tolerance(emulate):
+    doc = emulate([*_where(3), "--collective", "emb+a2a", *SHAPES["emb+a2a"], "--values",
+                   "normal", "--mode", "sequential,fused"])
+    assert {r["numerics"] for r in doc["runs"]} == {"pass"}
+
+
+@pytest.mark.parametrize("system,hosts", [("mi210-2node", "n0,n1"), (TWO_BY_TWO, "n0,n1")])
+def test_scale_out_embedding_across_two_emulated_hosts(tmp_path, system, hosts):
+    """Slices put through the NIC (and, on 2 x 2, stored straight into the node peer):
+    the same data and modelled times on two emulated hosts as on one."""
+    args = ["--system", system, "--collective", "emb+a2a", *SHAPES["emb+a2a"],
+            "--dtype", "fp32", "--mode", "sequential,fused,fused-oblivious"]
+    docs = []
+    for where in ([], ["--hosts", hosts, "--same-machine"]):
+        out = tmp_path / f"{len(where)}.json"
+        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        docs.append(json.loads(out.read_text())["runs"])
+    for a, b in zip(*docs, strict=True):
+        assert a["numerics"] == b["numerics"] == "pass" and a["max_abs_error"] == 0.0
+        for key in SAME:
+            assert a[key] == b[key], (system, a["mode"], key)
+
+
+def test_communication_aware_order_cuts_the_skew_between_nodes(emulate):
+    """Two nodes: in index order rank 0 pools its own samples first and sends its remote
+    slices last, so rank 1 waits for them at the end; remote slices first removes it."""
+    doc = emulate(["--system", "mi210-2node", "--collective", "emb+a2a", "--m", "1024",
+                   "--n", "256", "--k", "70", "--param", "tables=16", "--timing-only",
+                   "--mode", "sequential,fused,fused-oblivious"])
+    skew = {r["mode"]: max(r["rank_skew"]) for r in doc["runs"]}
+    assert skew["fused-oblivious"] > 1.005 > skew["fused"], skew
+    times = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+    assert times["fused"] < times["fused-oblivious"] < times["sequential"], times
+
+
+def test_time_falls_then_rises_with_occupancy(emulate):
+    """The model's occupancy trade-off: few WGs leave the HBM idle (latency), many lose
+    DRAM row locality (memory contention)."""
+    times = {}
+    for occ in (0.05, 0.3, 1.0):
+        doc = emulate(["--system", "mi210x4", "--collective", "emb+a2a", "--m", "512",
+                       "--n", "256", "--k", "70", "--param", "tables=8", "--param",
+                       f"occupancy={occ}", "--mode", "fused", "--timing-only"])
+        times[occ] = doc["runs"][0]["modelled_time_s"]
+    assert times[0.3] < times[0.05] and times[0.3] < times[1.0], times
+
+
+def test_row_locality_and_latency_model():
+    from devices.spec import load_device
+    from emulator.model.cost import CostModel
+
+    spec = load_device("mi210")
+    cost = CostModel(spec, "fp16")
+    eff = [cost.row_efficiency(p, 512) for p in (1, 100, 400, 800)]
+    assert eff[0] > eff[1] > eff[2] > eff[3] > 0.5  # R = 8 accesses per row, miss = 2 hits
+    assert eff[0] == pytest.approx(8 / (2 + 7 * (1 / (1 + 1 / 512) + (1 - 1 / (1 + 1 / 512)) * 2)))
+    assert cost.latency_time(4096) == pytest.approx(700e-9)  # 4 KB in flight per 700 ns
+    items = np.array([[0, 2, 0, 256, 0, 70]], np.int64)  # 2 bags of 70 rows of D = 256
+    flops, compute, reads = cost.gather_compute(items, 256, 8)
+    assert reads == 2 * 70 * (256 * 2 + 8) and flops == 2 * 70 * 256
+    assert compute == pytest.approx(cost.latency_time(reads))
+
+
+def test_embedding_bag_kernel_matches_numpy():
+    from devices import kernels
+
+    rng = np.random.default_rng(5)
+    T, rows, D, L, B = 3, 11, 7, 4, 9
+    table = rng.standard_normal((T * rows, D)).astype(np.float32)
+    ids = rng.integers(0, rows, (B, T * L)).astype(np.int64)
+    items = np.array([[s, s + 1, t * D, (t + 1) * D, t * L, (t + 1) * L]
+                      for s in range(B) for t in range(T)], np.int64)
+    out = np.full((B, T * D), np.nan, np.float32)
+    kernels.embedding_bags(table, ids, rows, items, out)
+    for t in range(T):
+        want = np.zeros((B, D), np.float32)
+        for j in range(L):  # ascending j, as the kernel adds
+            want += table[t * rows + ids[:, t * L + j]]
+        assert np.array_equal(out[:, t * D:(t + 1) * D], want)
+    with pytest.raises(ValueError, match="row ids outside"):
+        kernels.embedding_bags(table, ids + rows, rows, items, out)
+
+
+@pytest.mark.parametrize("param,message", [
+    ("tabels=3", "takes"), ("tables=0", "tables must be from 1"),
+    ("occupancy=1.5", "occupancy must be from"), ("slice=2.5", "slice must be an integer"),
+    ("tables", "NAME=VALUE")])
+def test_bad_parameters_are_refused_before_launch(param, message):
+    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                    "--collective", "emb+a2a", "--param", param], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "--param" in proc.stderr, proc.stderr
