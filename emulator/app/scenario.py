@@ -24,7 +24,10 @@ them tensor parallelism splits over the TP ranks (``"n"``: a column-parallel
 GEMM after an all-gather, each rank computes m x n/TP over k; ``"k"``: a
 row-parallel GEMM before a reduce-scatter, each rank computes an m x n partial
 over k/TP), and ``modes`` the configurations to run (each point runs those
-that apply to its system's algorithm). Every (case, system, m) is one point.
+that apply to its system's algorithm). ``shard = "none"`` gives every rank the shapes
+as written (an operation whose shapes are per GPU, or split by its own rules: the
+embedding operator's global batch). ``params`` (optional) gives the runs' ``--param``
+values; a list is swept. Every (case, system, m, params) is one point.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ _TOP = {"name": str, "description": str, "device": str, "collective": str, "topo
         "dtype": str, "modes": list, "models": list}
 _CASES_TOP = {"name": str, "description": str, "dtype": str, "cases": list}
 _CASE = {"name": str, "sublayer": str, "operation": str, "systems": list, "m": list, "n": int,
-         "k": int, "shard": str, "modes": list}
-SHARDS = ("n", "k")
+         "k": int, "shard": str, "modes": list, "params": dict}
+SHARDS = ("n", "k", "none")
+_OPTIONAL_KEYS = ("description", "params")
 _MODEL = {"name": str, "hidden": int, "layers": int, "seq_len": int, "batch": int, "tp": list,
           "sublayers": list}
 
@@ -92,6 +96,7 @@ class Point:
     topology: str = ""  # --topology ("" with a system: the system's own)
     system: str = ""  # a system preset: GPU, topology and nodes (cases only)
     modes: tuple[str, ...] = ()
+    params: tuple[tuple[str, float], ...] = ()  # --param NAME=VALUE of its runs (cases)
 
     @property
     def system_name(self) -> str:
@@ -99,14 +104,20 @@ class Point:
         return Path(self.system).stem if self.system.endswith(".toml") else self.system
 
     @property
+    def params_text(self) -> str:
+        return ",".join(f"{n}={v:g}" for n, v in self.params)
+
+    @property
     def key(self) -> str:
         if self.system:
-            return f"{self.model}/{self.sublayer}/m{self.m}/tp{self.tp}/{self.system_name}"
+            return (f"{self.model}/{self.sublayer}/m{self.m}/tp{self.tp}/{self.system_name}"
+                    + (f"/{self.params_text}" if self.params else ""))
         return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device}"
 
     def label(self) -> str:
         if self.system:
-            return f"{self.model} {self.sublayer} m={self.m} TP{self.tp} {self.system_name}"
+            return (f"{self.model} {self.sublayer} m={self.m} TP{self.tp} {self.system_name}"
+                    + (f" {self.params_text}" if self.params else ""))
         return f"{self.model} {self.sublayer} TP{self.tp}"
 
 
@@ -139,7 +150,7 @@ def _typed(where: str, doc: dict, schema: dict) -> None:
         if key in doc and not (isinstance(doc[key], typ) and not isinstance(doc[key], bool)):
             raise ScenarioError(f"{where}: {key} must be a {typ.__name__}, "
                                 f"got {doc[key]!r}")
-    missing = [k for k in schema if k not in doc and k != "description"]
+    missing = [k for k in schema if k not in doc and k not in _OPTIONAL_KEYS]
     if missing:
         raise ScenarioError(f"{where}: missing key(s) {', '.join(missing)}")
 
@@ -273,20 +284,24 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
                 raise ScenarioError(f"{where}: none of the modes applies to {op.name} on "
                                     f"{name} (its algorithm {algo} runs {', '.join(applies)})")
             n, k = case["n"], case["k"]
-            split = n if case["shard"] == "n" else k
-            if split % tp:
-                raise ScenarioError(f"{where}: {case['shard']} = {split} does not split over "
-                                    f"the {tp} GPUs of {name}")
-            if case["shard"] == "n":
-                n //= tp
-            else:
-                k //= tp
+            if case["shard"] != "none":
+                split = n if case["shard"] == "n" else k
+                if split % tp:
+                    raise ScenarioError(f"{where}: {case['shard']} = {split} does not split "
+                                        f"over the {tp} GPUs of {name}")
+                if case["shard"] == "n":
+                    n //= tp
+                else:
+                    k //= tp
+            settings = _param_grid(where, case.get("params", {}),
+                                   reg.params_for(op, modes))
             for m in case["m"]:
                 if m < tp:
                     raise ScenarioError(f"{where}: m = {m} needs at least one row per rank "
                                         f"(>= {tp} on {name})")
-                points.append(Point(case["name"], case["sublayer"], "fwd", tp, m, n, k,
-                                    spec.name, 1, op.name, topo, name, modes))
+                for params in settings:
+                    points.append(Point(case["name"], case["sublayer"], "fwd", tp, m, n, k,
+                                        spec.name, 1, op.name, topo, name, modes, params))
             all_modes += [m for m in modes if m not in all_modes]
         ops += [op.name] if op.name not in ops else []
     keys = [p.key for p in points]
@@ -296,6 +311,30 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
     devices = ",".join(dict.fromkeys(p.system_name for p in points))
     return Scenario(doc["name"], doc.get("description", ""), devices, ",".join(ops), topologies,
                     doc["dtype"], tuple(all_modes), (), str(path), tuple(points))
+
+
+def _param_grid(where: str, given: dict, specs: dict) -> list[tuple[tuple[str, float], ...]]:
+    """A case's ``params`` table as the runs' --param settings: a list value is swept (one
+    point per value; several lists: every combination)."""
+    import itertools
+
+    names = sorted(given)
+    values = []
+    for name in names:
+        if name not in specs:
+            raise ScenarioError(f"{where}: params.{name} is not a parameter of the case's "
+                                f"operation or modes (allowed: {', '.join(specs) or 'none'})")
+        vals = given[name] if isinstance(given[name], list) else [given[name]]
+        for v in vals:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ScenarioError(f"{where}: params.{name} = {v!r} must be a number")
+            why = specs[name].check(name, float(v))
+            if why:
+                raise ScenarioError(f"{where}: params.{name} = {v!r}: {why}")
+        if not vals:
+            raise ScenarioError(f"{where}: params.{name} is an empty list")
+        values.append([float(v) for v in vals])
+    return [tuple(zip(names, combo)) for combo in itertools.product(*values)] or [()]
 
 
 def geomean(values: list[float]) -> float:

@@ -30,11 +30,11 @@ CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", 
                "topology", "dtype", "mode", "modelled_time_s", "speedup_vs_sequential",
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
                "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency", "system",
-               "speedups_vs_baselines", "search_chosen")
+               "speedups_vs_baselines", "search_chosen", "params", "max_rank_skew")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
             "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
-            "search", "speedup_vs")
+            "search", "speedup_vs", "rank_kernel_end_s", "rank_skew")
 
 
 def _file_key(point: Point) -> str:
@@ -49,7 +49,7 @@ def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
                      device=p.device, watchdog_s=watchdog_s,
                      json=str(out / "points" / f"{_file_key(p)}.json"),
                      timing_only=timing_only, configs=configs,
-                     system=p.system or None).validate()
+                     system=p.system or None, params=p.params).validate()
 
 
 def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = ()) -> dict:
@@ -65,6 +65,7 @@ def _record(p: Point, doc: dict) -> dict:
     return {"key": p.key, "model": p.model, "sublayer": p.sublayer, "direction": p.direction,
             "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device, "layers": p.layers,
             "collective": p.collective, "topology": p.topology, "system": p.system_name,
+            "params": dict(p.params),
             "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
             "lower_bounds_s": doc["lower_bounds_s"],
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
@@ -76,6 +77,7 @@ def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     return (all(c.get(k) == getattr(cfg, k) for k in ("ranks", "collective", "topology", "mode",
                                                         "m", "n", "k", "dtype", "device",
                                                         "timing_only", "system"))
+            and [tuple(x) for x in c.get("params", ())] == list(cfg.params)
             and len(doc.get("runs", [])) == len(cfg.modes))
 
 
@@ -100,7 +102,9 @@ def csv_text(header: dict, points: list[dict]) -> str:
                           for k in ("ect_s", "overlap_efficiency")),
                         pt.get("system", ""),
                         ";".join(f"{b}={v!r}" for b, v in (r.get("speedup_vs") or {}).items()),
-                        (r.get("search") or {}).get("chosen", "")])
+                        (r.get("search") or {}).get("chosen", ""),
+                        ";".join(f"{n}={v!r}" for n, v in (pt.get("params") or {}).items()),
+                        repr(max(r["rank_skew"])) if r.get("rank_skew") else ""])
     return buf.getvalue()
 
 
