@@ -38,11 +38,15 @@ class Problem:
     split: int = 1  # WGs per output tile (split-K)
     params: tuple[tuple[str, float], ...] = ()  # the run's parameters (--param), resolved
 
-    def param(self, name: str) -> float:
+    def param(self, name: str, default: float | None = None) -> float:
+        """The run's value of parameter ``name`` (``default``: a plan built without a run's
+        parameters, e.g. by a test, takes the registered default)."""
         for n, v in self.params:
             if n == name:
                 return v
-        raise KeyError(f"the run has no parameter {name!r}")
+        if default is None:
+            raise KeyError(f"the run has no parameter {name!r}")
+        return default
 
     @cached_property
     def topology(self) -> Topology:

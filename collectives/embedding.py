@@ -57,11 +57,11 @@ class Bags:
 
     @property
     def tables(self) -> int:
-        return int(self.p.param("tables"))
+        return int(self.p.param("tables", TABLES.default))
 
     @property
     def rows(self) -> int:
-        return int(self.p.param("rows"))
+        return int(self.p.param("rows", ROWS.default))
 
     @property
     def width(self) -> int:  # T x D: this rank's pooled columns
@@ -166,7 +166,7 @@ def phases(p: Problem, slots: Slots, algorithm: str, iso) -> tuple:
 
 def fused(p: Problem, aware: bool) -> Plan:
     b, slots = Bags(p), Slots()
-    S = int(p.param("slice"))
+    S = int(p.param("slice", SLICE.default))
     layout, inputs, result = b.layout()
     space = b.pooled_space(slots, S)
     items, wg_tile = b.items(space)

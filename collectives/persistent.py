@@ -22,7 +22,7 @@ def grid(p: Problem, per_cu: int | None = None) -> int:
     communication context's 12.5%)."""
     most = p.spec.cus * per_cu if per_cu else p.spec.max_resident_wgs
     most = max(1, int(most * (1.0 - SHMEM_OCCUPANCY_LOSS)))
-    return max(1, round(p.param("occupancy") * most))
+    return max(1, round(p.param("occupancy", OCCUPANCY.default) * most))
 
 
 def rounds(lists: list[list[int]]) -> list[int]:

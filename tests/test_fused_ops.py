@@ -139,3 +139,40 @@ def test_bad_parameters_are_refused_before_launch(param, message):
                     "--collective", "emb+a2a", "--param", param], timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "--param" in proc.stderr, proc.stderr
+
+
+FUSED_CASES = ROOT / "tests" / "data" / "tiny-fused.toml"
+
+
+def test_fused_scenario_sweeps_params_and_reports_the_designs_views(tmp_path):
+    from emulator.app.scenario import load_scenario
+
+    sc = load_scenario(str(FUSED_CASES))
+    keys = [p.key for p in sc.points]
+    assert len(keys) == 2 + 2 + 1  # two batches, two occupancies, one GEMV shape
+    assert "Tiny DLRM/occupancy/m128/tp2/mi210-2node/occupancy=0.1,tables=4" in keys
+    gemv = {p.key: p for p in sc.points}["Tiny decoder/GEMV+AR/m512/tp4/mi210x4"]
+    assert (gemv.m, gemv.n, gemv.k) == (512, 1, 256)  # k split over the 4 GPUs
+    out = tmp_path / "sweep"
+    proc = run_cli(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    csv = (out / "results.csv").read_text().splitlines()
+    assert "params" in csv[0] and "max_rank_skew" in csv[0]
+    assert any("occupancy=0.1" in line for line in csv[1:])
+    proc = run_cli(["report", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "time against occupancy" in proc.stdout and "cut %" in proc.stdout
+    for fig in ("fused_time.png", "fused_skew.png", "fused_occupancy.png"):
+        assert (out / fig).is_file(), fig
+
+
+def test_bad_scenario_params_are_refused(tmp_path):
+    from emulator.app.scenario import ScenarioError, load_scenario
+
+    for change, message in ((("tables = 4, slice", "tablez = 4, slice"), "params.tablez"),
+                            (("occupancy = [0.1, 1.0]", "occupancy = [0.1, 2.0]"),
+                             "occupancy must be from")):
+        path = tmp_path / "bad.toml"
+        path.write_text(FUSED_CASES.read_text().replace(*change, 1))
+        with pytest.raises(ScenarioError, match=message):
+            load_scenario(str(path))

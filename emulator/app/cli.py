@@ -129,7 +129,7 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
                    "to MPI (Hydra -launcher fork): tests the multi-node paths on one host.")
 @click.option("--param", "params", type=str, multiple=True, metavar="NAME=VALUE",
               help="An operation's shape beyond M, N, K or a configuration's knob, e.g. "
-                   "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu list` "
+                   "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu configs` "
                    "names each operation's and configuration's parameters).")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
@@ -306,12 +306,16 @@ def configs(configs) -> None:
     for op in reg.operations.values():
         alias = f" (alias {', '.join(op.aliases)})" if op.aliases else ""
         click.echo(f"  {op.name:<10}{alias:<18} {op.help}; algorithms: "
-                   f"{', '.join(op.algorithms)}; {op.design}")
+                   f"{', '.join(op.algorithms)}; {op.design}; {op.dims}")
+        for pname, prm in op.params.items():
+            click.echo(f"  {'':<28} --param {pname}= (default {prm.default:g}): {prm.help}")
     click.echo("configurations:")
     for name, c in reg.configurations.items():
         ops = [op.name for op in reg.operations.values() if c.applies(op)]
         algos = f"; algorithm {' or '.join(c.algorithms)}" if c.algorithms else ""
         click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}{algos}")
+        for pname, prm in c.params.items():
+            click.echo(f"  {'':<14} --param {pname}= (default {prm.default:g}): {prm.help}")
 
 
 def _system_ranks(system: str | None, ranks: int, topology: str, device: str) -> int:

@@ -7,7 +7,8 @@ From a sweep directory's ``results.json``:
   for sequential and the fused configurations, and its reduction;
 - an end-to-end estimate per model and TP degree (method below);
 - PNG figures (matplotlib): speedup bars, stacked DRAM bars, a per-rank timeline;
-- for sweeps of cases on systems, Flux's views (``report_overlap.py``).
+- for sweeps of cases on systems, Flux's views (``report_overlap.py``), or, when they
+  run the fused computation-collective operators, theirs (``report_fused.py``).
 
 End-to-end method (stated in the output as well). T3 scales a measured
 per-layer breakdown by the sub-layer speedups; we have no measured breakdown,
@@ -69,7 +70,9 @@ def _runs(pt: dict) -> dict[str, dict]:
 
 def _label(pt: dict, with_device: bool = False) -> str:
     if pt.get("system"):  # a case on a system (scenario.Point.label)
-        return f"{pt['model']} {pt['sublayer']} m={pt['m']} TP{pt['tp']} {pt['system']}"
+        params = ",".join(f"{n}={v:g}" for n, v in (pt.get("params") or {}).items())
+        return (f"{pt['model']} {pt['sublayer']} m={pt['m']} TP{pt['tp']} {pt['system']}"
+                + (f" {params}" if params else ""))
     s = f"{pt['model']} {pt['sublayer']} TP{pt['tp']}"
     return s + f" {pt['device']}" if with_device else s
 
@@ -221,9 +224,11 @@ def text_report(doc: dict) -> str:
     if overlap:
         parts += ["", "Overlap efficiency (Flux's E = 1 - ECT / ECT of sequential; ECT = time - "
                   "the GEMM alone)", overlap]
-    from emulator.app import report_overlap
+    from emulator.app import report_fused, report_overlap
 
-    if report_overlap.applies(doc):
+    if report_fused.applies(doc):
+        parts += ["", "The fused computation-collective operators' views", report_fused.text(doc)]
+    elif report_overlap.applies(doc):
         parts += ["", "Flux's views per cluster: GEMM alone, ECT and E per method, the tuned "
                   "configuration's speedups and the knobs it chose", report_overlap.text(doc)]
     parts += ["", "DRAM traffic by category"]
@@ -369,9 +374,11 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     stages = stage_figure(plt, pt, out / "stages.png")
     if stages:
         written.append(stages)
-    from emulator.app import report_overlap
+    from emulator.app import report_fused, report_overlap
 
-    if report_overlap.applies(doc):
+    if report_fused.applies(doc):
+        written += report_fused.figures(doc, out)
+    elif report_overlap.applies(doc):
         written += report_overlap.figures(doc, out)
     return written
 
