@@ -206,7 +206,8 @@ def fused(p: Problem, aware: bool) -> Plan:
         else:
             flags.append(omap.track(block))
     kernel = Kernel(b.producer(), space, items, wg_tile, order.astype(np.int64), grid(p),
-                    persistent=True, exit_waits=tuple(flags), fair_share=True)
+                    persistent=True, exit_waits=tuple(flags), fair_share=True,
+                    store_queue=p.store_queue(p.world - 1))
     name = "embedding+a2a" if aware else "embedding+a2a (oblivious)"
     return Plan(layout, inputs, [KernelPhase(name, kernel, [pmap, omap], "a2a", fused=True)],
                 slots, result)

@@ -74,7 +74,7 @@ def gemv_ar(p: Problem) -> Plan:
     order = rounds(lists)
     wgs, wg_tile = make_wgs(yspace, order, p.k, 1)
     gemv = Kernel(Gemv("A", "B"), yspace, wgs, wg_tile, np.arange(len(wgs)), P,
-                  persistent=True, fair_share=True)
+                  persistent=True, fair_share=True, store_queue=p.store_queue(W - 1))
     ymap = AddressMap(yspace, r, W, "store", np.ones(n_tiles, np.int64))
     for c in range(W):
         ymap.remote_map(p.chunk_region(c), c, op="store", to=_slot_space(p, xbase, c),
@@ -150,7 +150,8 @@ def gemm_a2a(p: Problem) -> Plan:
     order = sorted(range(len(space)), key=lambda t: (staggered(p, owner[t]), t))
     wgs, wg_tile = make_wgs(space, order, p.k, p.split)
     kernel = Kernel(TiledGemm("A", "B"), space, wgs, wg_tile, np.arange(len(wgs)),
-                    grid(p, per_cu=p.spec.wgs_per_cu), persistent=True, exit_waits=arrived)
+                    grid(p, per_cu=p.spec.wgs_per_cu), persistent=True, exit_waits=arrived,
+                    fair_share=True, store_queue=p.store_queue(p.world - 1))
     amap = AddressMap(space, r, p.world, op, kernel.local_writes())
     for c in range(p.world):
         amap.remote_map(p.chunk_region(c), c, op=op, to=x_space(p, xbase, c),

@@ -120,11 +120,15 @@ class KernelRunner:
             stage_end = max(stage_end, end)
         clock.cu.free_at = stage_end
         self.stage_windows.append((stage_start, stage_end))
-        k = self.kernel
-        if k.producer.kind in ("gemm", "gemv"):  # the panels the next stage may find in L2
-            self.cost.l2_commit(k.wgs[np.concatenate(groups)],
-                                getattr(k.producer, "outputs_cached", False))
+        self._l2_commit(np.concatenate(groups))
         return ends, arrivals
+
+    def _l2_commit(self, ids: np.ndarray) -> None:
+        """The panels a stage (or a fair-share round) read stay for the next one (GEMM and
+        GEMV panels; other producers' reads do not go through the panel model)."""
+        k = self.kernel
+        if k.producer.kind in ("gemm", "gemv"):
+            self.cost.l2_commit(k.wgs[ids], getattr(k.producer, "outputs_cached", False))
 
     def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
         """A persistent kernel's round: task j of the round on physical WG j, each on its own
@@ -172,6 +176,7 @@ class KernelRunner:
             clock.log("gemm", f"round {s}" + (f" group {g}" if g else ""), t0, end,
                       wgs=len(gids), flops=sc.flops, read_bytes=sc.read_bytes,
                       write_bytes=sc.write_bytes)
+        self._l2_commit(ids)
         clock.cu.free_at = float(self.wg_free.max())
         self.stage_windows.append((float(first), clock.cu.free_at))
         return ends, arrivals
