@@ -15,7 +15,8 @@
 - GEMM + all-to-all (MoE combine, one expert per GPU, top-2 routing with equal load):
   this rank's expert output rows go back to the GPUs that own their tokens, chunk c of
   the rows to rank c. A persistent GEMM whose WGs store each output tile straight into
-  the owner's receive buffer X (peers' tiles first), polling the peers' blocks at exit.
+  the owner's receive buffer X (peers' tiles first, interleaved over the peers), polling
+  the peers' blocks at exit.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.common import Problem
-from collectives.persistent import grid, rounds, staggered
+from collectives.persistent import grid, remote_first, rounds, staggered
 from devices.regions import tile_grid
 from devices.signals import TrackedRegion
 from emulator.engine.addrmap import AddressMap, TileSpace
@@ -134,7 +135,8 @@ def _shift(region, dr: int):
 
 def gemm_a2a(p: Problem) -> Plan:
     """MoE combine: a persistent GEMM storing every output tile straight into the owner's
-    X block (peers' tiles first, in staggered order), polling the peers' blocks at exit."""
+    X block (peers' tiles first, interleaved over the peers), polling the peers' blocks at
+    exit."""
     from collectives.direct import x_space
     from collectives.operations import ALL_TO_ALL
 
@@ -147,7 +149,8 @@ def gemm_a2a(p: Problem) -> Plan:
                       local_ok=True)
     arrived = tuple(xmap.track(p.slot_region(s, r), after=p.split) for s in p.others)
     owner = np.searchsorted([b for _, b in p.chunks], space.tiles[:, 0], side="right")
-    order = sorted(range(len(space)), key=lambda t: (staggered(p, owner[t]), t))
+    first = np.searchsorted(owner, owner)  # each owner's first tile (tiles are by chunk)
+    order = remote_first(p, owner, np.arange(len(space)) - first)
     wgs, wg_tile = make_wgs(space, order, p.k, p.split)
     kernel = Kernel(TiledGemm("A", "B"), space, wgs, wg_tile, np.arange(len(wgs)),
                     grid(p, per_cu=p.spec.wgs_per_cu), persistent=True, exit_waits=arrived,

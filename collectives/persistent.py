@@ -45,3 +45,11 @@ def staggered(p: Problem, owner: np.ndarray) -> np.ndarray:
     """Sort key of items bound for ``owner`` ranks: peers first (rank + 1, rank + 2, ...),
     this rank's own last (the communication-aware order)."""
     return (np.asarray(owner) - p.rank - 1) % p.world
+
+
+def remote_first(p: Problem, owner: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """The communication-aware task order: items bound for peers first, interleaved over
+    the peers (position ``within`` their owner's part, then peers in staggered order), so
+    every round's stores spread over every link; this rank's own items last."""
+    owner = np.asarray(owner)
+    return np.lexsort((staggered(p, owner), np.asarray(within), owner == p.rank))
