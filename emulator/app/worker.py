@@ -25,7 +25,8 @@ def summary_table(doc: dict) -> str:
                  f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}"
                  + (f" (system {system})" if system else "") + ", "
                  f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
-                 + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else ""))
+                 + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else "")
+                 + "".join(f", {n}={v:g}" for n, v in (doc.get("params") or {}).items()))
     w = max([13] + [len(run["mode"]) for run in doc["runs"]])  # the mode column
     head = f"{'mode':<{w}} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
            f"{'numerics':<22} {'wall':>7}"
@@ -280,6 +281,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "config": cfg.to_dict(),
         "world_size": world,
         "device": spec.to_dict(),
+        "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         "runs": runs,
         "peak_rss_mb_per_rank": rss,
