@@ -19,9 +19,9 @@ holds {its samples, all W T tables x D} (source s's tables at columns s T D ..).
   node): zero-copy, each bag stored by its WG straight into the peer's O. Own samples
   are stored straight into the own O. After their last task the WGs poll the
   receivers' flags (one per arriving slice; per source on a node). Task order:
-  communication-aware (bags of remote slices first, interleaved over the peers so
-  each round's stores spread over every link; own samples last) or oblivious (index
-  order: sample by sample, each sample's tables in order).
+  communication-aware (remote slices first, slice by slice, the peers' slices
+  interleaved so each round's stores spread over every link; own samples last) or
+  oblivious (index order: sample by sample, each sample's tables in order).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectives.common import Problem
-from collectives.persistent import grid, remote_first
+from collectives.persistent import grid, staggered
 from devices.commands import Executor
 from devices.regions import tile_grid
 from emulator.engine.addrmap import AddressMap, TileSpace
@@ -173,9 +173,13 @@ def fused(p: Problem, aware: bool) -> Plan:
     items, wg_tile = b.items(space)
     owner = b.owner_of(items[:, 0])
     key = b.index_key(items)
-    first = np.array([a for a, _ in p.chunks])[owner]  # the owner's first sample
-    within = (items[:, 0] - first) * b.tables + items[:, 2] // p.n
-    order = remote_first(p, owner, within) if aware else np.argsort(key, kind="stable")
+    # communication-aware: slice by slice (a slice's bags together, so slices complete and
+    # leave one after another), the peers' slices interleaved, this rank's own last
+    first_tile = np.searchsorted(b.owner_of(space.tiles[:, 0]), np.arange(p.world))
+    position = wg_tile - first_tile[owner]  # the slice's place in its owner's part
+    bag = items[:, 0] - space.tiles[wg_tile, 0]
+    order = (np.lexsort((bag, staggered(p, owner), position, owner == p.rank)) if aware
+             else np.argsort(key, kind="stable"))
     obase = slots.alloc("O slice", len(b.out_tiles(0, S)))  # chunk 0 is the largest
     spaces: dict[int, TileSpace] = {}
 
