@@ -10,7 +10,7 @@ holds {its samples, all W T tables x D} (source s's tables at columns s T D ..).
 - ``sequential`` (the baseline): one embedding-bag launch per table (as the public DLRM
   code does), then the library all-to-all (a CU kernel sending P's row chunk c to rank
   c at the library's share of the links).
-- ``fused`` / ``fused oblivious``: one persistent kernel of P physical WGs (the
+- ``fused`` / ``fused-oblivious``: one persistent kernel of P physical WGs (the
   occupancy knob), each logical WG pooling one bag. Output tiles are slices (``slice``
   S consecutive samples of one table); a slice's tile counts its bags' writes, so the
   WG that writes its last bag is the one that sends it. Scale-out (a peer on another
@@ -281,25 +281,16 @@ def reference(comm, cfg, x: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
     return ref, (L * UNIT_ROUNDOFF["fp32"] + 2 * u) * mag * 1.01
 
 
-def bounds(cfg, spec, world: int) -> dict[str, float]:
-    """Pooling: its reads at the HBM's peak. All-to-all: the bytes a rank sends to its
-    peers over its links at once (one node) or through its NIC (one GPU per node)."""
+def bounds(cfg, spec, world: int) -> tuple[float, float]:
+    """(the pooling's reads at the HBM's peak, in seconds; the bytes a rank sends to its
+    peers: the pooled rows of every sample but its own), for ``runs.lower_bounds``."""
     from emulator.model.cost import DTYPE_BYTES
 
     e = DTYPE_BYTES[cfg.dtype]
     T = int(cfg.param("tables"))
     reads = cfg.m * T * cfg.k * (cfg.n * e + INDEX_BYTES)
-    own = -(-cfg.m // world)
-    moved = (cfg.m - own) * T * cfg.n * e
-    ic = spec.interconnect
-    g = min(world, ic.gpus_on_node(world))
-    if world == 1:
-        link = 0.0
-    elif world > g and ic.network:
-        link = moved / (spec.nic_bw or ic.nic_bw)
-    else:
-        link = moved / (max(ic.links_needed(world), 1) * ic.link_bw)
-    return {"gemm_compute": reads / spec.hbm_bw, "collective_link": link}
+    own = cfg.m // world  # the smallest chunk
+    return reads / spec.hbm_bw, (cfg.m - own) * T * cfg.n * e
 
 
 def host_memory(cfg, spec) -> int:

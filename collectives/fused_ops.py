@@ -11,7 +11,9 @@
   its own block). Then the same grid goes on (no new launch) to reduce its own tiles:
   it waits for one ready flag per (physical WG, peer) (the counterpart WG's tiles for
   this owner have all landed), sums the W blocks on the CUs and stores the reduced tile
-  into every rank's output Y. The WGs poll the peers' reduced tiles at exit.
+  into every rank's output Y. The WGs poll the peers' reduced tiles at exit. The second
+  task list starts when the whole grid has finished the first (a grid-wide barrier:
+  the phase boundary).
 - GEMM + all-to-all (MoE combine, one expert per GPU, top-2 routing with equal load):
   this rank's expert output rows go back to the GPUs that own their tokens, chunk c of
   the rows to rank c. A persistent GEMM whose WGs store each output tile straight into

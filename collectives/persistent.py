@@ -19,11 +19,10 @@ OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can
 def grid(p: Problem, per_cu: int | None = None) -> int:
     """Physical WGs of a fused persistent kernel: the occupancy knob x the most it can have
     resident (the device's light-kernel limit, or ``per_cu`` WGs per CU), less the
-    ROC_SHMEM context's 12.5% when the job spans nodes (GPU-initiated network puts need
-    it; scale-up stores to peers' memory are plain stores through mapped pointers)."""
+    communication context's 12.5% (every fused kernel carries it, as the design
+    reports)."""
     most = p.spec.cus * per_cu if per_cu else p.spec.max_resident_wgs
-    if p.topology.node(p.world - 1) != p.topology.node(0):
-        most = max(1, int(most * (1.0 - SHMEM_OCCUPANCY_LOSS)))
+    most = max(1, int(most * (1.0 - SHMEM_OCCUPANCY_LOSS)))
     return max(1, round(p.param("occupancy", OCCUPANCY.default) * most))
 
 

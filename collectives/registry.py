@@ -68,7 +68,7 @@ REGISTRY.add_operation(Operation(
     "gemv+ar", "all-reduce of a decode GEMV's partial output (row-parallel layer)",
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
-    aliases=("gemv-ar",), reducing=True, bus_factors=AR, spans={"ar": ("rs", "ag")},
+    aliases=("gemv-ar",), reducing=True, split_k=False, bus_factors=AR, spans={"ar": ("rs", "ag")},
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
@@ -76,7 +76,7 @@ REGISTRY.add_operation(Operation(
     operations.EMBEDDING_ALL_TO_ALL, _mpi_collective("all_to_all"),
     lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("embedding+a2a",),
     params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
-    check_reference=embedding.reference, bounds=embedding.bounds,
+    check_reference=embedding.reference, bounds=embedding.bounds, split_k=False,
     host_memory=embedding.host_memory,
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
 

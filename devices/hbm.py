@@ -199,13 +199,13 @@ class Hbm:
         return a[region[0] : region[1], region[2] : region[3]]
 
     # ------------------------------------------------------------ operations
-    def _nbytes(self, name: str, region: Region) -> int:
+    def region_bytes(self, name: str, region: Region) -> int:
         return region_elems(region) * self._check(name, region).dtype.itemsize
 
     def load(self, name: str, region: Region, stream: str) -> np.ndarray | None:
         """Read a region of the local HBM (a contiguous copy; None in a timing-only run)."""
         if not self.payload:
-            self.count(self.rank, stream, "read", self._nbytes(name, region))
+            self.count(self.rank, stream, "read", self.region_bytes(name, region))
             return None
         self.win.Sync()
         data = np.ascontiguousarray(self.view(name, region))
@@ -215,7 +215,7 @@ class Hbm:
     def get(self, name: str, region: Region, stream: str, rank: int) -> np.ndarray | None:
         """Read a region of ``rank``'s array (``MPI_Get``; counted as a read of that HBM)."""
         if not self.payload:
-            self.count(rank, stream, "read", self._nbytes(name, region))
+            self.count(rank, stream, "read", self.region_bytes(name, region))
             return None
         spec = self.specs[name]
         data = np.empty(region_shape(region), spec.dtype)
@@ -229,7 +229,7 @@ class Hbm:
         """Plain write of ``data`` into ``rank``'s array region (default: local); flushed."""
         rank = self.rank if rank is None else rank
         if not self.payload:
-            self.count(rank, stream, "write", self._nbytes(name, region))
+            self.count(rank, stream, "write", self.region_bytes(name, region))
             return
         data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
         self.win.Put(data, rank, target=self._target(name, region))
@@ -241,7 +241,7 @@ class Hbm:
         """Op-and-store add of ``data`` into ``rank``'s array region, atomically; flushed."""
         rank = self.rank if rank is None else rank
         if not self.payload:
-            self.count(rank, stream, "update", self._nbytes(name, region))
+            self.count(rank, stream, "update", self.region_bytes(name, region))
             return
         spec = self.specs[name]
         data = np.ascontiguousarray(data, dtype=spec.dtype)

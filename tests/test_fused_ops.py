@@ -133,7 +133,7 @@ def test_embedding_bag_kernel_matches_numpy():
 @pytest.mark.parametrize("param,message", [
     ("tabels=3", "takes"), ("tables=0", "tables must be from 1"),
     ("occupancy=1.5", "occupancy must be from"), ("slice=2.5", "slice must be an integer"),
-    ("tables", "NAME=VALUE")])
+    ("tables", "NAME=VALUE"), ("tables=inf", "must be a finite number")])
 def test_bad_parameters_are_refused_before_launch(param, message):
     proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
                     "--collective", "emb+a2a", "--param", param], timeout=60)
@@ -176,3 +176,18 @@ def test_bad_scenario_params_are_refused(tmp_path):
         path.write_text(FUSED_CASES.read_text().replace(*change, 1))
         with pytest.raises(ScenarioError, match=message):
             load_scenario(str(path))
+
+
+def test_split_k_is_refused_where_the_producer_does_not_split():
+    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                    "--collective", "gemv+ar", "--split-k", "2"], timeout=60)
+    assert proc.returncode == 2 and "does not split K" in proc.stderr, proc.stderr
+
+
+def test_a_batch_smaller_than_a_slice_across_nodes(emulate):
+    """Each GPU's 10 samples are one short slice per table (S = 32 by default)."""
+    doc = emulate(["--system", "mi210-2node", "--collective", "emb+a2a", "--m", "20",
+                   "--n", "16", "--k", "3", "--param", "tables=2", "--dtype", "fp32",
+                   "--mode", "sequential,fused,fused-oblivious"])
+    for run in doc["runs"]:
+        assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]

@@ -190,6 +190,9 @@ class RunConfig:
             why = specs[name].check(name, value)
             if why:
                 raise ConfigError("--param", f"{name}={value:g}", why)
+        if self.split_k > 1 and not op.split_k:
+            raise ConfigError("--split-k", self.split_k, f"--collective {self.collective} "
+                              f"does not split K over several WGs (give 1)")
         if not 1 <= self.split_k <= min(self.k, 64):
             raise ConfigError("--split-k", self.split_k,
                               f"an integer from 1 to min(K, 64) = {min(self.k, 64)}")

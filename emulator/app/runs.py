@@ -66,14 +66,16 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     from emulator.model.cost import DTYPE_BYTES
 
     op = cfg.operation
-    if op.bounds is not None:
-        return op.bounds(cfg, spec, world)
     e = DTYPE_BYTES[cfg.dtype]
     rows_min = min(r1 - r0 for r0, r1 in chunks)
-    moved = op.link_bytes(cfg.m, cfg.n, cfg.k, rows_min, e)
+    rows = rows_min if op.compute_rows == "own" else cfg.m
+    if op.bounds is not None:  # an operation that is not a GEMM: its compute and bytes
+        compute, moved = op.bounds(cfg, spec, world)
+    else:
+        compute = 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype)
+        moved = op.link_bytes(cfg.m, cfg.n, cfg.k, rows_min, e)
     ic = spec.interconnect
     links = ic.links_needed(world)
-    rows = rows_min if op.compute_rows == "own" else cfg.m
     g = min(world, ic.gpus_on_node(world))
     stay = (g - 1) / (world - 1) if world > 1 else 0.0  # of the bytes, to GPUs of the node
     link = moved * stay / (max(links, 1) * ic.link_bw) if world > 1 else 0.0
@@ -81,8 +83,7 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
         # of its node's NICs (a torus node: of its four links)
         ports = 4 if ic.network == "torus2d" else ic.nics_per_node
         link = max(link, moved * (1 - stay) / (ic.nic_bw * ports / g))
-    return {"gemm_compute": 2.0 * rows * cfg.n * cfg.k / spec.peak_flops(cfg.dtype),
-            "collective_link": link}
+    return {"gemm_compute": compute, "collective_link": link}
 
 
 def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]]) -> dict:

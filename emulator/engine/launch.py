@@ -355,8 +355,7 @@ class _Writes:
     def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
         if self.counted is not None:
             key = (rank, stream, "update" if op == "update" else "write")
-            self.counted[key] = self.counted.get(key, 0) + (
-                (dst[1] - dst[0]) * (dst[3] - dst[2]) * self.hbm.specs[buffer].dtype.itemsize)
+            self.counted[key] = self.counted.get(key, 0) + self.hbm.region_bytes(buffer, dst)
             return
         key = (rank, buffer, op, stream)
         cur = self.pending.get(key)

@@ -17,6 +17,7 @@ registers itself (``t3emu run --configs FILE``; see the README).
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class Param:
 
     def check(self, name: str, value: float) -> str:
         """Why ``value`` is not allowed ("" : it is)."""
+        if not math.isfinite(value):
+            return f"{name} must be a finite number"
         if self.integer and value != int(value):
             return f"{name} must be an integer"
         if not self.low <= value <= self.high:
@@ -73,7 +76,9 @@ class Operation:
     # configuration, with ``param(name)``):
     inputs: Callable | None = None  # (cfg, rank, world) -> {input name: array}
     check_reference: Callable | None = None  # (comm, cfg, inputs) -> (expected, tolerance)
-    bounds: Callable | None = None  # (cfg, spec, world) -> lower bounds (as runs.lower_bounds)
+    bounds: Callable | None = None  # (cfg, spec, world) -> (compute-bound seconds, bytes a
+    # rank sends to peers): its lower bounds' inputs (a GEMM's: its FLOPs, ``link_bytes``)
+    split_k: bool = True  # its producer can split K over several WGs per tile (--split-k)
     host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
     dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
 
