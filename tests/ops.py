@@ -8,6 +8,11 @@ COLLECTIVES = tuple(a for op in REG.operations.values() for a in op.aliases)
 COLLECTIVE_ALGORITHMS = {c: REG.operation(c).algorithms for c in COLLECTIVES}
 
 
+def splits(collective: str) -> bool:
+    """Whether the operation's producer splits K over several WGs (--split-k > 1)."""
+    return REG.operation(collective).split_k
+
+
 def modes_for(collective: str, algorithm: str | None = None) -> tuple[str, ...]:
     return REG.configurations_for(REG.operation(collective), algorithm)
 

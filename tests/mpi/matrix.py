@@ -8,7 +8,7 @@ import sys
 
 from mpi4py import MPI
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, splits, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
@@ -28,7 +28,7 @@ def main() -> int:
     done = 0
     for i, (collective, algorithm, topology) in enumerate(combos()):
         dtype = "fp32" if i % 2 else "fp16"
-        for split in (1, 2) if topology == "full-mesh" else (1,):
+        for split in (1, 2) if topology == "full-mesh" and splits(collective) else (1,):
             cfg = RunConfig(ranks=world, collective=collective, topology=topology,
                             algorithm=algorithm, dtype=dtype, split_k=split, watchdog_s=60,
                             **SHAPE).validate()

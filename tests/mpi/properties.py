@@ -28,7 +28,7 @@ import traceback
 from mpi4py import MPI
 
 from collectives import TOPOLOGY_ALGORITHMS
-from tests.ops import COLLECTIVE_ALGORITHMS
+from tests.ops import COLLECTIVE_ALGORITHMS, splits
 from collectives.common import ring_chunks
 from devices.spec import load_device
 from emulator.app.config import RunConfig
@@ -100,7 +100,7 @@ def rank0(examples: int) -> int:
             "k": k,
             "dtype": draw(st.sampled_from(["fp16", "fp32"])),
             "values": draw(st.sampled_from(["int", "normal"])),
-            "split_k": draw(st.integers(1, min(k, 3))),
+            "split_k": draw(st.integers(1, min(k, 3))) if splits(collective) else 1,
             "seed": draw(st.integers(0, 2**31)),
         }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, splits, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
@@ -36,7 +36,8 @@ def main(out: Path) -> int:
                     path = out / f"{collective}-{algorithm}-{topology}-{int(timing_only)}.json"
                     cfg = RunConfig(ranks=comm.size, collective=collective, topology=topology,
                                     algorithm=algorithm, dtype="fp32" if i % 2 else "fp16",
-                                    split_k=2 if topology == "full-mesh" else 1,
+                                    split_k=2 if topology == "full-mesh"
+                                    and splits(collective) else 1,
                                     watchdog_s=60, json=str(path), timing_only=timing_only,
                                     **SHAPE).validate()
                     if _main(cfg) != 0:
