@@ -86,6 +86,10 @@ class Problem:
     def chunk(self, c: int) -> tuple[int, int]:
         return self.chunks[c % self.world]
 
+    def owners(self, rows) -> np.ndarray:
+        """The rank whose chunk holds each of ``rows``."""
+        return np.searchsorted([r1 for _, r1 in self.chunks], rows, side="right")
+
     def chunk_region(self, c: int, cols: int | None = None) -> tuple[int, int, int, int]:
         r0, r1 = self.chunk(c)
         return (r0, r1, 0, self.n if cols is None else cols)

@@ -110,10 +110,6 @@ class Bags:
                          axis=1).astype(np.int64)
         return items, tile_of.astype(np.int64)
 
-    def owner_of(self, samples: np.ndarray) -> np.ndarray:
-        bounds = np.array([a for a, _ in self.p.chunks] + [self.p.m])
-        return np.searchsorted(bounds, samples, side="right") - 1
-
     def index_key(self, items: np.ndarray) -> np.ndarray:
         """The logical WG index: sample by sample, each sample's tables in order."""
         return items[:, 0] * self.tables + items[:, 2] // self.p.n
@@ -171,11 +167,11 @@ def fused(p: Problem, aware: bool) -> Plan:
     layout, inputs, result = b.layout()
     space = b.pooled_space(slots, S)
     items, wg_tile = b.items(space)
-    owner = b.owner_of(items[:, 0])
+    owner = p.owners(items[:, 0])
     key = b.index_key(items)
     # communication-aware: slice by slice (a slice's bags together, so slices complete and
     # leave one after another), the peers' slices interleaved, this rank's own last
-    first_tile = np.searchsorted(b.owner_of(space.tiles[:, 0]), np.arange(p.world))
+    first_tile = np.searchsorted(p.owners(space.tiles[:, 0]), np.arange(p.world))
     position = wg_tile - first_tile[owner]  # the slice's place in its owner's part
     bag = items[:, 0] - space.tiles[wg_tile, 0]
     order = (np.lexsort((bag, staggered(p, owner), position, owner == p.rank)) if aware

@@ -70,7 +70,7 @@ def gemv_ar(p: Problem) -> Plan:
     xbase = slots.alloc("X tile", len(_slot_space(p, 0, 0)))  # chunk 0 is the largest
     P = grid(p)
     n_tiles = len(yspace)
-    owner = np.searchsorted([b for _, b in p.chunks], yspace.tiles[:, 0], side="right")
+    owner = p.owners(yspace.tiles[:, 0])
     # WG i: tiles t = i, i + P, ... (the same on every GPU), peers' tiles first
     lists = [sorted(range(i, n_tiles, P), key=lambda t: (staggered(p, owner[t]), t))
              for i in range(min(P, n_tiles))]
@@ -150,7 +150,7 @@ def gemm_a2a(p: Problem) -> Plan:
     xmap = AddressMap(mine, r, p.world, op, np.zeros(len(mine), np.int64), incoming_op=op,
                       local_ok=True)
     arrived = tuple(xmap.track(p.slot_region(s, r), after=p.split) for s in p.others)
-    owner = np.searchsorted([b for _, b in p.chunks], space.tiles[:, 0], side="right")
+    owner = p.owners(space.tiles[:, 0])
     first = np.searchsorted(owner, owner)  # each owner's first tile (tiles are by chunk)
     order = remote_first(p, owner, np.arange(len(space)) - first)
     wgs, wg_tile = make_wgs(space, order, p.k, p.split)
