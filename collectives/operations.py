@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from collectives import direct, embedding, fused_ops, ring
+from collectives import direct, embedding, ficco, fused_ops, ring
 from collectives.common import Problem, plain_gemm
 from collectives.consumer import ag_gemm
 from emulator.engine.plan import Credit, Slots
@@ -139,3 +139,12 @@ class PhaseParts:
 
 
 EMBEDDING_ALL_TO_ALL = PhaseParts(embedding.phases)
+
+
+def _no_fused(p, slots, algorithm):
+    raise ValueError("a2a+gemm has no fused form of T3's; its overlapped forms are FiCCO's")
+
+
+A2A_GEMM = OperationParts(
+    "a2a", "a2a+gemm", ficco.dispatch_layout, lambda p, s: plain_gemm(p, s, a="AG"),
+    ficco.dispatch_steps, _no_fused, consumer=True)

@@ -8,8 +8,8 @@ here (or, outside the repository, in a file given to ``--configs``).
 
 from __future__ import annotations
 
-from collectives import (baselines, embedding, flux, fused_ops, operations, persistent, t3,
-                         transformer_engine)
+from collectives import (baselines, embedding, ficco, flux, fused_ops, operations, persistent,
+                         t3, transformer_engine)
 from emulator.engine.registry import REGISTRY, Configuration, Operation
 
 
@@ -79,6 +79,14 @@ REGISTRY.add_operation(Operation(
     check_reference=embedding.reference, bounds=embedding.bounds, split_k=False,
     host_memory=embedding.host_memory,
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
+REGISTRY.add_operation(Operation(
+    "a2a+gemm", "all-to-all dispatch of tokens to the experts' GPUs feeding each expert's "
+    "GEMM (EP; FiCCO sec. 4)", "FiCCO sec. 4", ("direct",), operations.A2A_GEMM,
+    _mpi_collective("all_to_all"), lambda m, n, k, rows, e: (m - rows) * e * k,
+    aliases=("a2a-gemm",), collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS,
+    inputs=ficco.dispatch_inputs, check_reference=ficco.dispatch_reference,
+    dims="M = rows every GPU's expert receives (tokens), N = the expert's columns, K = "
+    "hidden size; rank r sends its chunk's rows to every GPU"))
 
 
 def _t3_op(op) -> bool:
@@ -196,3 +204,46 @@ REGISTRY.add_configuration(Configuration(
 
 _FUSED = {"emb+a2a": lambda p: embedding.fused(p, aware=True), "gemv+ar": fused_ops.gemv_ar,
           "gemm+a2a": fused_ops.gemm_a2a}
+
+
+def _ficco_op(op) -> bool:
+    return op.name in ("ag+gemm", "a2a+gemm")
+
+
+FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D}
+AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
+FICCO = (
+    ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
+     "one block, one GEMM (M/W, N, K), its rows scattered into C", "#1f77b4"),
+    ("ficco-hetero-fused-1d", "FiCCO hetero-fused-1D: the local shard's GEMM first, then per "
+     "step one GEMM over the W-1 gathered pieces, scattered", "#2ca02c"),
+    ("ficco-hetero-unfused-1d", "FiCCO hetero-unfused-1D: the local shard's GEMM first, then "
+     "one GEMM (M/W^2, N, K) per piece as it lands, straight into C", "#d62728"),
+    ("ficco-uniform-fused-2d", "FiCCO uniform-fused-2D: per step column block j of every "
+     "shard gathered (M x K/W), C += G_j B_j (accumulating GEMMs, no scatter)", "#9467bd"),
+)
+for _name, _help, _color in FICCO:
+    REGISTRY.add_configuration(Configuration(
+        _name, _help + "; transfers by DMA engines, every link at once", "FiCCO",
+        (lambda sched: lambda p, op, algorithm: ficco.schedule(p, op, sched))(
+            _name[len("ficco-"):]), applies=_ficco_op, algorithms=DIRECT, color=_color,
+        params=FICCO_PARAMS))
+REGISTRY.add_configuration(Configuration(
+    "ficco-auto", "FiCCO with the schedule its static heuristic picks (M <= K: 2D; else by "
+    "the GEMM's op-to-byte ratio against the machine balance)", "FiCCO",
+    lambda p, op, algorithm: ficco.auto(p, op), applies=_ficco_op, algorithms=DIRECT,
+    color="#e377c2", params={**FICCO_PARAMS, **AUTO}))
+REGISTRY.add_configuration(Configuration(
+    "ficco-cu", "ficco-auto's schedule with CU-driven (library, RCCL-style) transfers on a "
+    "share of the CUs instead of DMA engines", "FiCCO", lambda p, op, algorithm:
+    ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
+    params={**FICCO_PARAMS, **AUTO}))
+REGISTRY.add_configuration(Configuration(
+    "ficco-shard", "shard-based overlap (PyTorch async TP): whole shards from one peer per "
+    "step by a copy engine while the previous shard's GEMM runs", "FiCCO baseline",
+    lambda p, op, algorithm: ficco.shard(p, op), applies=_ficco_op, algorithms=DIRECT,
+    color="#8c564b"))
+REGISTRY.add_configuration(Configuration(
+    "ficco-ideal", "FiCCO's ideal: max(the whole GEMM alone, the whole collective by DMA on "
+    "every link alone)", "FiCCO bound", lambda p, op, algorithm: ficco.ideal(p, op),
+    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e"))

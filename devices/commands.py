@@ -67,7 +67,9 @@ class DmaCommand:
     src_rank: int = -1  # pulls only
     adds: tuple[tuple[str, Region], ...] = ()  # cu only: local copies added to ``src``
     flag_only: bool = False  # a signal with no data (a flag put)
-    result: TrackedRegion | None = None  # pulls: the local signal the data's arrival completes
+    result: TrackedRegion | None = None  # pulls, copies: the local signal the data's arrival
+    # completes
+    copy: bool = False  # a device-local copy (gather, scatter) into ``dst`` on this rank
     order: int = 0  # index in the rank's program order
     compute_after: bool = False  # a producer stage follows it in program order
 

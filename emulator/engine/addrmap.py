@@ -20,6 +20,11 @@ its tiles, identical on every rank, so a sender can name a receiver's slots):
 - ``flag_map(region, dst_ranks, flags, after=k)``: once the region is complete
   here, a DMA engine writes a flag (no data) into each destination's ``flags``
   space (the tiles of ``region`` there): what a pulling peer waits on;
+- ``copy_map(region, to, to_region, trigger=, executor=)``: once ``trigger`` (any
+  signal) completes, a DMA engine of this rank copies ``region`` into ``to_region``
+  of the local buffer of ``to`` (a gather or a scatter); returns the signal of the
+  copy's completion (over ``to``'s slots). A copy reads its region and claims no
+  tile of this map (several copies may read one region);
 - ``track(region, after=k)``: tracked, nothing forwarded (a finished chunk, or
   an input region a consumer waits for);
 - ``local(region)``: written here with the producer's op, untracked (data that
@@ -169,6 +174,7 @@ class AddressMap:
         self._local_writes = self.local_writes.tolist()  # the same, as Python ints
         self._owner: dict[int, int] = {}
         self.entries: list[_Entry] = []
+        self.copies: list[DmaCommand] = []  # copy_map's commands, in the order they were made
 
     @property
     def buffer(self) -> str:
@@ -281,6 +287,35 @@ class AddressMap:
                          "update", after, flags, executor=executor))
         return self.entries[-1].signal
 
+    def copy_map(self, region: Region, to: TileSpace, to_region: Region, trigger: Signal,
+                 executor: Executor = DMA0) -> Signal:
+        """Copy ``region`` of this rank's buffer into ``to_region`` of ``to`` (a local
+        buffer, or another region of this one) on a DMA engine once ``trigger`` completes;
+        returns the signal of the copy's completion."""
+        if executor.kind != "dma":
+            raise MapError(f"region {region}: local copies run on a DMA engine, not "
+                           f"{executor.queue}")
+        r, d = tuple(map(int, region)), tuple(map(int, to_region))
+        if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
+            raise MapError(f"copy destination {d} is not the shape of {r}")
+        if to.buffer == self.buffer and r[0] < d[1] and d[0] < r[1] and r[2] < d[3] \
+                and d[2] < r[3]:
+            raise MapError(f"copy of {r} onto itself in {self.buffer}")
+        if not (r[0] >= 0 and r[2] >= 0 and r[1] > r[0] and r[3] > r[2]):
+            raise MapError(f"copy source {r} of {self.buffer} is empty or negative")
+        tiles = to.tiles_in(d)
+        elems = [region_elems(to.region(t)) for t in tiles]
+        result = TrackedRegion(f"{to.buffer}{list(d)} copy",
+                               np.array([to.slot(t) for t in tiles], np.int64),
+                               np.array(elems, np.int64),
+                               f"a copy of {self.buffer}{list(r)} by {executor.queue}",
+                               {"after": 1})
+        self.copies.append(DmaCommand(
+            trigger=trigger, result=result, buffer=self.buffer, src=r, dst_rank=self.rank,
+            dst_buffer=to.buffer, dst=d, op="store", dst_slots=[to.slot(t) for t in tiles],
+            dst_elems=elems, executor=executor, copy=True))
+        return result
+
     def flag_signal(self, flags: TileSpace, region: Region, label: str = "") -> Signal:
         """The signal of the flags a peer's ``flag_map`` writes here for ``region``."""
         tiles = flags.tiles_in(region)
@@ -360,4 +395,4 @@ class AddressMap:
                     dst_buffer=space.buffer, dst=entry.to_region or entry.region, op=entry.op,
                     dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems,
                     executor=entry.executor, adds=entry.adds, flag_only=entry.kind == "flag"))
-        return CompiledMap(routes, commands, incoming, signals)
+        return CompiledMap(routes, commands + self.copies, incoming, signals)

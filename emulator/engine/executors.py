@@ -10,6 +10,7 @@ HBM (``land``), under the arbitration policy. The formulas are the model's
 from __future__ import annotations
 
 from devices.commands import DmaCommand
+from devices.regions import region_elems
 from emulator.engine.launch import KernelRunner
 from emulator.model import transfers
 from emulator.model.arbitration import CommWindow
@@ -74,10 +75,13 @@ class ExecutorTiming:
                 return done
             ex = cmd.executor
             res = clock.executor(ex.kind, ex.index, ex.share)
-            nbytes = self.elems(cmd.trigger) * cost.e
+            nbytes = (region_elems(cmd.src) if cmd.copy else self.elems(cmd.trigger)) * cost.e
             pol = self.policy
             if cmd.flag_only:
                 end, arrival = transfers.flag_put(clock, cost, res, done, cmd.dst_rank, name)
+            elif cmd.copy:
+                end, arrival = transfers.dma_copy(clock, cost, res, done, nbytes, name, pol,
+                                                  window)
             elif cmd.pull:
                 end, arrival = transfers.dma_pull(clock, cost, res, done, cmd.src_rank, nbytes,
                                                   name, pol, window)

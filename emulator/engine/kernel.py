@@ -62,16 +62,39 @@ class Kernel:
     fair_share: bool = False  # persistent: a round's WGs share the HBM fairly (served as
     # one group from the earliest WG's start; O(rounds), for grids of many small tasks);
     # False: each WG reserves on its own in WG order
+    launches: tuple[int, ...] = ()  # positions in ``order`` where another launch of the
+    # same stream begins (the kernel is a sequence of launches: each starts a stage, pays
+    # the launch cost and finds none of its inputs in the L2)
 
     def __post_init__(self):
         if self.stage_size < 1:
             raise ValueError(f"a kernel needs stage_size >= 1, got {self.stage_size}")
         if self.exit_waits and not self.persistent:
             raise ValueError("exit_waits are polled by a persistent kernel's WGs")
+        bounds = [0, *self.launches, len(self.order)]
+        if self.launches and (self.persistent or any(b >= a for a, b in zip(bounds[1:],
+                                                                              bounds))):
+            raise ValueError(f"launch starts {self.launches} must increase inside "
+                             f"0..{len(self.order)} (ordinary kernels only)")
 
     def stages(self) -> list[np.ndarray]:
-        o = self.order
-        return [o[i : i + self.stage_size] for i in range(0, len(o), self.stage_size)]
+        cached = self.__dict__.get("_stages")
+        if cached is None:
+            o, size = self.order, self.stage_size
+            bounds = [0, *self.launches, len(o)]
+            cached = [o[i : min(i + size, b)] for a, b in zip(bounds, bounds[1:])
+                      for i in range(a, b, size)]
+            object.__setattr__(self, "_stages", cached)
+        return cached
+
+    def launch_stages(self) -> set[int]:
+        """The stages that begin a launch after the first."""
+        starts, n, out = set(self.launches), 0, set()
+        for s, ids in enumerate(self.stages()):
+            if n in starts:
+                out.add(s)
+            n += len(ids)
+        return out
 
     def groups(self, ids: np.ndarray) -> list[np.ndarray]:
         """The stage's items split where their gates differ (in dispatch order); one group

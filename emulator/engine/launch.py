@@ -54,6 +54,7 @@ class KernelRunner:
             for s in slots:
                 self._nic_left[int(s)] = entry
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
+        self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
 
     # ---------------------------------------------------------------- modelled time
@@ -106,10 +107,16 @@ class KernelRunner:
         stage_start = clock.cu.free_at
         ends, arrivals, stage_end = [], [], stage_start
         issue = 2 * self.cost.spec.nic_issue_s
+        launch = 0.0
+        if s in self.launch_stages:  # another launch of the stream: its inputs are not in
+            self.cost.l2_reset()  # the L2 yet; it starts once its waits are over
+            launch = self.cost.spec.launch_s
         scale = _shared_reads(self.cost, self.kernel, groups)
         resident = spread(self.cost, sum(len(g) for g in groups))
         for g, ids in enumerate(groups):
-            start = max(stage_start, self._gate_time(self.kernel.gates_of(ids)))
+            start = max(stage_start, self._gate_time(self.kernel.gates_of(ids))) + launch
+            if launch:
+                clock.log("launch", f"stage {s}", start - launch, start)
             end, arr, sc = self._time_items(s, ids, start, resident, scale)
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
             clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),

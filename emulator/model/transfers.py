@@ -27,6 +27,9 @@ usable at its destination).
 - ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
   the link (lat), the data crosses the peer->reader direction, lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
+- ``dma_copy``: a device-local copy (gather, scatter) on an engine: ``dma_setup_s``
+  when the engine is free, then the source read and the destination write stream
+  through the HBM together (2 B under the arbitration policy); usable when written.
 - ``flag_put``: a signal with no data: ``dma_setup_s`` on the engine, then lat.
 - ``nic_put`` (GPU-initiated, ROC_SHMEM style): the issuing WG has paid
   ``nic_issue_s`` per put (charged by the kernel); the NIC reads the source at
@@ -125,6 +128,17 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
     return landed, landed
+
+
+def dma_copy(clock: RankClock, cost: CostModel, engine, done: float, nbytes: float,
+             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
+    """A local copy of ``nbytes`` on a DMA engine once its trigger is ``done``; when the
+    copy is usable."""
+    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    end = clock.hbm.comm(policy, t0, 2 * nbytes, window, "dma copies")
+    engine.free_at = end
+    clock.log("dma", f"copy {what}", t0, end, bytes=nbytes)
+    return end, end
 
 
 def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,

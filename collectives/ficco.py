@@ -1,0 +1,605 @@
+"""FiCCO: finer-grain overlap of an all-gather or all-to-all dispatch with the GEMM it
+feeds, its transfers offloaded to DMA engines (REFERENCE.md section 4).
+
+Rank r's GEMM is C = G B_r, G the M x K input gathered from every rank: for SP+TP
+(``ag+gemm``) rank s contributes its shard, rows ``chunk(s)`` of G; for EP
+(``a2a+gemm``) rank s holds one block of ``len(chunk(s))`` rows per destination
+(its tokens routed to each GPU's expert) and block d lands at rows ``chunk(s)`` of
+G on rank d. Every schedule here is one kernel phase of the one mechanism:
+
+- the transfers are ``dma_map`` pushes issued up front, one DMA engine per peer
+  (``engine``), each engine's queue in step order, so every step drives every link
+  at once (FiCCO) or one link (shard-based overlap); or, ``executor="cu"``, CU-driven
+  library transfers on a share of the CUs (FiCCO-CU);
+- the GEMM is a sequence of launches (``Kernel.launches``) of one stream, each
+  gated on the signals of the input rows it reads (arrivals or gathers);
+- gathers and scatters are device-local copies on a DMA engine of their own
+  (``copy_map``), triggered by the pieces' arrival or the GEMM tiles' completion.
+
+Buffers (1D schedules): ``AG`` is M rows of G in global order (pieces land in
+place) followed by a gather area; ``C`` is M result rows followed by the GEMM's
+output rows for the gathered blocks, which the scatters copy into place (the GEMM
+reads and writes the same row numbers). Tile grids are aligned to the pieces, so a
+piece is whole tiles. 2D: ``G`` (M x K) receives the gathered column blocks and the
+GEMM accumulates C += G[:, block j] B[block j] (updates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collectives.common import Problem, ring_chunks
+from devices.commands import Executor
+from devices.regions import tile_grid
+from emulator.engine.addrmap import AddressMap, TileSpace
+from emulator.engine.kernel import Kernel
+from emulator.engine.plan import KernelPhase, Plan, Slots
+from emulator.engine.producers import TiledGemm
+from emulator.engine.registry import Operation, Param
+
+ARBITRATION = "fr-fcfs"  # a stock GPU's HBM (as Flux's)
+SCHEDULES = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d")
+# ASSUMPTION: RCCL's collective kernels on MI300X run 32 channels of one thread block
+# each (RCCL's default channel count on a full mesh of 8), 32 of 304 CUs
+CU_SHARE = Param(32 / 304, "share of the CUs the CU-driven (library) transfers hold "
+                 "(FiCCO-CU)", low=0.01, high=0.5)
+COPY2D = Param(1, "2D copies: 1 = emulated as one 1D copy of the same bytes (as the study "
+               "did), 0 = strided (one DMA command per band of tile rows)", low=0, high=1,
+               integer=True)
+# the heuristic's thresholds, in multiples of the machine balance (peak FLOP/s over HBM
+# bytes/s): below LOW uniform-fused-1D, above HIGH hetero-unfused-1D, else hetero-fused
+OTB_LOW = Param(1.0, "ficco-auto: op-to-byte ratio (x the machine balance) below which "
+                "uniform-fused-1D is picked", low=0.0, high=1e6)
+OTB_HIGH = Param(5.0, "ficco-auto: op-to-byte ratio (x the machine balance) above which "
+                 "hetero-unfused-1D is picked", low=0.0, high=1e6)
+
+
+def dispatch(op: Operation) -> bool:
+    """The operation is the all-to-all dispatch (else the all-gather)."""
+    return op.name == "a2a+gemm"
+
+
+class _Setup:
+    """One rank's FiCCO buffers, spaces and maps."""
+
+    def __init__(self, p: Problem, op: Operation, slots: Slots, gather,
+                 executor: str = "dma", two_d: bool = False, whole: bool = False):
+        self.p, self.op, self.slots = p, op, slots
+        self.a2a = dispatch(op)
+        W, r = p.world, p.rank
+        self.two_d, self.executor = two_d, executor
+        # pieces: (s, j) -> rows (1D: sub-rows of chunk s; 2D: all of chunk s) and columns
+        self.steps = 1 if whole else W
+        self.cols = [(p.k * j // self.steps, p.k * (j + 1) // self.steps)
+                     for j in range(self.steps)] if two_d else [(0, p.k)] * self.steps
+        self.piece: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        for s in range(W):
+            a, b = p.chunk(s)
+            subs = ([(a, b)] * self.steps if two_d or whole
+                    else [(a + x, a + y) for x, y in ring_chunks(b - a, W)])
+            for j, (x, y) in enumerate(subs):
+                if y > x and self.cols[j][1] > self.cols[j][0]:
+                    self.piece[(s, j)] = (x, y, *self.cols[j])
+        # the gather area (1D fused): block j holds the pieces of ``gather(q)[j]`` in order;
+        # every rank's HBM layout and tracker slots must match (peers address them), so
+        # the arrays take the largest rank's area and each space's slots are padded to the
+        # largest rank's count
+        self.gather = gather
+        self.gathered, self.blocks, end = self._gather_area(r)
+        area = max(self._gather_area(q)[2] for q in range(W))
+        self.private = area  # shard-based: the input before its copy into the symmetric
+        self.rows = area + (p.max_chunk if executor == "shard" else 0)  # buffer
+        tm, tn = p.spec.wg_tile_m, p.spec.wg_tile_n
+        if two_d:
+            grid = _grid_2d(p, self.cols)
+            self.ag = TileSpace("AG", grid, slots.alloc("AG tile", len(grid)))
+            self.g = TileSpace("G", grid, slots.alloc("G tile", len(grid)))
+            cg = tile_grid([(0, p.m)], p.n, tm, tn, p.spec.wg_raster_group)
+            self.c = TileSpace("C", cg, slots.alloc("C tile", len(cg)))
+        else:
+            self.g = None
+            blocks = {q: self._row_blocks(q) for q in range(W)}
+            self.ag = self._space(slots, "AG", blocks, p.k, p.k)
+            self.c = self._space(slots, "C", blocks, p.n, tn, p.spec.wg_raster_group)
+        # this rank's input: its shard in place (all-gather) or its blocks in X (dispatch)
+        writes = np.zeros(len(self.ag), np.int64)
+        own_rows = p.chunk(r)
+        if not self.a2a and executor != "shard":
+            writes[self.ag.tiles_in((*own_rows, 0, p.k))] = 1
+        if executor == "shard" and not self.a2a and own_rows[1] > own_rows[0]:
+            writes[self.ag.tiles_in(self.private_region)] = 1
+        self.amap = AddressMap(self.ag, r, W, "store", writes, incoming_op="store", local_ok=True)
+        self.resident = [np.flatnonzero(writes)]
+        self.x = self.xmap = None
+        if self.a2a:
+            grids = {q: self._x_grid(q) for q in range(W)}
+            xt = grids[r]
+            self.x = TileSpace("X", xt, slots.alloc("X tile", len(xt)))
+            slots.alloc("X pad", max(len(g) for g in grids.values()) - len(xt))
+            self.xmap = AddressMap(self.x, r, W, "store", np.ones(len(xt), np.int64),
+                                   incoming_op="store", local_ok=True)
+        self.maps: list[AddressMap] = []  # push maps, one per engine
+        self._keys: list = []
+        self.gmap: AddressMap | None = None
+        self.copy_1d = bool(p.param("copy2d", COPY2D.default))
+        self.cu_share = p.param("cu_share", CU_SHARE.default)
+
+    @property
+    def private_region(self) -> tuple[int, int, int, int]:
+        a, b = self.p.chunk(self.p.rank)
+        return (self.private, self.private + b - a, 0, self.p.k)
+
+    def _pieces_of(self, q: int) -> list[tuple[int, int]]:
+        """Rank q's pieces (rows), step by step (empty ones kept)."""
+        a, b = self.p.chunk(q)
+        if self.two_d or self.steps == 1:
+            return [(a, b)] * self.steps
+        return [(a + x, a + y) for x, y in ring_chunks(b - a, self.p.world)]
+
+    def _gather_area(self, q: int):
+        """Rank q's gather area: (piece -> its rows there, block of each step, end row)."""
+        row, gathered, blocks = self.p.m, {}, []
+        members_of = self.gather(q)
+        for j, members in enumerate(members_of):
+            start = row
+            for s in members:
+                x, y = self._pieces_of(s)[j]
+                if y > x:
+                    gathered[(s, j)] = (row, row + y - x)
+                    row += y - x
+            blocks.append((start, row))
+        return gathered, blocks, row
+
+    def _row_blocks(self, q: int) -> list[tuple[int, int]]:
+        """Rank q's row blocks of AG and C: every piece, its gather area, its private
+        shard."""
+        pieces = sorted({pc for s in range(self.p.world) for pc in self._pieces_of(s)
+                         if pc[1] > pc[0]})
+        a, b = self.p.chunk(q)
+        private = [(self.private, self.private + b - a)] if (
+            self.executor == "shard" and b > a) else []
+        return pieces + list(self._gather_area(q)[0].values()) + private
+
+    def _space(self, slots: Slots, buffer: str, blocks: dict, ncols: int, tn: int,
+               group: int = 1) -> TileSpace:
+        p = self.p
+        grid = tile_grid(blocks[p.rank], ncols, p.spec.wg_tile_m, tn, group)
+        space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
+        most = max(_count(bl, ncols, p.spec.wg_tile_m, tn) for bl in blocks.values())
+        slots.alloc(f"{buffer} pad", most - len(grid))
+        return space
+
+    def _x_grid(self, q: int) -> np.ndarray:
+        """Rank q's X: one block of its chunk's rows per destination, tiled by pieces."""
+        p = self.p
+        a, b = p.chunk(q)
+        n = b - a
+        if self.two_d:
+            return _grid_2d(p, self.cols, [(d * n, (d + 1) * n) for d in range(p.world)])
+        subs = [(x - a, y - a) for x, y in self._pieces_of(q) if y > x]
+        return tile_grid([(d * n + x, d * n + y) for d in range(p.world) for x, y in subs],
+                         p.k, p.spec.wg_tile_m, p.k)
+
+    # ------------------------------------------------------------------ sources
+    def source(self, j: int, d: int) -> tuple[AddressMap | None, tuple]:
+        """Where rank r's piece j for rank d sits: (its space, region)."""
+        p = self.p
+        x, y, c0, c1 = self.piece[(p.rank, j)]
+        if not self.a2a:
+            return self.ag, (x, y, c0, c1)
+        a = p.chunk(p.rank)[0]
+        n = p.chunk(p.rank)[1] - a
+        return self.x, (d * n + x - a, d * n + y - a, c0, c1)
+
+    def engine(self, d: int) -> Executor:
+        """The executor of transfers to peer ``d``: DMA engine (d - r - 1) mod (E - 1) (the
+        last engine does the local copies), or a group of the CU-driven kernel."""
+        p = self.p
+        E = p.spec.dma_engines
+        s = (d - p.rank - 1) % p.world
+        if self.executor == "cu":
+            return Executor("cu", s, self.cu_share / max(1, p.world - 1))
+        return Executor("dma", s % max(1, E - 1))
+
+    @property
+    def local_engine(self) -> Executor:
+        return Executor("dma", max(0, self.p.spec.dma_engines - 1))
+
+    def push_map(self, key) -> AddressMap:
+        """The map of the pushes on executor ``key`` (one entry per region per map)."""
+        for m, k in zip(self.maps, self._keys):
+            if k == key:
+                return m
+        space = self.x if self.a2a else self.ag
+        writes = np.ones(len(space), np.int64) if self.a2a else self.amap.local_writes
+        m = AddressMap(space, self.p.rank, self.p.world, "store", writes,
+                       incoming_op="store", local_ok=True)
+        self.maps.append(m)
+        self._keys.append(key)
+        return m
+
+    def push(self, j: int, d: int, executor: Executor | None = None) -> list:
+        """Push piece j of this rank to rank ``d``'s AG (bands of tile rows when 2D copies
+        are strided); returns the trigger signals (this rank's resident piece)."""
+        ex = executor or self.engine(d)
+        m = self.push_map((ex.kind, ex.index))
+        space, region = self.source(j, d)
+        dst = self.piece[(self.p.rank, j)]
+        sigs = []
+        for src, to in self._bands(region, dst):
+            sigs.append(m.dma_map(src, d, op="store", after=1, to=self.ag if self.a2a else None,
+                                  to_region=to if self.a2a else None, executor=ex))
+        return sigs
+
+    def _bands(self, src, dst):
+        if not self.two_d or self.copy_1d:
+            return [(src, dst)]
+        tm = self.p.spec.wg_tile_m
+        out = []
+        for a in range(src[0], src[1], tm):
+            b = min(a + tm, src[1])
+            da = dst[0] + a - src[0]
+            out.append(((a, b, src[2], src[3]), (da, da + b - a, dst[2], dst[3])))
+        return out
+
+    # ------------------------------------------------------------------ the plan
+    def plan(self, kernel: Kernel, cmap: AddressMap, name: str) -> Plan:
+        p = self.p
+        layout = [("B", (p.k, p.n), p.dtype), ("C", (self.rows if not self.two_d else p.m,
+                                                       p.n), p.dtype),
+                  ("AG", (self.rows if not self.two_d else p.m, p.k), p.dtype)]
+        if self.two_d:
+            layout.append(("G", (p.m, p.k), p.dtype))
+        if self.a2a:
+            layout.append(("X", (p.world * p.max_chunk, p.k), p.dtype))
+        inputs = {"B": ("B", 0), "A": ("X", 0) if self.a2a else
+                  ("AG", self.private if self.executor == "shard" else p.chunk(p.rank)[0])}
+        preload = []
+        for space, tiles in ([(self.ag, self.resident[0])] +
+                             ([(self.x, np.arange(len(self.x)))] if self.a2a else [])):
+            if len(tiles):
+                preload.append(([space.slot(t) for t in tiles],
+                                 [space.elems(t) for t in tiles]))
+        maps = [cmap, *self.maps, self.amap] + ([self.xmap] if self.a2a else [])  # pushes
+        # first in program order (the gathers wait for peers' pushes)
+        if self.gmap is not None:
+            maps.append(self.gmap)
+        phase = KernelPhase(name, kernel, maps, "a2a" if self.a2a else "ag", fused=True,
+                            preload=preload)
+        return Plan(layout, inputs, [phase], self.slots, [("C", (0, p.m, 0, p.n))],
+                    arbitration=ARBITRATION)
+
+
+def _count(blocks, ncols, tm, tn) -> int:
+    return sum(-(-(b - a) // tm) * -(-ncols // tn) for a, b in blocks)
+
+
+def _grid_2d(p: Problem, cols, rows=None) -> np.ndarray:
+    """Tiles of tile_m rows of each row block (default: the chunks) by the column
+    blocks."""
+    tm = p.spec.wg_tile_m
+    out = []
+    for a, b in rows or p.chunks:
+        if b <= a:
+            continue
+        for c0, c1 in cols:
+            if c1 > c0:
+                for x in range(a, b, tm):
+                    out.append((x, min(x + tm, b), c0, c1))
+    return np.array(out, np.int64).reshape(-1, 4)
+
+
+def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple], int, int]],
+                   a: str, split: int = 1) -> tuple[Kernel, list[int]]:
+    """One stream of GEMM launches: launch i = the tiles of its row blocks over K slice
+    (k0, k1); returns the kernel (ungated) and the position of each launch's first
+    item."""
+    wgs, wg_tile, starts = [], [], []
+    for regions, k0, k1 in launches:
+        starts.append(len(wgs))
+        for region in regions:
+            for t in space.tiles_in(region):
+                r0, r1, c0, c1 = space.region(t)
+                wgs.append((r0, r1, c0, c1, k0, k1))
+                wg_tile.append(t)
+    wgs = np.array(wgs, np.int64).reshape(-1, 6)
+    kernel = Kernel(TiledGemm(a, "B", True), space, wgs, np.array(wg_tile, np.int64), np.arange(len(wgs)),
+                    p.stage_size, launches=tuple(s for s in starts[1:] if 0 < s < len(wgs)))
+    return kernel, starts
+
+
+def _gate_launches(kernel: Kernel, starts: list[int], gates: list[tuple]) -> Kernel:
+    """Launch i's first stage waits on ``gates[i]``."""
+    first = {}
+    pos = 0
+    for s, ids in enumerate(kernel.stages()):
+        first.setdefault(pos, s)
+        pos += len(ids)
+    stage_gates = {}
+    for st, g in zip(starts, gates):
+        if st in first and g:
+            stage_gates[first[st]] = tuple({id(x): x for x in g}.values())
+    return kernel.with_stage_gates(stage_gates)
+
+
+def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Plan:
+    """One of FiCCO's four schedules (``SCHEDULES``), transfers by ``executor``."""
+    W, r = p.world, p.rank
+    peers = p.others
+    two_d = name == "uniform-fused-2d"
+    fused = name in ("uniform-fused-1d", "hetero-fused-1d")
+    members = [r] + peers if name.startswith("uniform") else peers
+    slots = Slots()
+
+    def gather(q: int) -> list[list[int]]:
+        if not fused:
+            return []
+        ms = [(q + s) % W for s in range(W)]
+        return [ms if name.startswith("uniform") else ms[1:]] * W
+
+    st = _Setup(p, op, slots, gather, executor, two_d)
+    # transfers: every step's piece to every peer, issued up front (engine queues in order)
+    own_sigs: list = []
+    for j in range(st.steps):
+        if (r, j) in st.piece:
+            for d in peers:
+                own_sigs += st.push(j, d)
+    # arrivals: every peer's pieces tracked here
+    arrived = {}
+    for (s, j), region in st.piece.items():
+        if s != r:
+            arrived[(s, j)] = st.amap.track(region, after=1)
+    # this rank's own pieces: resident (all-gather) or copied from X (dispatch)
+    own = {}
+    for j in range(st.steps):
+        if (r, j) not in st.piece:
+            continue
+        region = st.piece[(r, j)]
+        if st.a2a:
+            xs, xr = st.source(j, r)
+            sig = st.xmap.track(xr, after=1)
+            own_sigs.append(sig)
+            if not (fused and name.startswith("uniform")) and not two_d:
+                own[(r, j)] = st.xmap.copy_map(xr, st.ag, region, sig, st.local_engine)
+            else:
+                own[(r, j)] = (xr, sig)
+        else:
+            own[(r, j)] = st.amap.track(region, after=1)
+            own_sigs.append(own[(r, j)])
+    cmap = AddressMap(st.c, r, W, "update" if two_d else "store", None, local_ok=True)
+    if two_d:
+        launches, gates = [], []
+        for j in range(st.steps):
+            c0, c1 = st.cols[j]
+            if c1 <= c0:
+                continue
+            sigs = []
+            for s in [r] + peers:
+                if (s, j) not in st.piece:
+                    continue
+                region = st.piece[(s, j)]
+                for src, to in st._bands(region, region):
+                    if s == r and st.a2a:
+                        xr, trig = own[(r, j)]
+                        xsrc = (xr[0] + src[0] - region[0], xr[0] + src[1] - region[0],
+                                src[2], src[3])
+                        sigs.append(st.xmap.copy_map(xsrc, st.g, to, trig, st.local_engine))
+                    else:
+                        trig = own[(r, j)] if s == r else arrived[(s, j)]
+                        sigs.append(st.amap.copy_map(src, st.g, to, trig, st.local_engine))
+            launches.append(([(0, p.m, 0, p.n)], c0, c1))
+            gates.append(sigs)
+        kernel, starts = _launch_kernel(p, st.c, launches, "G")
+        local = np.bincount(kernel.wg_tile, minlength=len(st.c)).astype(np.int64)
+        cmap = AddressMap(st.c, r, W, "update", local, local_ok=True)
+    else:
+        launches, gates, scatters = [], [], []
+        if not name.startswith("uniform"):  # the local shard at once
+            a, b = p.chunk(r)
+            if b > a:
+                launches.append(([(a, b, 0, p.n)], 0, p.k))
+                gates.append([own[(r, j)] for j in range(W) if (r, j) in own])
+        for j in range(W):
+            if fused:
+                sigs = []
+                for s in members:
+                    if (s, j) not in st.piece:
+                        continue
+                    g0, g1 = st.gathered[(s, j)]
+                    to = (g0, g1, 0, p.k)
+                    if s == r and st.a2a:
+                        xr, trig = own[(r, j)]
+                        sigs.append(st.xmap.copy_map(xr, st.ag, to, trig, st.local_engine))
+                    else:
+                        trig = own[(r, j)] if s == r else arrived[(s, j)]
+                        sigs.append(st.amap.copy_map(st.piece[(s, j)], st.ag, to, trig,
+                                                     st.local_engine))
+                    scatters.append(((g0, g1, 0, p.n), st.piece[(s, j)][:2]))
+                b0, b1 = st.blocks[j]
+                if b1 > b0:
+                    launches.append(([(b0, b1, 0, p.n)], 0, p.k))
+                    gates.append(sigs)
+            else:  # one small GEMM per received piece, straight into C
+                for s in peers:
+                    if (s, j) in st.piece:
+                        x, y = st.piece[(s, j)][:2]
+                        launches.append(([(x, y, 0, p.n)], 0, p.k))
+                        gates.append([arrived[(s, j)]])
+        kernel, starts = _launch_kernel(p, st.c, launches, "AG")
+        cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
+        for src, (x, y) in scatters:  # each gathered piece's rows back to their place in C
+            done = cmap.track(src, after=1)
+            cmap.copy_map(src, st.c, (x, y, 0, p.n), done, st.local_engine)
+    if starts:  # the first launch also waits on the pushes' triggers: they go first in
+        gates[0] = list(gates[0]) + own_sigs  # program order (resident from the start)
+    kernel = _gate_launches(kernel, starts, gates)
+    return st.plan(kernel, cmap, "ficco")
+
+
+def _empty(p: Problem, space: TileSpace) -> Kernel:
+    """A kernel with no work (a phase of executors only)."""
+    return Kernel(TiledGemm("AG", "B", True), space, np.zeros((0, 6), np.int64),
+                  np.zeros(0, np.int64), np.zeros(0, np.int64), p.stage_size)
+
+
+def shard(p: Problem, op: Operation) -> Plan:
+    """Shard-based overlap (PyTorch's async TP): the local shard copied into the symmetric
+    buffer and GEMMed; at step s the whole shard of rank r + s arrives from that one peer
+    (pushed by its copy engine, every rank's pushes on one engine in step order) while the
+    previous shard's GEMM runs."""
+    W, r = p.world, p.rank
+    slots = Slots()
+    st = _Setup(p, op, slots, lambda q: [], "shard", whole=True)
+    region = st.piece.get((r, 0))
+    gates, launches = [], []
+    if region is not None:
+        if st.a2a:
+            xr = st.source(0, r)[1]
+            own = st.xmap.copy_map(xr, st.ag, region, st.xmap.track(xr, after=1),
+                                   st.local_engine)
+        else:
+            priv = st.private_region
+            own = st.amap.copy_map(priv, st.ag, region, st.amap.track(priv, after=1),
+                                   st.local_engine)
+        launches.append(([(region[0], region[1], 0, p.n)], 0, p.k))
+        gates.append([own])
+        engine = Executor("dma", 0)
+        m = st.push_map(("shard", 0))
+        order = [(r - s) % W for s in range(1, W)]
+        if st.a2a:
+            for d in order:
+                gates[0].append(m.dma_map(st.source(0, d)[1], d, op="store", after=1,
+                                          to=st.ag, to_region=region, executor=engine))
+        elif order:
+            gates[0].append(m.dma_map(st.private_region, order, op="store",
+                                      after=1, to=st.ag, to_region=region, executor=engine))
+    for s in range(1, W):
+        c = (r + s) % W
+        if (c, 0) in st.piece:
+            x, y = st.piece[(c, 0)][:2]
+            launches.append(([(x, y, 0, p.n)], 0, p.k))
+            gates.append([st.amap.track(st.piece[(c, 0)], after=1)])
+    kernel, starts = _launch_kernel(p, st.c, launches, "AG")
+    cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
+    return st.plan(_gate_launches(kernel, starts, gates), cmap, "ficco")
+
+
+def ideal(p: Problem, op: Operation) -> Plan:
+    """FiCCO's ideal (perfect decomposition, no losses): the whole GEMM alone and the whole
+    collective by DMA on every link alone, each on a clock of its own; the time is the
+    longer."""
+    W, r = p.world, p.rank
+    slots = Slots()
+    st = _Setup(p, op, slots, lambda q: [], "dma", whole=True)
+    if (r, 0) in st.piece:
+        for d in p.others:
+            st.push(0, d)
+        if st.a2a:
+            xr = st.source(0, r)[1]
+            st.xmap.copy_map(xr, st.ag, st.piece[(r, 0)], st.xmap.track(xr, after=1),
+                             st.local_engine)
+    for (s, _), region in st.piece.items():
+        if s != r:
+            st.amap.track(region, after=1)
+    comm = st.plan(_empty(p, st.c), AddressMap(st.c, r, W, "store",
+                                               np.zeros(len(st.c), np.int64), local_ok=True),
+                   "comm")
+    kernel, _ = _launch_kernel(p, st.c, [([(0, p.m, 0, p.n)], 0, p.k)], "AG")
+    cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
+    comm.phases[0].clock = "comm"
+    comm.phases.append(KernelPhase("gemm", kernel, [cmap], comm.phases[0].stream,
+                                   clock="gemm"))
+    comm.isolated = True
+    return comm
+
+
+def pick(p: Problem) -> str:
+    """The heuristic (static): M <= K -> uniform-fused-2D; else by the sharded GEMM's
+    op-to-byte ratio (FLOPs over the bytes of A, B and C) against the machine balance
+    (peak FLOP/s over HBM bytes/s): below ``otb_low`` x the balance uniform-fused-1D,
+    above ``otb_high`` x hetero-unfused-1D, else hetero-fused-1D."""
+    if p.m <= p.k:
+        return "uniform-fused-2d"
+    e = p.dtype.itemsize if hasattr(p.dtype, "itemsize") else np.dtype(p.dtype).itemsize
+    otb = 2.0 * p.m * p.n * p.k / ((p.m * p.k + p.n * p.k + p.m * p.n) * e)
+    balance = p.spec.peak_flops("fp16" if e == 2 else "fp32") / p.spec.hbm_bw
+    if otb < p.param("otb_low", OTB_LOW.default) * balance:
+        return "uniform-fused-1d"
+    if otb > p.param("otb_high", OTB_HIGH.default) * balance:
+        return "hetero-unfused-1d"
+    return "hetero-fused-1d"
+
+
+def auto(p: Problem, op: Operation) -> Plan:
+    return schedule(p, op, pick(p))
+
+
+def auto_cu(p: Problem, op: Operation) -> Plan:
+    return schedule(p, op, pick(p), executor="cu")
+
+
+# ---------------------------------------------------------------- the dispatch operation
+def dispatch_layout(p: Problem, algorithm: str, recv_buffer: bool = False):
+    """The serial baseline's arrays: X (this rank's blocks, one per destination), AG (the
+    rows received, in source order), B and C."""
+    n = p.chunk(p.rank)[1] - p.chunk(p.rank)[0]
+    arrays = [("B", (p.k, p.n), p.dtype), ("C", (p.m, p.n), p.dtype),
+              ("AG", (p.m, p.k), p.dtype), ("X", (max(1, p.world * n), p.k), p.dtype)]
+    return arrays, {"B": ("B", 0), "A": ("X", 0)}, [("C", (0, p.m, 0, p.n))]
+
+
+def dispatch_steps(p: Problem, slots: Slots, algorithm: str, nmc: bool) -> list:
+    """The library all-to-all as a CU kernel: block d of X to rank d's AG rows of this
+    rank's chunk, to every peer at once; the own block copied; wait for every peer's."""
+    from collectives.direct import _gather_wait
+    from emulator.engine.steps import CuStep
+
+    i = p.rank
+    a, b = p.chunk(i)
+    n = b - a
+    base = slots.alloc("a2a recv from", p.world)
+    steps = []
+    for j, d in enumerate(p.others + [i]):
+        steps.append(CuStep(f"a2a send block {d}", "a2a", [("X", (d * n, (d + 1) * n, 0, p.k))],
+                            ("AG", (a, b, 0, p.k)), d,
+                            signal_slots=[base + i] if d != i else [],
+                            signal_elems=[n * p.k] if d != i else [], concurrent=j > 0))
+    if p.world > 1:
+        wait, nbytes = _gather_wait(p, slots, base, "a2a blocks",
+                                    lambda s: (p.chunk(s)[1] - p.chunk(s)[0]) * p.k)
+        steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes))
+    return steps
+
+
+def dispatch_inputs(cfg, rank: int, world: int) -> dict[str, np.ndarray]:
+    """This rank's tokens (one block of its chunk's size per destination) and its expert's
+    weights."""
+    from collectives.reference import make_inputs
+
+    a, b = ring_chunks(cfg.m, world)[rank]
+    x, w = make_inputs(world * (b - a), cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+    return {"A": x, "B": w}
+
+
+def dispatch_collective(comm, x: np.ndarray, chunks) -> np.ndarray:
+    """MPI's ``Alltoallv`` of the dispatch: block d of ``x`` to rank d; the rows received
+    from every source, in source order."""
+    from mpi4py import MPI
+
+    cols = x.shape[1]
+    n = chunks[comm.rank][1] - chunks[comm.rank][0]
+    out = np.empty((sum(b - a for a, b in chunks), cols), np.float32)
+    comm.Alltoallv([np.ascontiguousarray(x, np.float32), [n * cols] * comm.size, None,
+                    MPI.FLOAT], [out, [(b - a) * cols for a, b in chunks], None, MPI.FLOAT])
+    return out
+
+
+def dispatch_reference(comm, cfg, x: dict[str, np.ndarray]):
+    """numpy's GEMM of the rows MPI's ``Alltoallv`` delivers; the tolerance allows one
+    rounding per accumulation step of the 2D schedule."""
+    from collectives.common import ring_chunks as chunks_of
+    from collectives.reference import compute_reference
+
+    return compute_reference(comm, x["A"], x["B"], cfg.dtype, cfg.values,
+                             chunks_of(cfg.m, comm.size), dispatch_collective, True,
+                             comm.size)
