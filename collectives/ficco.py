@@ -206,7 +206,7 @@ class _Setup:
         return Executor("dma", max(0, self.p.spec.dma_engines - 1))
 
     def push_map(self, key) -> AddressMap:
-        """The map of the pushes on executor ``key`` (one entry per region per map)."""
+        """The map of the pushes to ``key`` (a peer: a map holds one entry per region)."""
         for m, k in zip(self.maps, self._keys):
             if k == key:
                 return m
@@ -222,7 +222,7 @@ class _Setup:
         """Push piece j of this rank to rank ``d``'s AG (bands of tile rows when 2D copies
         are strided); returns the trigger signals (this rank's resident piece)."""
         ex = executor or self.engine(d)
-        m = self.push_map((ex.kind, ex.index))
+        m = self.push_map(d)
         space, region = self.source(j, d)
         dst = self.piece[(self.p.rank, j)]
         sigs = []
