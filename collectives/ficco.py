@@ -55,8 +55,9 @@ OTB_HIGH = Param(5.0, "ficco-auto: op-to-byte ratio (x the machine balance) abov
 
 
 def dispatch(op: Operation) -> bool:
-    """The operation is the all-to-all dispatch (else the all-gather)."""
-    return op.name == "a2a+gemm"
+    """The operation is the all-to-all dispatch (else the all-gather): its layout is this
+    module's."""
+    return op.parts.layout is dispatch_layout
 
 
 class _Setup:
@@ -108,7 +109,8 @@ class _Setup:
             writes[self.ag.tiles_in((*own_rows, 0, p.k))] = 1
         if executor == "shard" and not self.a2a and own_rows[1] > own_rows[0]:
             writes[self.ag.tiles_in(self.private_region)] = 1
-        self.amap = AddressMap(self.ag, r, W, "store", writes, incoming_op="store", local_ok=True)
+        self.amap = AddressMap(self.ag, r, W, "store", writes, incoming_op="store", local_ok=True,
+                                   steady=True)
         self.resident = [np.flatnonzero(writes)]
         self.x = self.xmap = None
         if self.a2a:
@@ -117,7 +119,8 @@ class _Setup:
             self.x = TileSpace("X", xt, slots.alloc("X tile", len(xt)))
             slots.alloc("X pad", max(len(g) for g in grids.values()) - len(xt))
             self.xmap = AddressMap(self.x, r, W, "store", np.ones(len(xt), np.int64),
-                                   incoming_op="store", local_ok=True)
+                                   incoming_op="store", local_ok=True,
+                                   steady=True)
         self.maps: list[AddressMap] = []  # push maps, one per engine
         self._keys: list = []
         self.gmap: AddressMap | None = None
@@ -198,12 +201,12 @@ class _Setup:
         E = p.spec.dma_engines
         s = (d - p.rank - 1) % p.world
         if self.executor == "cu":
-            return Executor("cu", s, self.cu_share / max(1, p.world - 1))
-        return Executor("dma", s % max(1, E - 1))
+            return Executor("cu", s, self.cu_share / max(1, p.world - 1), streams=True)
+        return Executor("dma", s % max(1, E - 1), streams=True)
 
     @property
     def local_engine(self) -> Executor:
-        return Executor("dma", max(0, self.p.spec.dma_engines - 1))
+        return Executor("dma", max(0, self.p.spec.dma_engines - 1), streams=True)
 
     def push_map(self, key) -> AddressMap:
         """The map of the pushes to ``key`` (a peer: a map holds one entry per region)."""
@@ -213,7 +216,8 @@ class _Setup:
         space = self.x if self.a2a else self.ag
         writes = np.ones(len(space), np.int64) if self.a2a else self.amap.local_writes
         m = AddressMap(space, self.p.rank, self.p.world, "store", writes,
-                       incoming_op="store", local_ok=True)
+                       incoming_op="store", local_ok=True,
+                                   steady=True)
         self.maps.append(m)
         self._keys.append(key)
         return m
@@ -294,16 +298,20 @@ def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple
     """One stream of GEMM launches: launch i = the tiles of its row blocks over K slice
     (k0, k1); returns the kernel (ungated) and the position of each launch's first
     item."""
-    wgs, wg_tile, starts = [], [], []
+    parts, tiles, starts, n = [], [], [], 0
     for regions, k0, k1 in launches:
-        starts.append(len(wgs))
+        starts.append(n)
         for region in regions:
-            for t in space.tiles_in(region):
-                r0, r1, c0, c1 = space.region(t)
-                wgs.append((r0, r1, c0, c1, k0, k1))
-                wg_tile.append(t)
-    wgs = np.array(wgs, np.int64).reshape(-1, 6)
-    kernel = Kernel(TiledGemm(a, "B", True), space, wgs, np.array(wg_tile, np.int64), np.arange(len(wgs)),
+            ids = np.asarray(space.tiles_in(region), np.int64)
+            w = np.empty((len(ids), 6), np.int64)
+            w[:, :4] = space.tiles[ids]
+            w[:, 4], w[:, 5] = k0, k1
+            parts.append(w)
+            tiles.append(ids)
+            n += len(ids)
+    wgs = np.concatenate(parts) if parts else np.zeros((0, 6), np.int64)
+    wg_tile = np.concatenate(tiles) if tiles else np.zeros(0, np.int64)
+    kernel = Kernel(TiledGemm(a, "B", True), space, wgs, wg_tile, np.arange(len(wgs)),
                     p.stage_size, launches=tuple(s for s in starts[1:] if 0 < s < len(wgs)))
     return kernel, starts
 
@@ -463,7 +471,7 @@ def shard(p: Problem, op: Operation) -> Plan:
                                    st.local_engine)
         launches.append(([(region[0], region[1], 0, p.n)], 0, p.k))
         gates.append([own])
-        engine = Executor("dma", 0)
+        engine = Executor("dma", 0, streams=True)
         m = st.push_map(("shard", 0))
         order = [(r - s) % W for s in range(1, W)]
         if st.a2a:
@@ -511,6 +519,20 @@ def ideal(p: Problem, op: Operation) -> Plan:
                                    clock="gemm"))
     comm.isolated = True
     return comm
+
+
+def serial(p: Problem, op: Operation) -> Plan:
+    """The serial baseline: the library collective as a CU kernel, then one GEMM (T3's
+    ``sequential``), the received data landing as one stream (paper-scale transfers)."""
+    from collectives.baselines import sequential
+    from emulator.engine.plan import StepsPhase
+
+    plan = sequential(p, op, "direct")
+    for ph in plan.phases:
+        if isinstance(ph, StepsPhase):
+            for step in ph.steps:
+                step.steady = True
+    return plan
 
 
 def pick(p: Problem) -> str:
@@ -603,3 +625,93 @@ def dispatch_reference(comm, cfg, x: dict[str, np.ndarray]):
     return compute_reference(comm, x["A"], x["B"], cfg.dtype, cfg.values,
                              chunks_of(cfg.m, comm.size), dispatch_collective, True,
                              comm.size)
+
+
+# ---------------------------------------------------------------- losses (DIL, CIL)
+SPLITS = (8, 64)
+
+
+def _pieces(n: int, ways: int) -> dict[int, int]:
+    """The sizes of ``n`` split ``ways`` ways (ring chunks) and how many of each."""
+    out: dict[int, int] = {}
+    for a, b in ring_chunks(n, ways):
+        if b > a:
+            out[b - a] = out.get(b - a, 0) + 1
+    return out
+
+
+def losses(p: Problem, op: Operation) -> Plan:
+    """The runs DIL and CIL are computed from (REFERENCE.md section 4), each phase isolated
+    on a clock of its own:
+
+    - ``comm``: the whole collective by DMA on every link; ``comm8``: the same in W pieces
+      per shard, one step after another (FiCCO's steps);
+    - ``gemm``: the whole GEMM; ``rows<S>-<h>`` / ``k<S>-<d>`` (S = 8, 64): one GEMM of the
+      GEMM split S ways by rows (h rows) or by K (depth d, accumulating into C), alone:
+      the report sums each shape's time x its count (the decomposed operations' total
+      isolated time);
+    - ``cil-dma`` / ``cil-cu``: the GEMM as 8 launches by rows run concurrently with the
+      collective in W pieces per shard by DMA engines / by CU-driven transfers (no
+      dependence between them): their ``.kernel`` and ``.executors`` windows against the
+      same launches alone (``rows8-*``) and ``comm8``.
+    """
+    W, r = p.world, p.rank
+    slots = Slots()
+    phases: list[KernelPhase] = []
+    layout = None
+
+    def comm_phase(name: str, whole: bool, executor: str, kernel_of=None) -> Plan:
+        st = _Setup(p, op, slots, lambda q: [], executor, whole=whole)
+        for j in range(st.steps):
+            if (r, j) in st.piece:
+                for d in p.others:
+                    st.push(j, d)
+        if st.a2a and (r, 0) in st.piece:
+            for j in range(st.steps):
+                if (r, j) in st.piece:
+                    xr = st.source(j, r)[1]
+                    st.xmap.copy_map(xr, st.ag, st.piece[(r, j)], st.xmap.track(xr, after=1),
+                                     st.local_engine)
+        for (s, _), region in st.piece.items():
+            if s != r:
+                st.amap.track(region, after=1)
+        kernel = kernel_of() if kernel_of else _empty(p, st.c)
+        cmap = AddressMap(kernel.space, r, W, "store", kernel.local_writes(), local_ok=True)
+        plan = st.plan(kernel, cmap, name)
+        ph = plan.phases[0]
+        ph.clock = name
+        ph.parts = kernel_of is not None
+        return plan
+
+    def rows8() -> Kernel:
+        blocks = [(a, b) for a, b in ring_chunks(p.m, 8) if b > a]
+        grid = tile_grid(blocks, p.n, p.spec.wg_tile_m, p.spec.wg_tile_n,
+                         p.spec.wg_raster_group)
+        space = TileSpace("C", grid, slots.alloc("C tile", len(grid)))
+        return _launch_kernel(p, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
+                              "AG")[0]
+
+    first = comm_phase("comm", True, "dma")
+    layout, inputs, result = first.layout, first.inputs, first.result
+    phases += first.phases
+    phases += comm_phase("comm8", False, "dma").phases
+
+    def gemm_phase(name: str, rows: int, k0: int, k1: int, buffer: str, op_: str):
+        grid = tile_grid([(0, rows)], p.n, p.spec.wg_tile_m, p.spec.wg_tile_n,
+                         p.spec.wg_raster_group)
+        space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
+        kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
+        cmap = AddressMap(space, r, W, op_, kernel.local_writes(), local_ok=True)
+        phases.append(KernelPhase(name, kernel, [cmap], phases[0].stream, clock=name))
+
+    gemm_phase("gemm", p.m, 0, p.k, "C", "store")
+    for ways in SPLITS:
+        for h in _pieces(p.m, ways):
+            gemm_phase(f"rows{ways}-{h}", h, 0, p.k, "CL", "store")
+        for d in _pieces(p.k, ways):
+            gemm_phase(f"k{ways}-{d}", p.m, 0, d, "CL", "update")
+    phases += comm_phase("cil-dma", False, "dma", rows8).phases
+    phases += comm_phase("cil-cu", False, "cu", rows8).phases
+    layout = layout + [("CL", (p.m, p.n), p.dtype)]
+    return Plan(layout, inputs, phases, slots, result, isolated=True,
+                arbitration=ARBITRATION)

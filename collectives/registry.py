@@ -96,7 +96,7 @@ def _t3_op(op) -> bool:
 REGISTRY.add_configuration(Configuration(
     "sequential", "the compute kernel(s), then the collective as a CU-driven library kernel "
     "(baseline)", "T3 baseline", baselines.sequential, baseline=True, color="#7f7f7f",
-    short="S"))
+    short="S", tile_bytes=1024))
 REGISTRY.add_configuration(Configuration(
     "t3", "GEMM fused with the collective by track & trigger, NMC updates, round-robin HBM "
     "arbitration", "T3", t3.t3, applies=_t3_op, color="#1f77b4", short="T"))
@@ -105,7 +105,7 @@ REGISTRY.add_configuration(Configuration(
     color="#2ca02c", short="M"))
 REGISTRY.add_configuration(Configuration(
     "ideal-overlap", "max(GEMM alone, collective alone) (+ AG alone), isolated runs",
-    "T3 bound", baselines.ideal_overlap, color="#ff7f0e"))
+    "T3 bound", baselines.ideal_overlap, color="#ff7f0e", tile_bytes=1024))
 REGISTRY.add_configuration(Configuration(
     "ideal-rs-nmc", "ideal-overlap with a near-memory RS (reductions only)", "T3 bound",
     baselines.ideal_rs_nmc, applies=lambda op: op.reducing and _t3_op(op), color="#d62728"))
@@ -211,6 +211,9 @@ def _ficco_op(op) -> bool:
 
 
 FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D}
+# FiCCO's plans hold arrays, not objects, per tile (about 600 B measured), over C and a
+# gather area of up to M more rows
+LEAN = {"tile_bytes": 1024, "tiles": 2.0}
 AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
 FICCO = (
     ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
@@ -227,23 +230,35 @@ for _name, _help, _color in FICCO:
         _name, _help + "; transfers by DMA engines, every link at once", "FiCCO",
         (lambda sched: lambda p, op, algorithm: ficco.schedule(p, op, sched))(
             _name[len("ficco-"):]), applies=_ficco_op, algorithms=DIRECT, color=_color,
-        params=FICCO_PARAMS))
+        params=FICCO_PARAMS, **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-auto", "FiCCO with the schedule its static heuristic picks (M <= K: 2D; else by "
     "the GEMM's op-to-byte ratio against the machine balance)", "FiCCO",
     lambda p, op, algorithm: ficco.auto(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#e377c2", params={**FICCO_PARAMS, **AUTO}))
+    color="#e377c2", params={**FICCO_PARAMS, **AUTO}, **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-cu", "ficco-auto's schedule with CU-driven (library, RCCL-style) transfers on a "
     "share of the CUs instead of DMA engines", "FiCCO", lambda p, op, algorithm:
     ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
-    params={**FICCO_PARAMS, **AUTO}))
+    params={**FICCO_PARAMS, **AUTO}, **LEAN))
+REGISTRY.add_configuration(Configuration(
+    "ficco-losses", "the runs FiCCO's decomposition and contention losses (DIL, CIL) are "
+    "computed from: the GEMM whole and split 8 and 64 ways by rows and by K, the "
+    "collective whole and in pieces, each alone; the GEMM by rows concurrent with the "
+    "pieces by DMA and by CU transfers (isolated clocks; its time is not a schedule's)",
+    "FiCCO measure", lambda p, op, algorithm: ficco.losses(p, op), applies=_ficco_op,
+    algorithms=DIRECT, color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=1024, tiles=3.0))
+REGISTRY.add_configuration(Configuration(
+    "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
+    "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",
+    lambda p, op, algorithm: ficco.serial(p, op), applies=_ficco_op, algorithms=DIRECT,
+    color="#7f7f7f", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-shard", "shard-based overlap (PyTorch async TP): whole shards from one peer per "
     "step by a copy engine while the previous shard's GEMM runs", "FiCCO baseline",
     lambda p, op, algorithm: ficco.shard(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#8c564b"))
+    color="#8c564b", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-ideal", "FiCCO's ideal: max(the whole GEMM alone, the whole collective by DMA on "
     "every link alone)", "FiCCO bound", lambda p, op, algorithm: ficco.ideal(p, op),
-    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e"))
+    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", **LEAN))

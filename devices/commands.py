@@ -34,6 +34,8 @@ class Executor:
     kind: ExecutorKind = "dma"
     index: int = 0
     share: float = 0.0  # cu only: fraction of the CUs the concurrent kernel holds
+    streams: bool = False  # its HBM traffic is a steady stream at its transfer's rate (a
+    # copy engine paced by its link; ``Dram.stream``) rather than offered all at once
 
     def __post_init__(self):
         if self.kind not in ("dma", "nic", "cu"):

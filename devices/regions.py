@@ -36,12 +36,20 @@ def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n
     the WG rasterisation order: row-major (``group`` = 1), or grouped (CUTLASS's
     threadblock swizzle, Triton's GROUP_SIZE_M): bands of ``group`` tile rows, each
     walked column by column, so that WGs dispatched together share B column panels."""
-    tiles = []
+    parts = []
     g = max(1, group)
+    cols = np.arange(0, ncols, tile_n, dtype=np.int64)
     for r0, r1 in row_blocks:
-        rows = list(range(r0, r1, tile_m))
-        for b in range(0, len(rows), g):
-            for c in range(0, ncols, tile_n):
-                for a in rows[b : b + g]:
-                    tiles.append((a, min(a + tile_m, r1), c, min(c + tile_n, ncols)))
-    return np.array(tiles, dtype=np.int64).reshape(-1, 4)
+        rows = np.arange(r0, r1, tile_m, dtype=np.int64)
+        if not len(rows) or not len(cols):
+            continue
+        i = np.arange(len(rows))
+        # bands of g tile rows, each walked column by column: sort by (band, column, row)
+        ri, ci = np.repeat(i, len(cols)), np.tile(np.arange(len(cols)), len(rows))
+        order = np.lexsort((ri, ci, ri // g))
+        a, c = rows[ri[order]], cols[ci[order]]
+        parts.append(np.stack([a, np.minimum(a + tile_m, r1), c,
+                               np.minimum(c + tile_n, ncols)], axis=1))
+    if not parts:
+        return np.zeros((0, 4), np.int64)
+    return np.concatenate(parts).astype(np.int64)

@@ -10,7 +10,7 @@ from devices.spec import DTYPES
 from emulator.app.catalog import registry
 from emulator.engine.registry import RegistryError
 
-MAX_DIM = 1 << 20
+MAX_DIM = 1 << 22  # FiCCO's largest GEMM has 1,607,680 rows
 MAX_SEED = 2**63 - 1
 MAX_WATCHDOG_S = 86400.0
 VALUES = ("int", "normal")
@@ -265,7 +265,10 @@ class RunConfig:
             tiles = -(-self.m // spec.wg_tile_m) * -(-self.n // spec.wg_tile_n)
             if self.operation.parts.consumer:  # the gathered input has tiles too
                 tiles += -(-self.m // spec.wg_tile_m) * -(-self.k // spec.wg_tile_n)
-            return (64 << 20) + 8192 * tiles
+            reg = registry(self.configs)
+            per_tile = max((c.tile_bytes * c.tiles for c in
+                            (reg.configuration(m) for m in self.modes)), default=8192)
+            return (64 << 20) + int(per_tile * tiles)
         e = 2 if self.dtype == "fp16" else 4
         op = self.operation
         out = self.m * self.n + (self.m * self.k if op.parts.consumer else 0)

@@ -44,7 +44,7 @@ kernel launch or a persistent WG's exit poll can wait on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,10 +69,24 @@ class TileSpace:
     slot_base: int
 
     def __post_init__(self):
-        regions = [tuple(t) for t in np.asarray(self.tiles, np.int64).tolist()]
-        object.__setattr__(self, "_regions", regions)  # tile id -> region (Python ints)
-        object.__setattr__(self, "_elems", [(r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in regions])
-        object.__setattr__(self, "_index", {r: i for i, r in enumerate(regions)})
+        object.__setattr__(self, "tiles", np.asarray(self.tiles, np.int64).reshape(-1, 4))
+
+    def _lists(self) -> tuple[list, list, dict]:
+        """Tile id -> region (Python ints), -> elements, region -> id: built on first use
+        (a timing-only run of millions of tiles never needs them)."""
+        got = self.__dict__.get("_cache")
+        if got is None:
+            regions = [tuple(t) for t in self.tiles.tolist()]
+            got = (regions, [(r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in regions],
+                   {r: i for i, r in enumerate(regions)})
+            object.__setattr__(self, "_cache", got)
+        return got
+
+    @property
+    def tile_elems(self) -> np.ndarray:
+        """Elements of every tile (int64)."""
+        t = self.tiles
+        return (t[:, 1] - t[:, 0]) * (t[:, 3] - t[:, 2])
 
     def __len__(self) -> int:
         return len(self.tiles)
@@ -81,26 +95,35 @@ class TileSpace:
         return self.slot_base + int(t)
 
     def region(self, t: int) -> Region:
-        return self._regions[t]
+        return self._lists()[0][t]
 
     def elems(self, t: int) -> int:
-        return self._elems[t]
+        return self._lists()[1][t]
 
     def tile_at(self, region: Region) -> int:
-        t = self._index.get(tuple(region))
+        t = self._lists()[2].get(tuple(region))
         if t is None:
             raise MapError(f"{region} is not a tile of {self.buffer}")
         return t
 
     def tiles_in(self, region: Region) -> list[int]:
         """Tile ids exactly covering ``region``; MapError if it cuts a tile."""
-        exact = self._index.get(tuple(map(int, region)))
+        cache = self.__dict__.get("_cache")
+        exact = cache[2].get(tuple(map(int, region))) if cache is not None else None
         if exact is not None:  # the common case: a map entry per tile
             return [exact]
-        r0, r1, c0, c1 = region
+        r0, r1, c0, c1 = (int(x) for x in region)
+        by_row = self.__dict__.get("_by_row")
+        if by_row is None:  # tile ids sorted by first row, to look at the region's rows only
+            order = np.argsort(self.tiles[:, 0], kind="stable")
+            by_row = (order, self.tiles[order, 0])
+            object.__setattr__(self, "_by_row", by_row)
+        order, rows = by_row
+        cand = np.sort(order[np.searchsorted(rows, r0, "left"):np.searchsorted(rows, r1, "left")])
+        t = self.tiles[cand]
+        inside = (t[:, 1] <= r1) & (t[:, 2] >= c0) & (t[:, 3] <= c1)
+        ids = cand[inside].tolist()
         t = self.tiles
-        inside = (t[:, 0] >= r0) & (t[:, 1] <= r1) & (t[:, 2] >= c0) & (t[:, 3] <= c1)
-        ids = np.flatnonzero(inside).tolist()
         covered = int(((t[ids, 1] - t[ids, 0]) * (t[ids, 3] - t[ids, 2])).sum()) if ids else 0
         if covered != region_elems(region):
             raise MapError(f"region {region} of {self.buffer} is not a union of whole tiles")
@@ -145,13 +168,49 @@ class _Entry:
     signal: TrackedRegion | None = None
 
 
+class Routes(Mapping):
+    """Tile id -> ``Route`` for the tiles the producer writes. Routes with targets are kept
+    one by one; the others (a local write with the producer's op, tracked or not) are two
+    arrays, so a map of millions of tiles costs no object per tile: ``plain[t]`` (its
+    route has no target) and ``slot[t]`` (the tracker slot its local write signals, or
+    -1)."""
+
+    def __init__(self, producer_op: str, written: np.ndarray, slot: np.ndarray,
+                 explicit: dict[int, Route]):
+        self.producer_op = producer_op
+        self.written = written
+        self.slot = slot
+        self.explicit = explicit
+        self.plain = written.copy()
+        if explicit:
+            self.plain[list(explicit)] = False
+        self._default = Route(producer_op)
+
+    def __getitem__(self, t: int) -> Route:
+        r = self.explicit.get(t)
+        if r is not None:
+            return r
+        if 0 <= t < len(self.written) and self.written[t]:
+            s = int(self.slot[t])
+            return self._default if s < 0 else Route(self.producer_op, slot=s)
+        raise KeyError(t)
+
+    def __iter__(self):
+        return iter(np.flatnonzero(self.written).tolist())
+
+    def __len__(self) -> int:
+        return int(self.written.sum())
+
+
 @dataclass
 class CompiledMap:
-    routes: dict[int, Route]  # tile id -> route, for tiles the producer writes
+    routes: Routes  # tile id -> route, for tiles the producer writes
     commands: list[DmaCommand]  # one per (dma_map entry, destination) and per track entry
     incoming: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(signal) -> (peer
     # writes per element, their op)
     signals: list[TrackedRegion] = field(default_factory=list)  # one per tracked entry
+    steady: set[int] = field(default_factory=set)  # id(signal): peers' data lands as one
+    # stream (``Dram.stream``), the map was built with ``steady=True``
 
 
 class AddressMap:
@@ -160,7 +219,7 @@ class AddressMap:
 
     def __init__(self, space: TileSpace, rank: int, world: int, producer_op: str = "store",
                  local_writes: np.ndarray | None = None, incoming_op: str = "update",
-                 local_ok: bool = False):
+                 local_ok: bool = False, steady: bool = False):
         if producer_op not in OPS:
             raise MapError(f"producer op {producer_op!r} not in {OPS}")
         self.space = space
@@ -169,10 +228,10 @@ class AddressMap:
         self.producer_op = producer_op
         self.incoming_op = incoming_op
         self.local_ok = local_ok
+        self.steady = steady  # data landing in its regions is served as one stream each
         self.local_writes = (np.ones(len(space), np.int64) if local_writes is None
                              else np.asarray(local_writes, np.int64))
-        self._local_writes = self.local_writes.tolist()  # the same, as Python ints
-        self._owner: dict[int, int] = {}
+        self._owner = np.full(len(space), -1, np.int64)  # tile -> the entry that maps it
         self.entries: list[_Entry] = []
         self.copies: list[DmaCommand] = []  # copy_map's commands, in the order they were made
 
@@ -221,28 +280,29 @@ class AddressMap:
             r, d = entry.region, entry.to_region
             if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
                 raise MapError(f"destination region {d} is not the shape of {r}")
-        tiles, lw, owner = entry.tiles, self._local_writes, self._owner
-        writes = {lw[t] for t in tiles}
+        tiles, lw, owner = entry.tiles, self.local_writes, self._owner
+        writes = {int(x) for x in np.unique(lw[np.asarray(tiles, np.int64)])}
         if len(writes) > 1:
             raise MapError(f"region {entry.region}: tiles see different numbers of local "
                            f"writes {sorted(writes)}")
         if entry.kind in ("dma", "track") and entry.after < writes.pop():
             raise MapError(f"region {entry.region}: after={entry.after} is below the "
-                           f"producer's own {lw[tiles[0]]} writes")
-        for t in tiles:
-            if t in owner:
-                prev = self.entries[owner[t]]
-                raise MapError(f"tile {self.space.region(t)} of {self.buffer} mapped twice: "
-                               f"by {prev.kind} {prev.region} and by {entry.kind} {entry.region}")
-        n = len(self.entries)
-        for t in tiles:
-            owner[t] = n
+                           f"producer's own {int(lw[tiles[0]])} writes")
+        ids = np.asarray(tiles, np.int64)
+        taken = ids[owner[ids] >= 0]
+        if len(taken):
+            t = int(taken[0])
+            prev = self.entries[int(owner[t])]
+            raise MapError(f"tile {self.space.region(t)} of {self.buffer} mapped twice: "
+                           f"by {prev.kind} {prev.region} and by {entry.kind} {entry.region}")
+        owner[ids] = len(self.entries)
         if entry.kind in ("dma", "track", "pull", "flag"):
             sp = self.space
+            ids = np.asarray(tiles, np.int64)
             entry.signal = TrackedRegion(
                 name=f"{self.buffer}{list(entry.region)}",
-                slots=np.array([sp.slot_base + t for t in tiles], np.int64),
-                thresholds=np.array([sp.elems(t) * entry.after for t in tiles], np.int64),
+                slots=sp.slot_base + ids,
+                thresholds=sp.tile_elems[ids] * entry.after,
                 label=f"after={entry.after}, {self._where(entry)}", meta={"after": entry.after})
         self.entries.append(entry)
 
@@ -344,15 +404,14 @@ class AddressMap:
 
     def compile(self) -> CompiledMap:
         """Per-tile routes and the DMA queue entries; MapError if a tile is never mapped."""
-        if not self.local_ok and len(self._owner) < len(self.space):
-            never = [t for t in range(len(self.space)) if t not in self._owner]
+        if not self.local_ok and (self._owner < 0).any():
+            never = np.flatnonzero(self._owner < 0).tolist()
             raise MapError(f"rank {self.rank}: {len(never)} tile(s) of {self.buffer} never "
                            f"mapped, e.g. {self.space.region(never[0])}: a collective's map "
                            f"must place every tile (local_ok=True keeps unmapped tiles local)")
-        routes: dict[int, Route] = {}
-        written = np.flatnonzero(self.local_writes > 0)
-        for t in written:
-            routes[int(t)] = Route(self.producer_op)
+        explicit: dict[int, Route] = {}
+        slot = np.full(len(self.space), -1, np.int64)
+        lw = self.local_writes
         commands: list[DmaCommand] = []
         incoming: dict[int, tuple[int, str]] = {}
         signals: list[TrackedRegion] = []
@@ -362,11 +421,12 @@ class AddressMap:
                 continue  # the default route: a local write with the producer's op
             if entry.kind == "remote":
                 for t, dt in zip(entry.tiles, dst_tiles):
-                    if self._local_writes[t] == 0:
+                    if lw[t] == 0:
                         continue
                     targets = tuple(Target(d, space.buffer, space.region(dt), entry.op,
                                            space.slot(dt)) for d in entry.dsts)
-                    routes[t] = Route(self.producer_op if entry.keep_local else "none", targets)
+                    explicit[t] = Route(self.producer_op if entry.keep_local else "none",
+                                        targets)
                 continue
             if entry.kind == "pull":  # the slots count the data's arrival, not local writes
                 sig = entry.signal
@@ -378,13 +438,13 @@ class AddressMap:
                     executor=entry.executor, pull=True, src_rank=entry.src_rank))
                 signals.append(sig)
                 continue
-            for t in entry.tiles:
-                if self._local_writes[t] > 0:
-                    routes[t] = Route(self.producer_op, slot=self.space.slot(t))
-            elems = [self.space.elems(t) for t in entry.tiles]
+            tiles = np.asarray(entry.tiles, np.int64)
+            mine = tiles[lw[tiles] > 0]
+            slot[mine] = self.space.slot_base + mine
+            elems = self.space.tile_elems[tiles].tolist()
             trigger = entry.signal
             signals.append(trigger)
-            local = self._local_writes[entry.tiles[0]]
+            local = int(lw[entry.tiles[0]])
             incoming[id(trigger)] = (entry.after - local, self.incoming_op)
             if entry.kind == "track":
                 commands.append(DmaCommand(trigger=trigger, buffer=self.buffer, src=None))
@@ -395,4 +455,6 @@ class AddressMap:
                     dst_buffer=space.buffer, dst=entry.to_region or entry.region, op=entry.op,
                     dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems,
                     executor=entry.executor, adds=entry.adds, flag_only=entry.kind == "flag"))
-        return CompiledMap(routes, commands + self.copies, incoming, signals)
+        routes = Routes(self.producer_op, lw > 0, slot, explicit)
+        return CompiledMap(routes, commands + self.copies, incoming, signals,
+                           {id(g) for g in signals} if self.steady else set())

@@ -29,6 +29,7 @@ class ExecutorTiming:
                  runner: KernelRunner, policy, own_writes: dict[int, int] | None = None):
         self.clock, self.cost, self.incoming, self.runner = clock, cost, incoming, runner
         self.own_writes = own_writes or {}  # id(trigger) -> element-writes by own WGs
+        self.steady: set[int] = set()  # id(trigger): peers' data landing as one stream
         self.policy = policy
         self.complete_at = runner.complete_at
         self.last_end = 0.0
@@ -56,7 +57,8 @@ class ExecutorTiming:
                 nbytes = remote * self.cost.e
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window,
-                                        since=self.runner.start)
+                                        since=self.runner.start,
+                                        steady=key in self.steady)
             done = max(t_local, landed)
             self.complete_at[key] = done
             self.clock.log("tracker", f"{trig.name} complete", done, done)
@@ -91,9 +93,9 @@ class ExecutorTiming:
             elif ex.kind == "cu":
                 end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,
                                                  1 + len(cmd.adds), nbytes, cmd.op, name, pol,
-                                                 window, ex.share)
+                                                 window, ex.share, ex.streams)
             else:
                 end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes,
-                                                  name, pol, window)
+                                                  name, pol, window, ex.streams)
             self.last_end = max(self.last_end, end)
             return arrival

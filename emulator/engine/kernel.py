@@ -96,10 +96,20 @@ class Kernel:
             n += len(ids)
         return out
 
+    def _gated(self) -> np.ndarray:
+        """Which items wait on a signal (cached)."""
+        got = self.__dict__.get("_gated_mask")
+        if got is None:
+            got = np.zeros(len(self.wgs), bool)
+            if self.gates:
+                got[[w for w, g in self.gates.items() if g]] = True
+            object.__setattr__(self, "_gated_mask", got)
+        return got
+
     def groups(self, ids: np.ndarray) -> list[np.ndarray]:
         """The stage's items split where their gates differ (in dispatch order); one group
         when they agree (every item of a T3 consumer stage waits on the same regions)."""
-        if not self.gates:
+        if not self.gates or not self._gated()[ids].any():
             return [ids]
         keys: dict[tuple, list[int]] = {}
         for w in ids:
@@ -107,7 +117,7 @@ class Kernel:
         return [np.array(v, np.int64) for v in keys.values()]
 
     def gates_of(self, ids: np.ndarray) -> Gates:
-        if not self.gates:
+        if not self.gates or not self._gated()[ids].any():
             return ()
         seen: dict[int, Signal] = {}
         for w in ids:
@@ -132,13 +142,13 @@ class Kernel:
 def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,
              split: int) -> tuple[np.ndarray, np.ndarray]:
     """WGs for the given tiles, in that order: ``split`` WGs per tile over K slices."""
-    bounds = [k * j // split for j in range(split + 1)]
-    wgs, wg_tile = [], []
-    for t in tile_ids:
-        r0, r1, c0, c1 = space.region(t)
-        for j in range(split):
-            wgs.append((r0, r1, c0, c1, bounds[j], bounds[j + 1]))
-            wg_tile.append(int(t))
-    return np.array(wgs, np.int64).reshape(-1, 6), np.array(wg_tile, np.int64)
+    bounds = np.array([k * j // split for j in range(split + 1)], np.int64)
+    tiles = np.asarray(tile_ids, np.int64).reshape(-1)
+    wg_tile = np.repeat(tiles, split)
+    wgs = np.empty((len(wg_tile), 6), np.int64)
+    wgs[:, :4] = space.tiles[wg_tile]
+    wgs[:, 4] = np.tile(bounds[:-1], len(tiles))
+    wgs[:, 5] = np.tile(bounds[1:], len(tiles))
+    return wgs, wg_tile
 
 

@@ -67,6 +67,8 @@ class KernelRunner:
 
     def _issues(self, ids: np.ndarray) -> int:
         """NIC puts the items ``ids`` issue: regions whose last tile one of them writes."""
+        if not self._nic_left:
+            return 0
         n = 0
         for w in ids:
             route = self.routes[int(self.kernel.wg_tile[w])]
@@ -221,6 +223,10 @@ class KernelRunner:
                     groups = k.groups(ids)
                     ends, arrivals = self._time_stage(s, groups)
             watchdog.post("compute", f"{where}: writes its tiles")
+            if ws is None and not self._nic_left and _plain(self.routes, k, ids):
+                self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
+                self.wall_events.append((s, w0, time.perf_counter()))
+                continue
             done = {int(w): (end, arr) for ids_g, end, arr in zip(groups, ends, arrivals)
                     for w in ids_g}
             writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
@@ -237,6 +243,35 @@ class KernelRunner:
             self._poll_at_exit()
         self.end = self.clock.cu.free_at
         return self.end
+
+    def _route_plain(self, groups: list[np.ndarray], ends: list[float]) -> None:
+        """A timing-only stage whose tiles all stay here, written with the producer's op:
+        its bytes counted once, its tracked slots' completion times and signals in bulk
+        (what ``_route`` does tile by tile)."""
+        k, hbm, routes = self.kernel, self.hbm, self.routes
+        ids = np.concatenate(groups)
+        wgs = k.wgs[ids]
+        buffer = k.space.buffer
+        rows, cols = hbm.specs[buffer].shape
+        if len(wgs) and (wgs[:, 0].min() < 0 or wgs[:, 2].min() < 0
+                         or wgs[:, 1].max() > rows or wgs[:, 3].max() > cols):
+            hbm.region_bytes(buffer, tuple(int(x) for x in wgs[np.argmax(
+                (wgs[:, 1] > rows) | (wgs[:, 3] > cols) | (wgs[:, 0] < 0) | (wgs[:, 2] < 0)),
+                :4]))  # raises the bounds error the tile-by-tile path would
+        elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
+        op = routes.producer_op
+        if op != "none" and len(elems):
+            hbm.count(hbm.rank, "gemm", "update" if op == "update" else "write",
+                      int(elems.sum()) * hbm.specs[buffer].dtype.itemsize)
+        slots = routes.slot[k.wg_tile[ids]]
+        tracked = slots >= 0
+        if not tracked.any():
+            return
+        end = np.concatenate([np.full(len(g), e) for g, e in zip(groups, ends)])
+        np.maximum.at(self.slot_done, slots[tracked], end[tracked])
+        uniq, inv = np.unique(slots[tracked], return_inverse=True)
+        counts = np.bincount(inv, weights=elems[tracked]).astype(np.int64)
+        self.tracker.signal(hbm.rank, uniq.tolist(), counts.tolist(), 0.0)
 
     def _poll_at_exit(self) -> None:
         """Each physical WG polls its share of the exit flags (WG i: flags i, i+P, ...)."""
@@ -305,18 +340,28 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
     """The ``StageCost`` of items ``ids`` run at once: the producer's compute and reads
     (reads x ``read_scale``; compute slowed by the CUs a concurrent kernel holds) and
     where their routes write the tiles."""
-    rs = [routes[int(k.wg_tile[w])] for w in ids]
     flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
     if cu_share:
         compute /= 1.0 - cu_share
-    sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
-                          [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
-                          rank)
+    if _plain(routes, k, ids):  # every tile written here with the producer's op
+        sc = cost.with_local_writes(k.wgs[ids], flops, compute, reads * read_scale,
+                                    routes.producer_op)
+    else:
+        rs = [routes[int(k.wg_tile[w])] for w in ids]
+        sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
+                              [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
+                              rank)
     efficiency = getattr(k.producer, "read_efficiency", None)  # random rows: row locality
     if efficiency is not None and sc.read_bytes:
         eff = efficiency(cost, resident or len(ids))
         sc = dataclasses.replace(sc, read_cost_bytes=sc.read_bytes / eff)
     return sc
+
+
+def _plain(routes, k: Kernel, ids: np.ndarray) -> bool:
+    """Every item of ``ids`` writes its tile locally with the producer's op (no target)."""
+    plain = getattr(routes, "plain", None)
+    return plain is not None and bool(plain[k.wg_tile[ids]].all())
 
 
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,

@@ -68,6 +68,8 @@ class KernelPhase:
     waits: tuple[Signal, ...] = ()  # signals the launch waits for
     launch: bool = True  # False: the previous phase's persistent kernel goes on to this
     # task list (no launch of its own; it starts when that kernel's WGs are done)
+    parts: bool = False  # also report the kernel's and its executors' own windows, as
+    # phases "<name>.kernel" and "<name>.executors" (a concurrent run measured for losses)
 
 
 @dataclass

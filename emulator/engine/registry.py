@@ -102,6 +102,9 @@ class Configuration:
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
     params: dict = field(default_factory=dict)  # name -> Param: its knobs
+    tile_bytes: int = 8192  # host memory per output tile of a timing-only run (measured):
+    # plans with an object per tile take about 6 KB; array-only plans far less
+    tiles: float = 1.0  # its buffers' tiles per output tile (a gather area adds some)
 
 
 @dataclass

@@ -158,12 +158,15 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         else:
             mine = fault_rank == rank and not any(  # the mode's first kernel phase
                 isinstance(q, KernelPhase) for q in plan.phases[:idx])
-            end, policy, walls, stages, kernel_end = _run_kernel(
+            end, policy, walls, stages, kernel_end, executors_end = _run_kernel(
                 ph, compiled[id(ph)], mode, hbm, tracker, clock, cost, start,
                 fault_kind if mine else "", opts, plan.arbitration)
             if ph.fused:
                 policy_info = policy.describe()
                 wall_events = walls
+            if getattr(ph, "parts", False):
+                times[f"{ph.name}.kernel"] = (start, kernel_end)
+                times[f"{ph.name}.executors"] = (start, executors_end)
             if not profile and rank == 0 and not plan.isolated:
                 profile = stage_profile(clock, ph.name, start, end, stages)
         clock.cu.free_at = max(clock.cu.free_at, end)  # the next kernel starts after this one
@@ -240,9 +243,10 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
         tracker.signal(hbm.rank, slots, elems, start)
     if not commands:
         end = runner.run()
-        return end, policy, {}, runner.stage_windows, end
+        return end, policy, {}, runner.stage_windows, end, start
     timing = ExecutorTiming(clock, cost, incoming, runner, policy,
                             _own_writes(routes, commands, hbm.rank, ph.kernel.space))
+    timing.steady = {k for cm in compiled for k in cm.steady}
     dma = DmaEngine(hbm, tracker, commands, timing, opts.watchdog_s,
                     on_error=lambda exc: abort(exc, "DMA engine: "), stream=ph.stream,
                     fault=faults.for_dma(fault_kind, hbm.rank, mode),
@@ -253,7 +257,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     watchdog.post("compute", f"{mode} {ph.name}: waits for its executors", waiting=True)
     dma.join()
     walls = {"stages": runner.wall_events, "dma": dma.wall_events}
-    return max(kernel_end, timing.last_end), policy, walls, runner.stage_windows, kernel_end
+    return (max(kernel_end, timing.last_end), policy, walls, runner.stage_windows, kernel_end,
+            timing.last_end)
 
 
 def _own_writes(routes, commands, rank: int, space) -> dict[int, int]:
@@ -261,7 +266,7 @@ def _own_writes(routes, commands, rank: int, space) -> dict[int, int]:
     route target on this rank (a store into another local buffer, e.g. its own block of
     a slot buffer): local writes, not peers' data landing from a link."""
     per_slot: dict[int, int] = {}
-    for t, route in routes.items():
+    for t, route in getattr(routes, "explicit", routes).items():  # only routes with targets
         for tg in route.targets:
             if tg.rank == rank:
                 per_slot[tg.slot] = per_slot.get(tg.slot, 0) + space.elems(t)

@@ -39,6 +39,7 @@ class CuStep:
     signal_elems: list[int] = field(default_factory=list)
     op: str = "store"  # how ``out`` is written
     concurrent: bool = False  # starts together with the previous step
+    steady: bool = False  # what it waits for lands as one stream (``Dram.stream``)
 
 
 def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
@@ -59,7 +60,7 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
             watchdog.post("compute", f"CU kernel step {step.name}")
             ready = max(ready, transfers.land(clock, cost, t_arr, step.wait_bytes, step.wait_op,
                                               f"{step.name} received data lands",
-                                              log_hbm_end=True))
+                                              log_hbm_end=True, steady=step.steady))
         read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end

@@ -104,6 +104,20 @@ class StageCost:
         return self.read_bytes if self.read_cost_bytes is None else self.read_cost_bytes
 
 
+def _distinct(wgs: np.ndarray, col: int) -> list[list[int]]:
+    """The distinct (start, end, k0, k1) of columns col, col + 1 of ``wgs`` (rows or
+    columns of the tiles) with their K slices."""
+    if not len(wgs):
+        return []
+    k0, k1 = wgs[:, 4], wgs[:, 5]
+    if (k0 == k0[0]).all() and (k1 == k1[0]).all():  # one K slice: distinct spans only
+        a, b = wgs[:, col], wgs[:, col + 1]
+        key = np.unique(a * (int(b.max()) + 1) + b)
+        span = int(b.max()) + 1
+        return [[x // span, x % span, int(k0[0]), int(k1[0])] for x in key.tolist()]
+    return np.unique(wgs[:, [col, col + 1, 4, 5]], axis=0).tolist()
+
+
 class CostModel:
     def __init__(self, spec: DeviceSpec, dtype: str):
         self.spec = spec
@@ -157,9 +171,8 @@ class CostModel:
     # ---------------------------------------------------------------- the L2 across stages
     def panels(self, wgs: np.ndarray) -> frozenset:
         """The A row panels and B column panels (with their K ranges) ``wgs`` read."""
-        return frozenset([("A", int(a), int(b), int(k0), int(k1)) for a, b, _, _, k0, k1 in wgs]
-                         + [("B", int(c), int(d), int(k0), int(k1))
-                            for _, _, c, d, k0, k1 in wgs])
+        return frozenset([("A", *x) for x in _distinct(wgs, 0)]
+                         + [("B", *x) for x in _distinct(wgs, 2)])
 
     def _bytes(self, panels) -> float:
         return float(sum((p[2] - p[1]) * (p[4] - p[3]) for p in panels) * self.e)
@@ -246,6 +259,18 @@ class CostModel:
                 else:
                     remote_bytes[dst] = remote_bytes.get(dst, 0.0) + out_bytes[i]
         return StageCost(flops, compute, reads, write, write_cost, remote_bytes)
+
+    def with_local_writes(self, wgs: np.ndarray, flops: float, compute: float, reads: float,
+                          op: str) -> StageCost:
+        """``with_writes`` for items that all write their tiles locally with ``op`` (no
+        target): the same sums, without a loop per item."""
+        out_bytes = ((wgs[:, 1] - wgs[:, 0]).astype(np.float64)
+                     * (wgs[:, 3] - wgs[:, 2]).astype(np.float64) * self.e)
+        factor = self.spec.nmc_update_cost if op == "update" else 1.0
+        if op == "none":
+            return StageCost(flops, compute, reads, 0.0, 0.0, {})
+        return StageCost(flops, compute, reads, sum(out_bytes.tolist(), 0.0),
+                         sum((out_bytes * factor).tolist(), 0.0), {})
 
     def update_cost_bytes(self, nbytes: float, op: str) -> float:
         """HBM time-equivalent bytes of a write landing as ``op``."""

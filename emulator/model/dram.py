@@ -128,6 +128,27 @@ class Dram:
             end = max(end, e)
         return end
 
+    def stream(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
+               rate: float | None = None) -> float:
+        """Serve ``nbytes`` (cost bytes) of communication offered steadily at ``rate`` from
+        ``ready`` (a copy engine's reads paced by its link, data landing from a link): a
+        stream that never fills the queue (rate below the HBM's) under a policy that sets
+        no ceiling is one reservation at most at ``rate`` (its bursts coalesced: what a
+        transfer of GBs costs in model time, not a burst each); otherwise burst by burst
+        (``comm``). When the last byte is served."""
+        if nbytes <= 0:
+            return ready
+        rate = self.rate if rate is None else rate
+        ceiling = policy.ceiling(self, window)
+        if rate > self.rate or not (ceiling is None or ceiling >= self.rate):
+            return self.comm(policy, ready, nbytes, window, stream, rate)
+        s0, e = self.timeline.reserve(ready, nbytes, rate)
+        self._comm.append((ready, s0, e, nbytes))
+        if self.record:
+            self.log.append((stream, s0, e, nbytes))
+            self.comm_log.append((s0, s0, e, nbytes))
+        return e
+
     def _held(self, policy, window, offered: float, ready: float, nbytes: float,
               cap: float | None) -> tuple[float, float]:
         """Serve ``nbytes`` offered at ``offered`` under the policy's ceiling; what is still

@@ -54,13 +54,15 @@ _ALONE = CommWindow()
 
 
 def _absorb(clock: RankClock, cost: CostModel, first: float, last: float, nbytes: float,
-            op: str, policy, window: CommWindow) -> float:
+            op: str, policy, window: CommWindow, steady: bool = False) -> float:
     """When the HBM has absorbed ``nbytes`` written as ``op`` that stream in from ``first``
-    to ``last`` (offered to the DRAM as they come), under ``policy``."""
+    to ``last`` (offered to the DRAM as they come), under ``policy`` (``steady``: as one
+    stream, ``Dram.stream``)."""
     cost_bytes = clock.hbm.write_cost(nbytes, op, cost.spec.nmc_update_cost,
                                       window.compute_after)
     rate = cost_bytes / (last - first) if last > first else None
-    return clock.hbm.comm(policy, first, cost_bytes, window, f"landing {op}s", rate)
+    serve = clock.hbm.stream if steady else clock.hbm.comm
+    return serve(policy, first, cost_bytes, window, f"landing {op}s", rate)
 
 
 def cu_fraction(clock: RankClock, dst: int) -> float:
@@ -83,13 +85,13 @@ def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
 
 def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
          what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
-         log_hbm_end: bool = False, since: float | None = None) -> float:
+         log_hbm_end: bool = False, since: float | None = None, steady: bool = False) -> float:
     """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM. The
     logged event runs from the arrival until they are usable, or (``log_hbm_end``, a CU
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
     t_in = clock.receive(t_arrival, nbytes, since)
     first = clock.streamed_from(t_in, nbytes)
-    absorbed = _absorb(clock, cost, first, t_in, nbytes, op, policy, window)
+    absorbed = _absorb(clock, cost, first, t_in, nbytes, op, policy, window, steady)
     landed = max(t_in, absorbed)
     if log_hbm_end:
         clock.log("hbm", what, first, absorbed)
@@ -99,12 +101,18 @@ def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op:
 
 
 def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, nbytes: float,
-             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
-    """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival."""
+             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
+             steady: bool = False) -> tuple[float, float]:
+    """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival
+    (``steady``: the engine reads as it sends, at the route's rate)."""
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     issue = max(done + cost.spec.dma_setup_s, engine.issued_at)  # reads issued when triggered
     engine.issued_at = issue
-    read_end = clock.hbm.comm(policy, issue, nbytes, window, "dma reads")
+    if steady:
+        read_end = clock.hbm.stream(policy, t0, nbytes, window, "dma reads",
+                                    clock.route(dst).rate)
+    else:
+        read_end = clock.hbm.comm(policy, issue, nbytes, window, "dma reads")
     link_end = clock.send(dst, t0, nbytes)
     end = max(read_end, link_end)
     engine.free_at = end
@@ -135,7 +143,7 @@ def dma_copy(clock: RankClock, cost: CostModel, engine, done: float, nbytes: flo
     """A local copy of ``nbytes`` on a DMA engine once its trigger is ``done``; when the
     copy is usable."""
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
-    end = clock.hbm.comm(policy, t0, 2 * nbytes, window, "dma copies")
+    end = clock.hbm.stream(policy, t0, 2 * nbytes, window, "dma copies")
     engine.free_at = end
     clock.log("dma", f"copy {what}", t0, end, bytes=nbytes)
     return end, end
@@ -162,11 +170,17 @@ def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbyte
 
 def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies: int,
             nbytes: float, op: str, what: str, policy=_EXCLUSIVE,
-            window: CommWindow = _ALONE, share: float = 1.0) -> tuple[float, float]:
+            window: CommWindow = _ALONE, share: float = 1.0,
+            steady: bool = False) -> tuple[float, float]:
     """A CU kernel step: read ``copies`` local copies of ``nbytes``, add, write locally
-    (``dst`` = this rank) or send to ``dst``; when the result is usable there."""
+    (``dst`` = this rank) or send to ``dst``; when the result is usable there (``steady``:
+    a send's reads stream at its link rate)."""
     t0 = max(done, cu.free_at)
-    read_end = clock.hbm.comm(policy, t0, copies * nbytes, window, "cu-kernel reads")
+    if steady and dst != clock.rank:
+        read_end = clock.hbm.stream(policy, t0, copies * nbytes, window, "cu-kernel reads",
+                                    clock.route(dst).rate * cu_fraction(clock, dst))
+    else:
+        read_end = clock.hbm.comm(policy, t0, copies * nbytes, window, "cu-kernel reads")
     vec = cost.spec.vector_flops(cost.dtype)
     if copies > 1 and vec:
         read_end = max(read_end, t0 + (copies - 1) * nbytes / cost.e / (share * vec))
