@@ -30,9 +30,9 @@ import numpy as np
 
 from collectives.common import Problem, ring_chunks
 from devices.commands import Executor
-from devices.regions import tile_grid
+from devices.regions import RegularGrid, tile_grid
 from emulator.engine.addrmap import AddressMap, TileSpace
-from emulator.engine.kernel import Kernel
+from emulator.engine.kernel import Kernel, LaunchItems
 from emulator.engine.plan import KernelPhase, Plan, Slots
 from emulator.engine.producers import TiledGemm
 from emulator.engine.registry import Operation, Param
@@ -95,7 +95,7 @@ class _Setup:
             grid = _grid_2d(p, self.cols)
             self.ag = TileSpace("AG", grid, slots.alloc("AG tile", len(grid)))
             self.g = TileSpace("G", grid, slots.alloc("G tile", len(grid)))
-            cg = tile_grid([(0, p.m)], p.n, tm, tn, p.spec.wg_raster_group)
+            cg = _grid(p, [(0, p.m)], p.n)
             self.c = TileSpace("C", cg, slots.alloc("C tile", len(cg)))
         else:
             self.g = None
@@ -166,7 +166,7 @@ class _Setup:
     def _space(self, slots: Slots, buffer: str, blocks: dict, ncols: int, tn: int,
                group: int = 1) -> TileSpace:
         p = self.p
-        grid = tile_grid(blocks[p.rank], ncols, p.spec.wg_tile_m, tn, group)
+        grid = _grid(p, blocks[p.rank], ncols, tn, group)
         space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
         most = max(_count(bl, ncols, p.spec.wg_tile_m, tn) for bl in blocks.values())
         slots.alloc(f"{buffer} pad", most - len(grid))
@@ -274,6 +274,16 @@ class _Setup:
                     arbitration=ARBITRATION)
 
 
+def _grid(p: Problem, blocks, ncols: int, tn: int | None = None, group: int | None = None):
+    """The tiles of ``blocks`` x ``ncols``: a ``RegularGrid`` (computed when asked) when the
+    WG raster is row-major, else the array."""
+    tm, tn = p.spec.wg_tile_m, tn or p.spec.wg_tile_n
+    g = p.spec.wg_raster_group if group is None else group
+    if g <= 1:
+        return RegularGrid(blocks, ncols, tm, tn)
+    return tile_grid(blocks, ncols, tm, tn, g)
+
+
 def _count(blocks, ncols, tm, tn) -> int:
     return sum(-(-(b - a) // tm) * -(-ncols // tn) for a, b in blocks)
 
@@ -298,6 +308,25 @@ def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple
     """One stream of GEMM launches: launch i = the tiles of its row blocks over K slice
     (k0, k1); returns the kernel (ungated) and the position of each launch's first
     item."""
+    if space.lazy:  # a regular grid: the launches as runs of tile ids, no array per WG
+        runs, starts, n = [], [], 0
+        for regions, k0, k1 in launches:
+            starts.append(n)
+            for region in regions:
+                ids = space.tiles_in(region)
+                if not isinstance(ids, range):
+                    runs = None
+                    break
+                runs.append((ids.start, ids.stop, k0, k1))
+                n += len(ids)
+            if runs is None:
+                break
+        if runs is not None:
+            items = LaunchItems(space.tiles, runs)
+            kernel = Kernel(TiledGemm(a, "B", True), space, items, items.tiles,
+                            np.arange(len(items)), p.stage_size,
+                            launches=tuple(s for s in starts[1:] if 0 < s < len(items)))
+            return kernel, starts
     parts, tiles, starts, n = [], [], [], 0
     for regions, k0, k1 in launches:
         starts.append(n)
@@ -436,8 +465,8 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
         kernel, starts = _launch_kernel(p, st.c, launches, "AG")
         cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
         for src, (x, y) in scatters:  # each gathered piece's rows back to their place in C
-            done = cmap.track(src, after=1)
-            cmap.copy_map(src, st.c, (x, y, 0, p.n), done, st.local_engine)
+            done = cmap.track(src, after=1, whole=True)
+            cmap.copy_map(src, st.c, (x, y, 0, p.n), done, st.local_engine, signal=False)
     if starts:  # the first launch also waits on the pushes' triggers: they go first in
         gates[0] = list(gates[0]) + own_sigs  # program order (resident from the start)
     kernel = _gate_launches(kernel, starts, gates)
@@ -685,8 +714,7 @@ def losses(p: Problem, op: Operation) -> Plan:
 
     def rows8() -> Kernel:
         blocks = [(a, b) for a, b in ring_chunks(p.m, 8) if b > a]
-        grid = tile_grid(blocks, p.n, p.spec.wg_tile_m, p.spec.wg_tile_n,
-                         p.spec.wg_raster_group)
+        grid = _grid(p, blocks, p.n)
         space = TileSpace("C", grid, slots.alloc("C tile", len(grid)))
         return _launch_kernel(p, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
                               "AG")[0]
@@ -697,8 +725,7 @@ def losses(p: Problem, op: Operation) -> Plan:
     phases += comm_phase("comm8", False, "dma").phases
 
     def gemm_phase(name: str, rows: int, k0: int, k1: int, buffer: str, op_: str):
-        grid = tile_grid([(0, rows)], p.n, p.spec.wg_tile_m, p.spec.wg_tile_n,
-                         p.spec.wg_raster_group)
+        grid = _grid(p, [(0, rows)], p.n)
         space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
         kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
         cmap = AddressMap(space, r, W, op_, kernel.local_writes(), local_ok=True)

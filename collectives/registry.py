@@ -211,9 +211,9 @@ def _ficco_op(op) -> bool:
 
 
 FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D}
-# FiCCO's plans hold arrays, not objects, per tile (about 600 B measured), over C and a
+# FiCCO's plans hold a few arrays per tile (its WGs and tiles are computed when asked), over C and a
 # gather area of up to M more rows
-LEAN = {"tile_bytes": 1024, "tiles": 2.0}
+LEAN = {"tile_bytes": 200, "tiles": 2.0}
 AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
 FICCO = (
     ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
@@ -247,7 +247,7 @@ REGISTRY.add_configuration(Configuration(
     "collective whole and in pieces, each alone; the GEMM by rows concurrent with the "
     "pieces by DMA and by CU transfers (isolated clocks; its time is not a schedule's)",
     "FiCCO measure", lambda p, op, algorithm: ficco.losses(p, op), applies=_ficco_op,
-    algorithms=DIRECT, color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=1024, tiles=3.0))
+    algorithms=DIRECT, color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=200, tiles=4.0))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",

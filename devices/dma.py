@@ -107,8 +107,9 @@ class DmaEngine:
                 for mv in moves:
                     self._move(*mv)
                 for dst, sig in signals.items():
-                    self.tracker.signal(dst, list(sig), [v[0] for v in sig.values()],
-                                        [v[1] for v in sig.values()])
+                    if sig:  # (a copy nothing waits for signals nothing)
+                        self.tracker.signal(dst, list(sig), [v[0] for v in sig.values()],
+                                            [v[1] for v in sig.values()])
                 self.wall_events.append((cmds[i].trigger.name, w0, time.perf_counter()))
                 i = j
             self._next = n

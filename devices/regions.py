@@ -53,3 +53,82 @@ def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n
     if not parts:
         return np.zeros((0, 4), np.int64)
     return np.concatenate(parts).astype(np.int64)
+
+
+class RegularGrid:
+    """``tile_grid(row_blocks, ncols, tile_m, tile_n)`` (row-major, group 1) without its
+    array: the rows of any tile ids computed when asked, so a grid of millions of tiles
+    costs nothing until a stage reads its WGs. Indexing like the (n, 4) int64 array it
+    stands for (``grid[ids]``, ``grid[ids, col]``; ``np.asarray(grid)`` builds it all)."""
+
+    ndim = 2
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, row_blocks, ncols: int, tile_m: int, tile_n: int):
+        self.blocks = [(int(a), int(b)) for a, b in row_blocks if b > a]
+        self.ncols, self.tm, self.tn = int(ncols), int(tile_m), int(tile_n)
+        self.nct = -(-self.ncols // self.tn) if self.ncols > 0 else 0
+        counts = [-(-(b - a) // self.tm) * self.nct for a, b in self.blocks]
+        self.first = np.cumsum([0] + counts).astype(np.int64)  # first tile id per block
+        self.starts = np.array([a for a, _ in self.blocks] or [0], np.int64)
+        self.ends = np.array([b for _, b in self.blocks] or [0], np.int64)
+        self.n = int(self.first[-1])
+        self.shape = (self.n, 4)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def rows(self, ids) -> np.ndarray:
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n):
+            raise IndexError(f"tile ids outside 0..{self.n - 1}")
+        b = np.searchsorted(self.first, ids, "right") - 1
+        ri, ci = np.divmod(ids - self.first[b], max(1, self.nct))
+        r0 = self.starts[b] + ri * self.tm
+        c0 = ci * self.tn
+        return np.stack([r0, np.minimum(r0 + self.tm, self.ends[b]), c0,
+                         np.minimum(c0 + self.tn, self.ncols)], axis=1)
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            rows, cols = key
+            return self[rows][:, cols]
+        if isinstance(key, (int, np.integer)):
+            return self.rows([key])[0]
+        if isinstance(key, slice):
+            key = np.arange(self.n)[key]
+        return self.rows(key)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.rows(np.arange(self.n))
+        return a if dtype is None else a.astype(dtype)
+
+    def tolist(self) -> list:
+        return np.asarray(self).tolist()
+
+    def tiles_in(self, region) -> range | list[int] | None:
+        """The ids of the tiles exactly covering ``region`` when it lies in whole tiles of
+        one block or is a run of whole blocks (all columns); None otherwise (the caller
+        checks it the long way)."""
+        r0, r1, c0, c1 = (int(x) for x in region)
+        if r1 <= r0 or c1 <= c0:
+            return None
+        i = int(np.searchsorted(self.starts, r0, "right")) - 1
+        if i < 0 or self.starts[i] != r0 and (r0 - self.starts[i]) % self.tm:
+            return None
+        if c0 == 0 and c1 == self.ncols and self.starts[i] == r0:
+            j = i
+            while j < len(self.blocks) and self.ends[j] < r1:
+                if j + 1 >= len(self.blocks) or self.starts[j + 1] != self.ends[j]:
+                    return None
+                j += 1
+            if j < len(self.blocks) and self.ends[j] == r1:
+                return range(int(self.first[i]), int(self.first[j + 1]))
+        a, b = self.blocks[i]
+        if r1 > b or (r1 != b and (r1 - a) % self.tm) or c0 % self.tn or \
+                (c1 != self.ncols and c1 % self.tn) or c1 > self.ncols:
+            return None
+        ri = range((r0 - a) // self.tm, -(-(r1 - a) // self.tm))
+        ci = range(c0 // self.tn, -(-c1 // self.tn))
+        base = int(self.first[i])
+        return [base + x * self.nct + y for x in ri for y in ci]

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from devices.commands import DMA0, DmaCommand, Executor
-from devices.regions import Region, region_elems, tile_grid
+from devices.regions import RegularGrid, Region, region_elems, tile_grid
 from devices.signals import Signal, TrackedRegion
 
 OPS = ("store", "update")
@@ -69,7 +69,8 @@ class TileSpace:
     slot_base: int
 
     def __post_init__(self):
-        object.__setattr__(self, "tiles", np.asarray(self.tiles, np.int64).reshape(-1, 4))
+        if not isinstance(self.tiles, RegularGrid):  # a grid computes its tiles when asked
+            object.__setattr__(self, "tiles", np.asarray(self.tiles, np.int64).reshape(-1, 4))
 
     def _lists(self) -> tuple[list, list, dict]:
         """Tile id -> region (Python ints), -> elements, region -> id: built on first use
@@ -88,6 +89,15 @@ class TileSpace:
         t = self.tiles
         return (t[:, 1] - t[:, 0]) * (t[:, 3] - t[:, 2])
 
+    def elems_of(self, ids) -> np.ndarray:
+        """Elements of tiles ``ids`` (int64)."""
+        t = self.tiles[np.asarray(ids, np.int64)]
+        return (t[:, 1] - t[:, 0]) * (t[:, 3] - t[:, 2])
+
+    @property
+    def lazy(self) -> bool:
+        return isinstance(self.tiles, RegularGrid)
+
     def __len__(self) -> int:
         return len(self.tiles)
 
@@ -95,9 +105,13 @@ class TileSpace:
         return self.slot_base + int(t)
 
     def region(self, t: int) -> Region:
+        if self.lazy and "_cache" not in self.__dict__:
+            return tuple(int(x) for x in self.tiles.rows([t])[0])
         return self._lists()[0][t]
 
     def elems(self, t: int) -> int:
+        if self.lazy and "_cache" not in self.__dict__:
+            return int(self.elems_of([t])[0])
         return self._lists()[1][t]
 
     def tile_at(self, region: Region) -> int:
@@ -112,6 +126,10 @@ class TileSpace:
         exact = cache[2].get(tuple(map(int, region))) if cache is not None else None
         if exact is not None:  # the common case: a map entry per tile
             return [exact]
+        if self.lazy:
+            ids = self.tiles.tiles_in(region)
+            if ids is not None:
+                return ids
         r0, r1, c0, c1 = (int(x) for x in region)
         by_row = self.__dict__.get("_by_row")
         if by_row is None:  # tile ids sorted by first row, to look at the region's rows only
@@ -166,6 +184,7 @@ class _Entry:
     src_rank: int = -1  # pull: the rank read from
     flag: TrackedRegion | None = None  # pull: the source's flag it waits for
     signal: TrackedRegion | None = None
+    whole: bool = False  # track: one tracker counter for the whole region (its first tile's)
 
 
 class Routes(Mapping):
@@ -209,6 +228,8 @@ class CompiledMap:
     incoming: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(signal) -> (peer
     # writes per element, their op)
     signals: list[TrackedRegion] = field(default_factory=list)  # one per tracked entry
+    whole: dict[int, int] = field(default_factory=dict)  # slot of a region tracked whole ->
+    # the element-writes the producer's own tiles make into it
     steady: set[int] = field(default_factory=set)  # id(signal): peers' data lands as one
     # stream (``Dram.stream``), the map was built with ``steady=True``
 
@@ -299,10 +320,13 @@ class AddressMap:
         if entry.kind in ("dma", "track", "pull", "flag"):
             sp = self.space
             ids = np.asarray(tiles, np.int64)
+            elems = sp.elems_of(ids) * entry.after
+            if entry.whole:  # one counter: the region's first tile's slot
+                ids, elems = ids[:1], np.array([int(elems.sum())], np.int64)
             entry.signal = TrackedRegion(
                 name=f"{self.buffer}{list(entry.region)}",
                 slots=sp.slot_base + ids,
-                thresholds=sp.tile_elems[ids] * entry.after,
+                thresholds=elems,
                 label=f"after={entry.after}, {self._where(entry)}", meta={"after": entry.after})
         self.entries.append(entry)
 
@@ -323,8 +347,11 @@ class AddressMap:
                          after, to, to_region, executor=executor, adds=tuple(adds)))
         return self.entries[-1].signal
 
-    def track(self, region: Region, after: int = 1) -> Signal:
-        self._add(_Entry("track", region, self.tiles_in(region), (), "update", after))
+    def track(self, region: Region, after: int = 1, whole: bool = False) -> Signal:
+        """``whole``: the region's tiles count into one tracker counter (a region nothing
+        waits on tile by tile; its writes signal one slot per stage, not one per tile)."""
+        self._add(_Entry("track", region, self.tiles_in(region), (), "update", after,
+                         whole=whole))
         return self.entries[-1].signal
 
     def pull_map(self, region: Region, src_rank: int, flag: Signal, after: int = 1,
@@ -348,10 +375,11 @@ class AddressMap:
         return self.entries[-1].signal
 
     def copy_map(self, region: Region, to: TileSpace, to_region: Region, trigger: Signal,
-                 executor: Executor = DMA0) -> Signal:
+                 executor: Executor = DMA0, signal: bool = True) -> Signal | None:
         """Copy ``region`` of this rank's buffer into ``to_region`` of ``to`` (a local
         buffer, or another region of this one) on a DMA engine once ``trigger`` completes;
-        returns the signal of the copy's completion."""
+        returns the signal of the copy's completion (``signal=False``: nothing waits for
+        it, none is kept; the phase still ends after it)."""
         if executor.kind != "dma":
             raise MapError(f"region {region}: local copies run on a DMA engine, not "
                            f"{executor.queue}")
@@ -363,17 +391,21 @@ class AddressMap:
             raise MapError(f"copy of {r} onto itself in {self.buffer}")
         if not (r[0] >= 0 and r[2] >= 0 and r[1] > r[0] and r[3] > r[2]):
             raise MapError(f"copy source {r} of {self.buffer} is empty or negative")
-        tiles = to.tiles_in(d)
-        elems = [region_elems(to.region(t)) for t in tiles]
-        result = TrackedRegion(f"{to.buffer}{list(d)} copy",
-                               np.array([to.slot(t) for t in tiles], np.int64),
-                               np.array(elems, np.int64),
+        if not signal:
+            self.copies.append(DmaCommand(
+                trigger=trigger, buffer=self.buffer, src=r, dst_rank=self.rank,
+                dst_buffer=to.buffer, dst=d, op="store", executor=executor, copy=True))
+            return None
+        tiles = np.asarray(to.tiles_in(d), np.int64)
+        elems = to.elems_of(tiles)
+        slots = to.slot_base + tiles
+        result = TrackedRegion(f"{to.buffer}{list(d)} copy", slots, elems,
                                f"a copy of {self.buffer}{list(r)} by {executor.queue}",
                                {"after": 1})
         self.copies.append(DmaCommand(
             trigger=trigger, result=result, buffer=self.buffer, src=r, dst_rank=self.rank,
-            dst_buffer=to.buffer, dst=d, op="store", dst_slots=[to.slot(t) for t in tiles],
-            dst_elems=elems, executor=executor, copy=True))
+            dst_buffer=to.buffer, dst=d, op="store", dst_slots=slots.tolist(),
+            dst_elems=elems.tolist(), executor=executor, copy=True))
         return result
 
     def flag_signal(self, flags: TileSpace, region: Region, label: str = "") -> Signal:
@@ -412,6 +444,7 @@ class AddressMap:
         explicit: dict[int, Route] = {}
         slot = np.full(len(self.space), -1, np.int64)
         lw = self.local_writes
+        whole: dict[int, int] = {}
         commands: list[DmaCommand] = []
         incoming: dict[int, tuple[int, str]] = {}
         signals: list[TrackedRegion] = []
@@ -440,8 +473,12 @@ class AddressMap:
                 continue
             tiles = np.asarray(entry.tiles, np.int64)
             mine = tiles[lw[tiles] > 0]
-            slot[mine] = self.space.slot_base + mine
-            elems = self.space.tile_elems[tiles].tolist()
+            slot[mine] = self.space.slot_base + (tiles[0] if entry.whole else mine)
+            if entry.whole and len(mine):
+                whole[int(self.space.slot_base + tiles[0])] = int(
+                    (self.space.elems_of(mine) * lw[mine]).sum())
+            elems = (self.space.elems_of(tiles).tolist() if not entry.whole
+                     else [int(entry.signal.thresholds[0]) // entry.after])
             trigger = entry.signal
             signals.append(trigger)
             local = int(lw[entry.tiles[0]])
@@ -456,5 +493,5 @@ class AddressMap:
                     dst_slots=[space.slot(dt) for dt in dst_tiles], dst_elems=elems,
                     executor=entry.executor, adds=entry.adds, flag_only=entry.kind == "flag"))
         routes = Routes(self.producer_op, lw > 0, slot, explicit)
-        return CompiledMap(routes, commands + self.copies, incoming, signals,
+        return CompiledMap(routes, commands + self.copies, incoming, signals, whole,
                            {id(g) for g in signals} if self.steady else set())

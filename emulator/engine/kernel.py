@@ -152,3 +152,79 @@ def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,
     return wgs, wg_tile
 
 
+
+
+class LaunchItems:
+    """The work items (r0, r1, c0, c1, k0, k1) of a stream of launches, each a run of
+    consecutive tile ids of a ``RegularGrid`` over one K slice, computed when a stage
+    asks for its rows: a kernel of millions of WGs holds a few numbers per run.
+    Indexes like the (n, 6) int64 array it stands for; ``tiles`` stands for ``wg_tile``."""
+
+    ndim = 2
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, grid, runs: list[tuple[int, int, int, int]]):
+        self.grid = grid
+        self.first = np.array([a for a, _, _, _ in runs], np.int64)
+        sizes = np.array([b - a for a, b, _, _ in runs], np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.k = np.array([(k0, k1) for _, _, k0, k1 in runs], np.int64).reshape(-1, 2)
+        self.n = int(self.offsets[-1])
+        self.shape = (self.n, 6)
+        self.tiles = _TileIds(self)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _ids(self, key) -> np.ndarray:
+        if isinstance(key, slice):
+            return np.arange(self.n)[key]
+        ids = np.asarray(key, np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n):
+            raise IndexError(f"work items outside 0..{self.n - 1}")
+        return ids
+
+    def tile_ids(self, key) -> np.ndarray:
+        ids = self._ids(key)
+        run = np.searchsorted(self.offsets, ids, "right") - 1
+        return self.first[run] + (ids - self.offsets[run])
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            rows, cols = key
+            return self[rows][:, cols]
+        if isinstance(key, (int, np.integer)):
+            return self[[key]][0]
+        ids = self._ids(key)
+        run = np.searchsorted(self.offsets, ids, "right") - 1
+        out = np.empty((len(ids), 6), np.int64)
+        out[:, :4] = self.grid.rows(self.first[run] + (ids - self.offsets[run]))
+        out[:, 4:] = self.k[run]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[np.arange(self.n)]
+        return a if dtype is None else a.astype(dtype)
+
+
+class _TileIds:
+    """``wg_tile`` of ``LaunchItems``: the tile id of each work item, when asked."""
+
+    ndim = 1
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, items: LaunchItems):
+        self.items = items
+        self.shape = (items.n,)
+
+    def __len__(self) -> int:
+        return self.items.n
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return int(self.items.tile_ids([key])[0])
+        return self.items.tile_ids(key)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.items.tile_ids(np.arange(self.items.n))
+        return a if dtype is None else a.astype(dtype)

@@ -46,7 +46,8 @@ class KernelRunner:
         self.end = self.start
         # NIC-sent regions: slots -> tiles still to be written (the last WG issues the put)
         self._nic_left: dict[int, list] = {}
-        writers = np.bincount(kernel.wg_tile, minlength=len(kernel.space))  # items per tile
+        writers = (np.bincount(kernel.wg_tile, minlength=len(kernel.space)) if nic_regions
+                   else None)  # items per tile
         base = kernel.space.slot_base
         for slots in nic_regions or []:
             mine = [int(s) - base for s in slots if 0 <= int(s) - base < len(writers)]
@@ -55,6 +56,10 @@ class KernelRunner:
                 self._nic_left[int(s)] = entry
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
+        # slots of regions tracked whole -> the element-writes still to come from this
+        # kernel: a timing-only stage adds to them and the slot is signalled once, full
+        self.whole_left: dict[int, int] = {}
+        self.whole_held: dict[int, int] = {}  # their counts not signalled yet
         cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
 
     # ---------------------------------------------------------------- modelled time
@@ -236,6 +241,9 @@ class KernelRunner:
                 end, arr = done[w]
                 self._route(t, tuple(region), j, end, arr, signals, writes)
             writes.flush()
+            for sl, c in signals.get((hbm.rank, 0.0), {}).items():  # (signalled now)
+                if sl in self.whole_left:
+                    self.whole_left[sl] -= c
             for (rank, t_arrival), counts in signals.items():  # one signal per destination
                 self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
             self.wall_events.append((s, w0, time.perf_counter()))
@@ -271,7 +279,20 @@ class KernelRunner:
         np.maximum.at(self.slot_done, slots[tracked], end[tracked])
         uniq, inv = np.unique(slots[tracked], return_inverse=True)
         counts = np.bincount(inv, weights=elems[tracked]).astype(np.int64)
-        self.tracker.signal(hbm.rank, uniq.tolist(), counts.tolist(), 0.0)
+        out_s, out_c = [], []
+        for sl, c in zip(uniq.tolist(), counts.tolist()):
+            left = self.whole_left.get(sl)
+            if left is None:
+                out_s.append(sl)
+                out_c.append(c)
+                continue
+            self.whole_left[sl] = left - c  # a region tracked whole: held until its
+            self.whole_held[sl] = self.whole_held.get(sl, 0) + c  # count is all in
+            if left - c <= 0:
+                out_s.append(sl)
+                out_c.append(self.whole_held.pop(sl))
+        if out_s:
+            self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
 
     def _poll_at_exit(self) -> None:
         """Each physical WG polls its share of the exit flags (WG i: flags i, i+P, ...)."""

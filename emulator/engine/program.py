@@ -10,7 +10,8 @@ from emulator.engine.kernel import Kernel
 
 
 def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
-                  nslots: int) -> tuple[list[int], list[DmaCommand]]:
+                  nslots: int, slot_of: np.ndarray | None = None
+                  ) -> tuple[list[int], list[DmaCommand]]:
     """Fix the rank's program order of stages and queued commands (every executor's).
 
     Stage s sits at position s. A command whose trigger (or, for a pull, whose
@@ -18,14 +19,20 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     its last local write plus ``lookahead`` stages (the arbitration policy's), unless
     it is a sink (a region only marked complete, ``src`` None, which may need peers'
     writes that the peers' later stages make); a sink, and any other command, comes
-    after the last stage. Returns each stage's order index and
+    after the last stage (``slot_of``: the tracker slot each output tile's write counts
+    into, when a map tracks a region whole). Returns each stage's order index and
     the commands in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
     slot_stage = np.full(nslots, -1, np.int64)
     for s, ids in enumerate(stages):
-        slots = kernel.space.slot_base + kernel.wg_tile[ids]
+        tiles = kernel.wg_tile[ids]
+        slots = kernel.space.slot_base + tiles
         slot_stage[slots] = np.maximum(slot_stage[slots], s)
+        if slot_of is not None:  # tiles counted into another slot (a region tracked whole)
+            mapped = slot_of[tiles]
+            mapped = mapped[mapped >= 0]
+            slot_stage[mapped] = np.maximum(slot_stage[mapped], s)
     gate_stage: dict[int, int] = {}
     for s, ids in enumerate(stages):
         for g in kernel.gates_of(ids):

@@ -229,7 +229,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     load = first_stage_load(cost, ph.kernel, routes, hbm.rank, cu_share)
     if load is not None:  # MCA's measurement of the first stage picks its threshold
         policy.observe_first_stage(*load)
-    stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots)
+    stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots,
+                                          getattr(routes, "slot", None))
     stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
     fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
              else ("", -1))
@@ -238,6 +239,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     runner = KernelRunner(hbm, tracker, clock, cost, ph.kernel, routes, stage_index, ph.stream,
                           policy, fault, f"{mode} {ph.name}", cu_share,
                           list({id(s): s for s in nic_regions}.values()))
+    whole = {k: v for cm in compiled for k, v in cm.whole.items()}
+    runner.whole_left = whole
     for slots, elems in ph.preload:  # resident inputs: written before the phase starts
         runner.slot_done[slots] = start
         tracker.signal(hbm.rank, slots, elems, start)
