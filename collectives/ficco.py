@@ -64,7 +64,8 @@ class _Setup:
     """One rank's FiCCO buffers, spaces and maps."""
 
     def __init__(self, p: Problem, op: Operation, slots: Slots, gather,
-                 executor: str = "dma", two_d: bool = False, whole: bool = False):
+                 executor: str = "dma", two_d: bool = False, whole: bool = False,
+                 output: bool = True):
         self.p, self.op, self.slots = p, op, slots
         self.a2a = dispatch(op)
         W, r = p.world, p.rank
@@ -101,7 +102,8 @@ class _Setup:
             self.g = None
             blocks = {q: self._row_blocks(q) for q in range(W)}
             self.ag = self._space(slots, "AG", blocks, p.k, p.k)
-            self.c = self._space(slots, "C", blocks, p.n, tn, p.spec.wg_raster_group)
+            self.c = (self._space(slots, "C", blocks, p.n, tn, p.spec.wg_raster_group)
+                      if output else _untracked(p, slots, "C", blocks[r]))
         # this rank's input: its shard in place (all-gather) or its blocks in X (dispatch)
         writes = np.zeros(len(self.ag), np.int64)
         own_rows = p.chunk(r)
@@ -669,76 +671,88 @@ def _pieces(n: int, ways: int) -> dict[int, int]:
     return out
 
 
-def losses(p: Problem, op: Operation) -> Plan:
-    """The runs DIL and CIL are computed from (REFERENCE.md section 4), each phase isolated
-    on a clock of its own:
+def _untracked(p: Problem, slots: Slots, buffer: str, blocks) -> TileSpace:
+    """An output space nothing tracks: its tiles take no tracker slots (a GEMM alone, an
+    empty kernel's)."""
+    return TileSpace(buffer, _grid(p, blocks, p.n), slots.alloc(f"{buffer} tile", 0))
 
-    - ``comm``: the whole collective by DMA on every link; ``comm8``: the same in W pieces
-      per shard, one step after another (FiCCO's steps);
-    - ``gemm``: the whole GEMM; ``rows<S>-<h>`` / ``k<S>-<d>`` (S = 8, 64): one GEMM of the
-      GEMM split S ways by rows (h rows) or by K (depth d, accumulating into C), alone:
-      the report sums each shape's time x its count (the decomposed operations' total
-      isolated time);
-    - ``cil-dma`` / ``cil-cu``: the GEMM as 8 launches by rows run concurrently with the
-      collective in W pieces per shard by DMA engines / by CU-driven transfers (no
-      dependence between them): their ``.kernel`` and ``.executors`` windows against the
-      same launches alone (``rows8-*``) and ``comm8``.
-    """
-    W, r = p.world, p.rank
+
+def dil(p: Problem, op: Operation) -> Plan:
+    """The runs DIL is computed from (REFERENCE.md section 4), each phase isolated on a clock
+    of its own: ``comm``, the whole collective by DMA on every link; ``comm8``, the same in
+    W pieces per shard, one step after another (FiCCO's steps); ``gemm``, the whole GEMM;
+    ``rows<S>-<h>`` / ``k<S>-<d>`` (S = 8, 64): one GEMM of the GEMM split S ways by rows
+    (h rows) or by K (depth d, accumulating into C), alone. The report sums each shape's
+    time x its count (the decomposed operations' total isolated time) over the whole's."""
     slots = Slots()
-    phases: list[KernelPhase] = []
-    layout = None
+    first = _comm_phase(p, op, slots, "comm", True, "dma")
+    phases = first.phases + _comm_phase(p, op, slots, "comm8", False, "dma").phases
+    stream = phases[0].stream
+    full = _untracked(p, slots, "C", [(0, p.m)])
 
-    def comm_phase(name: str, whole: bool, executor: str, kernel_of=None) -> Plan:
-        st = _Setup(p, op, slots, lambda q: [], executor, whole=whole)
-        for j in range(st.steps):
-            if (r, j) in st.piece:
-                for d in p.others:
-                    st.push(j, d)
-        if st.a2a and (r, 0) in st.piece:
-            for j in range(st.steps):
-                if (r, j) in st.piece:
-                    xr = st.source(j, r)[1]
-                    st.xmap.copy_map(xr, st.ag, st.piece[(r, j)], st.xmap.track(xr, after=1),
-                                     st.local_engine)
-        for (s, _), region in st.piece.items():
-            if s != r:
-                st.amap.track(region, after=1)
-        kernel = kernel_of() if kernel_of else _empty(p, st.c)
-        cmap = AddressMap(kernel.space, r, W, "store", kernel.local_writes(), local_ok=True)
-        plan = st.plan(kernel, cmap, name)
-        ph = plan.phases[0]
-        ph.clock = name
-        ph.parts = kernel_of is not None
-        return plan
+    def gemm_phase(name: str, space: TileSpace, rows: int, k0: int, k1: int, op_: str):
+        kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
+        cmap = AddressMap(space, p.rank, p.world, op_, kernel.local_writes(), local_ok=True)
+        phases.append(KernelPhase(name, kernel, [cmap], stream, clock=name))
+
+    gemm_phase("gemm", full, p.m, 0, p.k, "store")
+    scratch = TileSpace("CL", full.tiles, full.slot_base)
+    for ways in SPLITS:
+        for h in _pieces(p.m, ways):
+            gemm_phase(f"rows{ways}-{h}", _untracked(p, slots, "CL", [(0, h)]), h, 0, p.k,
+                       "store")
+        for d in _pieces(p.k, ways):
+            gemm_phase(f"k{ways}-{d}", scratch, p.m, 0, d, "update")
+    return Plan(first.layout + [("CL", (p.m, p.n), p.dtype)], first.inputs, phases, slots,
+                first.result, isolated=True, arbitration=ARBITRATION)
+
+
+def cil(p: Problem, op: Operation) -> Plan:
+    """The runs CIL is computed from: ``comm8`` (the collective in W pieces per shard by
+    DMA, alone), ``rows8`` (the GEMM as 8 launches by rows, alone) and ``cil-dma`` /
+    ``cil-cu``: the same launches run concurrently with the same pieces moved by DMA
+    engines / by CU-driven transfers (no dependence between them), whose ``.kernel`` and
+    ``.executors`` windows the report sets against the runs alone."""
+    slots = Slots()
+    first = _comm_phase(p, op, slots, "comm8", False, "dma")
+    blocks = [(a, b) for a, b in ring_chunks(p.m, 8) if b > a]
 
     def rows8() -> Kernel:
-        blocks = [(a, b) for a, b in ring_chunks(p.m, 8) if b > a]
-        grid = _grid(p, blocks, p.n)
-        space = TileSpace("C", grid, slots.alloc("C tile", len(grid)))
+        space = _untracked(p, slots, "C", blocks)
         return _launch_kernel(p, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
                               "AG")[0]
 
-    first = comm_phase("comm", True, "dma")
-    layout, inputs, result = first.layout, first.inputs, first.result
-    phases += first.phases
-    phases += comm_phase("comm8", False, "dma").phases
-
-    def gemm_phase(name: str, rows: int, k0: int, k1: int, buffer: str, op_: str):
-        grid = _grid(p, [(0, rows)], p.n)
-        space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
-        kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
-        cmap = AddressMap(space, r, W, op_, kernel.local_writes(), local_ok=True)
-        phases.append(KernelPhase(name, kernel, [cmap], phases[0].stream, clock=name))
-
-    gemm_phase("gemm", p.m, 0, p.k, "C", "store")
-    for ways in SPLITS:
-        for h in _pieces(p.m, ways):
-            gemm_phase(f"rows{ways}-{h}", h, 0, p.k, "CL", "store")
-        for d in _pieces(p.k, ways):
-            gemm_phase(f"k{ways}-{d}", p.m, 0, d, "CL", "update")
-    phases += comm_phase("cil-dma", False, "dma", rows8).phases
-    phases += comm_phase("cil-cu", False, "cu", rows8).phases
-    layout = layout + [("CL", (p.m, p.n), p.dtype)]
-    return Plan(layout, inputs, phases, slots, result, isolated=True,
+    alone = rows8()
+    phases = first.phases + [KernelPhase("rows8", alone, [AddressMap(
+        alone.space, p.rank, p.world, "store", alone.local_writes(), local_ok=True)],
+        first.phases[0].stream, clock="rows8")]
+    phases += _comm_phase(p, op, slots, "cil-dma", False, "dma", rows8).phases
+    phases += _comm_phase(p, op, slots, "cil-cu", False, "cu", rows8).phases
+    return Plan(first.layout, first.inputs, phases, slots, first.result, isolated=True,
                 arbitration=ARBITRATION)
+
+
+def _comm_phase(p: Problem, op: Operation, slots: Slots, name: str, whole: bool,
+                executor: str, kernel_of=None) -> Plan:
+    """A phase of the collective alone (or beside ``kernel_of()``'s kernel): every shard
+    pushed whole or in W pieces to every peer."""
+    r = p.rank
+    st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False)
+    for j in range(st.steps):
+        if (r, j) in st.piece:
+            for d in p.others:
+                st.push(j, d)
+            if st.a2a:
+                xr = st.source(j, r)[1]
+                st.xmap.copy_map(xr, st.ag, st.piece[(r, j)], st.xmap.track(xr, after=1),
+                                 st.local_engine)
+    for (s, _), region in st.piece.items():
+        if s != r:
+            st.amap.track(region, after=1)
+    kernel = kernel_of() if kernel_of else _empty(p, st.c)
+    cmap = AddressMap(kernel.space, r, p.world, "store", kernel.local_writes(), local_ok=True)
+    plan = st.plan(kernel, cmap, name)
+    ph = plan.phases[0]
+    ph.clock = name
+    ph.parts = kernel_of is not None
+    return plan

@@ -213,7 +213,7 @@ def _ficco_op(op) -> bool:
 FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D}
 # FiCCO's plans hold a few arrays per tile (its WGs and tiles are computed when asked), over C and a
 # gather area of up to M more rows
-LEAN = {"tile_bytes": 200, "tiles": 2.0}
+LEAN = {"tile_bytes": 128, "tiles": 2.0}
 AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
 FICCO = (
     ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
@@ -242,12 +242,17 @@ REGISTRY.add_configuration(Configuration(
     ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
     params={**FICCO_PARAMS, **AUTO}, **LEAN))
 REGISTRY.add_configuration(Configuration(
-    "ficco-losses", "the runs FiCCO's decomposition and contention losses (DIL, CIL) are "
-    "computed from: the GEMM whole and split 8 and 64 ways by rows and by K, the "
-    "collective whole and in pieces, each alone; the GEMM by rows concurrent with the "
-    "pieces by DMA and by CU transfers (isolated clocks; its time is not a schedule's)",
-    "FiCCO measure", lambda p, op, algorithm: ficco.losses(p, op), applies=_ficco_op,
-    algorithms=DIRECT, color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=200, tiles=4.0))
+    "ficco-dil", "the runs FiCCO's decomposition loss (DIL) is computed from: the GEMM whole "
+    "and split 8 and 64 ways by rows and by K, the collective whole and in pieces, each "
+    "alone (isolated clocks; its time is not a schedule's)", "FiCCO measure",
+    lambda p, op, algorithm: ficco.dil(p, op), applies=_ficco_op, algorithms=DIRECT,
+    color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=128, tiles=4.0))
+REGISTRY.add_configuration(Configuration(
+    "ficco-cil", "the runs FiCCO's contention loss (CIL) is computed from: the GEMM by rows "
+    "and the collective in pieces alone, and together with DMA and with CU transfers "
+    "(isolated clocks; its time is not a schedule's)", "FiCCO measure",
+    lambda p, op, algorithm: ficco.cil(p, op), applies=_ficco_op, algorithms=DIRECT,
+    color="#dbdbdb", params=FICCO_PARAMS, tile_bytes=128, tiles=4.0))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",

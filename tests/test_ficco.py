@@ -14,7 +14,7 @@ from devices.spec import load_device
 
 MODES = ("ficco-uniform-fused-1d,ficco-hetero-fused-1d,ficco-hetero-unfused-1d,"
          "ficco-uniform-fused-2d,ficco-shard,ficco-ideal,ficco-auto,ficco-cu,sequential,"
-         "ficco-serial,ficco-losses")
+         "ficco-serial,ficco-dil,ficco-cil")
 SAME = ("modelled_time_s", "phases", "rank_phases_s", "rank_kernel_end_s",
         "dram_bytes_per_rank")
 # uneven: M = 203 rows over W ranks, pieces of M / W^2 rows, K not a multiple of W
@@ -61,7 +61,7 @@ def test_shard_overlap_is_slower_than_ficco_on_a_full_mesh_and_ideal_bounds_all(
     assert t["ficco-shard"] > t["sequential"] and t["ficco-shard"] > t["ficco-serial"]
     assert min(t[f"ficco-{s}"] for s in ficco.SCHEDULES) < t["ficco-shard"]
     assert t["ficco-ideal"] <= min(v for m, v in t.items() if m not in ("ficco-ideal",
-                                                                        "ficco-losses"))
+                                                                        "ficco-dil", "ficco-cil"))
 
 
 def _problem(m, n, k, **params):

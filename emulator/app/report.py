@@ -224,8 +224,10 @@ def text_report(doc: dict) -> str:
     if overlap:
         parts += ["", "Overlap efficiency (Flux's E = 1 - ECT / ECT of sequential; ECT = time - "
                   "the GEMM alone)", overlap]
-    from emulator.app import report_fused, report_overlap
+    from emulator.app import report_ficco, report_fused, report_overlap
 
+    if report_ficco.applies(doc):
+        parts += ["", "FiCCO's views", report_ficco.text(doc)]
     if report_fused.applies(doc):
         parts += ["", "The fused computation-collective operators' views", report_fused.text(doc)]
     elif report_overlap.applies(doc):
@@ -374,8 +376,10 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     stages = stage_figure(plt, pt, out / "stages.png")
     if stages:
         written.append(stages)
-    from emulator.app import report_fused, report_overlap
+    from emulator.app import report_ficco, report_fused, report_overlap
 
+    if report_ficco.applies(doc):
+        written += report_ficco.figures(doc, out)
     if report_fused.applies(doc):
         written += report_fused.figures(doc, out)
     elif report_overlap.applies(doc):

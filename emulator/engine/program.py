@@ -28,6 +28,7 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     for s, ids in enumerate(stages):
         tiles = kernel.wg_tile[ids]
         slots = kernel.space.slot_base + tiles
+        slots = slots[slots < nslots]  # (a space nothing tracks takes no slots)
         slot_stage[slots] = np.maximum(slot_stage[slots], s)
         if slot_of is not None:  # tiles counted into another slot (a region tracked whole)
             mapped = slot_of[tiles]
