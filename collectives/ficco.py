@@ -46,6 +46,9 @@ CU_SHARE = Param(32 / 304, "share of the CUs the CU-driven (library) transfers h
 COPY2D = Param(1, "2D copies: 1 = emulated as one 1D copy of the same bytes (as the study "
                "did), 0 = strided (one DMA command per band of tile rows)", low=0, high=1,
                integer=True)
+TILE_LEVEL = Param(0, "1: build every tile and work item as arrays (the tile-level path) "
+                   "instead of computing them when a stage asks (the same modelled times; "
+                   "for checking the coalesced path)", low=0, high=1, integer=True)
 # the heuristic's thresholds, in multiples of the machine balance (peak FLOP/s over HBM
 # bytes/s): below LOW uniform-fused-1D, above HIGH hetero-unfused-1D, else hetero-fused
 OTB_LOW = Param(1.0, "ficco-auto: op-to-byte ratio (x the machine balance) below which "
@@ -281,7 +284,7 @@ def _grid(p: Problem, blocks, ncols: int, tn: int | None = None, group: int | No
     WG raster is row-major, else the array."""
     tm, tn = p.spec.wg_tile_m, tn or p.spec.wg_tile_n
     g = p.spec.wg_raster_group if group is None else group
-    if g <= 1:
+    if g <= 1 and not p.param("tile_level", TILE_LEVEL.default):
         return RegularGrid(blocks, ncols, tm, tn)
     return tile_grid(blocks, ncols, tm, tn, g)
 
@@ -429,8 +432,7 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
             launches.append(([(0, p.m, 0, p.n)], c0, c1))
             gates.append(sigs)
         kernel, starts = _launch_kernel(p, st.c, launches, "G")
-        local = np.bincount(kernel.wg_tile, minlength=len(st.c)).astype(np.int64)
-        cmap = AddressMap(st.c, r, W, "update", local, local_ok=True)
+        cmap = AddressMap(st.c, r, W, "update", kernel.local_writes(), local_ok=True)
     else:
         launches, gates, scatters = [], [], []
         if not name.startswith("uniform"):  # the local shard at once

@@ -210,10 +210,12 @@ def _ficco_op(op) -> bool:
     return op.name in ("ag+gemm", "a2a+gemm")
 
 
-FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D}
-# FiCCO's plans hold a few arrays per tile (its WGs and tiles are computed when asked), over C and a
-# gather area of up to M more rows
-LEAN = {"tile_bytes": 128, "tiles": 2.0}
+FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D,
+                "tile_level": ficco.TILE_LEVEL}
+# FiCCO's plans hold a few arrays per output tile (their WGs and tiles are computed when a
+# stage asks): measured at M = 327680, N = 28672, K = 4096 on 8 ranks, 40 to 100 B per tile
+# per rank above the process's own 80 MB (the gather area included)
+LEAN = {"tile_bytes": 128, "tiles": 1.0}
 AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
 FICCO = (
     ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
@@ -246,13 +248,13 @@ REGISTRY.add_configuration(Configuration(
     "and split 8 and 64 ways by rows and by K, the collective whole and in pieces, each "
     "alone (isolated clocks; its time is not a schedule's)", "FiCCO measure",
     lambda p, op, algorithm: ficco.dil(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=128, tiles=4.0))
+    color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=128))
 REGISTRY.add_configuration(Configuration(
     "ficco-cil", "the runs FiCCO's contention loss (CIL) is computed from: the GEMM by rows "
     "and the collective in pieces alone, and together with DMA and with CU transfers "
     "(isolated clocks; its time is not a schedule's)", "FiCCO measure",
     lambda p, op, algorithm: ficco.cil(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#dbdbdb", params=FICCO_PARAMS, tile_bytes=128, tiles=4.0))
+    color="#dbdbdb", params=FICCO_PARAMS, tile_bytes=128))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",
@@ -262,8 +264,8 @@ REGISTRY.add_configuration(Configuration(
     "ficco-shard", "shard-based overlap (PyTorch async TP): whole shards from one peer per "
     "step by a copy engine while the previous shard's GEMM runs", "FiCCO baseline",
     lambda p, op, algorithm: ficco.shard(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#8c564b", **LEAN))
+    color="#8c564b", params=FICCO_PARAMS, **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-ideal", "FiCCO's ideal: max(the whole GEMM alone, the whole collective by DMA on "
     "every link alone)", "FiCCO bound", lambda p, op, algorithm: ficco.ideal(p, op),
-    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", **LEAN))
+    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", params=FICCO_PARAMS, **LEAN))

@@ -41,6 +41,22 @@ def test_numerics_and_timing_only_on_2_3_4_8_ranks(emulate, operation, ranks):
             assert a[key] == b[key], (a["mode"], key)
 
 
+@pytest.mark.parametrize("operation", ["ag+gemm", "a2a+gemm"])
+def test_the_coalesced_path_times_as_the_tile_level_path(emulate, operation):
+    """Timing-only runs compute tiles and work items when a stage asks and route plain
+    stages in bulk; with ``tile_level=1`` every tile and item is an array and a numeric
+    run routes tile by tile: the same modelled times, phases and DRAM bytes."""
+    base = [*_where(4), "--collective", operation, "--m", "1000", "--n", "300",
+            "--k", "200", "--mode", MODES]
+    coalesced = emulate(base + ["--timing-only"])
+    tiles = emulate(base + ["--timing-only", "--param", "tile_level=1"])
+    numeric = emulate(base + ["--param", "tile_level=1"])
+    for a, b, c in zip(coalesced["runs"], tiles["runs"], numeric["runs"], strict=True):
+        assert c["numerics"] == "pass", c["mode"]
+        for key in SAME:
+            assert a[key] == b[key] == c[key], (a["mode"], key)
+
+
 def test_normal_values_and_strided_2d_copies(emulate):
     """Normal values within the stated tolerance; strided 2D copies (a DMA command per
     band of tile rows) move the same data as the emulated 1D copies, later."""

@@ -127,6 +127,8 @@ class Kernel:
 
     def local_writes(self) -> np.ndarray:
         """How many work items write each output tile."""
+        if isinstance(self.wgs, LaunchItems):  # run by run, nothing per item
+            return self.wgs.tile_counts(len(self.space))
         return np.bincount(self.wg_tile, minlength=len(self.space)).astype(np.int64)
 
     def with_gates(self, gates: dict[int, Gates]) -> Kernel:
@@ -172,9 +174,17 @@ class LaunchItems:
         self.n = int(self.offsets[-1])
         self.shape = (self.n, 6)
         self.tiles = _TileIds(self)
+        self._last: tuple = (None, None, None)  # (key, tile ids, rows): a stage asks twice
 
     def __len__(self) -> int:
         return self.n
+
+    def tile_counts(self, ntiles: int) -> np.ndarray:
+        """How many items write each of ``ntiles`` tiles."""
+        out = np.zeros(ntiles, np.int64)
+        for a, n in zip(self.first.tolist(), np.diff(self.offsets).tolist()):
+            out[a : a + n] += 1
+        return out
 
     def _ids(self, key) -> np.ndarray:
         if isinstance(key, slice):
@@ -184,10 +194,25 @@ class LaunchItems:
             raise IndexError(f"work items outside 0..{self.n - 1}")
         return ids
 
-    def tile_ids(self, key) -> np.ndarray:
+    def _lookup(self, key) -> tuple[np.ndarray, np.ndarray]:
+        """(tile ids, rows) of work items ``key``; the last answer is kept (a stage's items
+        are asked for by its cost, its routing and its program order)."""
         ids = self._ids(key)
+        run_of = len(ids) > 1 and ids[-1] - ids[0] == len(ids) - 1 and bool(
+            (np.diff(ids) == 1).all())  # a run of consecutive items: remembered
+        k = (len(ids), int(ids[0])) if run_of else None
+        if k is not None and self._last[0] == k:
+            return self._last[1], self._last[2]
         run = np.searchsorted(self.offsets, ids, "right") - 1
-        return self.first[run] + (ids - self.offsets[run])
+        tiles = self.first[run] + (ids - self.offsets[run])
+        out = np.empty((len(ids), 6), np.int64)
+        out[:, :4] = self.grid.rows(tiles)
+        out[:, 4:] = self.k[run]
+        self._last = (k, tiles, out)
+        return tiles, out
+
+    def tile_ids(self, key) -> np.ndarray:
+        return self._lookup(key)[0]
 
     def __getitem__(self, key):
         if isinstance(key, tuple):
@@ -195,12 +220,7 @@ class LaunchItems:
             return self[rows][:, cols]
         if isinstance(key, (int, np.integer)):
             return self[[key]][0]
-        ids = self._ids(key)
-        run = np.searchsorted(self.offsets, ids, "right") - 1
-        out = np.empty((len(ids), 6), np.int64)
-        out[:, :4] = self.grid.rows(self.first[run] + (ids - self.offsets[run]))
-        out[:, 4:] = self.k[run]
-        return out
+        return self._lookup(key)[1].copy()
 
     def __array__(self, dtype=None, copy=None):
         a = self[np.arange(self.n)]

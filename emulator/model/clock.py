@@ -127,26 +127,37 @@ class ProgramOrder:
         self.watchdog_s = watchdog_s
         self._next = 0
         self._cv = threading.Condition()
+        self._wanted: dict[int, int] = {}  # index -> threads waiting for its turn
 
     @contextmanager
     def turn(self, index: int, what: str):
         deadline = time.monotonic() + self.watchdog_s
         with self._cv:
-            while self._next != index:
-                if self._next > index:
-                    raise RuntimeError(f"{self.name}: operation {index} ({what}) reserved twice")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ProgramOrderTimeout(
-                        f"{self.name}: {what} (program-order op {index}) waited {self.watchdog_s:g}"
-                        f" s for op {self._next} to reserve its resources")
-                self._cv.wait(min(left, 0.5))
+            if self._next != index:
+                self._wanted[index] = self._wanted.get(index, 0) + 1
+                try:
+                    while self._next != index:
+                        if self._next > index:
+                            raise RuntimeError(f"{self.name}: operation {index} ({what}) "
+                                               f"reserved twice")
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise ProgramOrderTimeout(
+                                f"{self.name}: {what} (program-order op {index}) waited "
+                                f"{self.watchdog_s:g} s for op {self._next} to reserve its "
+                                f"resources")
+                        self._cv.wait(min(left, 0.5))
+                finally:
+                    self._wanted[index] -= 1
+                    if not self._wanted[index]:
+                        del self._wanted[index]
         try:
             yield
         finally:
             with self._cv:
                 self._next = index + 1
-                self._cv.notify_all()
+                if self._next in self._wanted:  # wake only the thread whose turn it is
+                    self._cv.notify_all()
 
 
 @dataclass
