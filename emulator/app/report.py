@@ -272,6 +272,8 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
 
     written = []
     pts = [p for p in doc["points"] if BASE in _runs(p)]
+    if not pts:  # no point runs T3's baseline: only the design's own views apply
+        return _design_figures(doc, out)
     modes = [m for m in modes_of(doc) if m != BASE]
     title = f"{doc['scenario']}: {doc['collective'].upper()} on a {doc['topology']}, " \
             f"{doc['dtype']}, device {', '.join(sorted({p['device'] for p in pts}))}"
@@ -376,8 +378,14 @@ def figures(doc: dict, out: Path, timeline_point: str | None = None) -> list[Pat
     stages = stage_figure(plt, pt, out / "stages.png")
     if stages:
         written.append(stages)
+    return written + _design_figures(doc, out)
+
+
+def _design_figures(doc: dict, out: Path) -> list[Path]:
+    """The figures of the designs whose configurations the sweep ran."""
     from emulator.app import report_ficco, report_fused, report_overlap
 
+    written = []
     if report_ficco.applies(doc):
         written += report_ficco.figures(doc, out)
     if report_fused.applies(doc):

@@ -69,7 +69,7 @@ def pick(pt: dict) -> str | None:
     import numpy as np
 
     from collectives.common import Problem
-    from devices.spec import load_system
+    from devices.system import load_system
 
     if pt.get("system") is None:
         return None
@@ -193,24 +193,29 @@ def figures(doc: dict, out: Path) -> list[Path]:
     written = []
     pts = [pt for pt in doc["points"] if SERIAL in _runs(pt)]
     modes = shown(doc)
-    if pts and modes:
-        fig, ax = plt.subplots(figsize=(max(8, 0.55 * len(pts) * len(modes) / 3), 4.5))
-        x = np.arange(len(pts))
-        w = 0.8 / len(modes)
-        for i, m in enumerate(modes):
-            ax.bar(x + i * w, [speedup(pt, m) or 0 for pt in pts], w, label=m,
-                   color=_REG.configuration(m).color)
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_xticks(x + 0.4 - w / 2, [_label(pt) for pt in pts], rotation=60, fontsize=7)
-        ax.set_ylabel("speedup over serial")
-        ax.legend(fontsize=7, ncol=3)
-        ax.set_title("FiCCO: speedup over the serial baseline per GEMM (MI300X x 8)")
+    sets = [s for s in ([pt for pt in pts if not synthetic(pt)],
+                        [pt for pt in pts if synthetic(pt)]) if s]
+    if sets and modes:
+        fig, axes = plt.subplots(len(sets), 1, figsize=(16, 4.2 * len(sets)), squeeze=False)
+        for ax, group in zip(axes[:, 0], sets):
+            x = np.arange(len(group))
+            w = 0.8 / len(modes)
+            for i, m in enumerate(modes):
+                ax.bar(x + i * w, [speedup(pt, m) or 0 for pt in group], w, label=m,
+                       color=_REG.configuration(m).color)
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xticks(x + 0.4 - w / 2, [_label(pt) for pt in group], fontsize=8)
+            ax.set_ylabel("speedup over serial")
+            ax.grid(axis="y", alpha=0.3)
+        axes[0, 0].legend(fontsize=7, ncol=5, loc="upper right")
+        axes[0, 0].set_title("FiCCO: speedup over the serial baseline per GEMM (the paper's "
+                             "g1-g16 above, the synthetic set below)")
         written.append(_save(plt, fig, out / "ficco_speedup.png"))
     ls = [(pt, losses(pt)) for pt in pts]
     ls = [(pt, x) for pt, x in ls if x]
     if ls:
         keys = list(dict.fromkeys(k for _, x in ls for k in x))
-        fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.4 * len(ls) * 3), 7))
+        fig, axes = plt.subplots(2, 1, figsize=(16, 7.5))
         for ax, kind in zip(axes, ("DIL", "CIL")):
             ks = [k for k in keys if k.startswith(kind)]
             x = np.arange(len(ls))
@@ -218,9 +223,9 @@ def figures(doc: dict, out: Path) -> list[Path]:
             for i, k in enumerate(ks):
                 ax.bar(x + i * w, [v.get(k, 0) for _, v in ls], w, label=k.removeprefix(kind))
             ax.axhline(1.0, color="black", lw=0.8)
-            ax.set_xticks(x + 0.4 - w / 2, [_label(pt) for pt, _ in ls], rotation=60,
-                          fontsize=7)
-            ax.set_ylabel(f"{kind} (x)")
+            ax.set_xticks(x + 0.4 - w / 2, [_label(pt) for pt, _ in ls], fontsize=7)
+            ax.set_ylabel(f"{kind} (x, log)")
+            ax.set_yscale("log")
             ax.legend(fontsize=7, ncol=4)
         axes[0].set_title("FiCCO's losses: decomposition (decomposed / whole, alone) and "
                           "contention (together / alone)")
