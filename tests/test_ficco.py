@@ -102,3 +102,34 @@ def test_the_heuristic_follows_the_stated_rule():
     # the thresholds are parameters
     assert ficco.pick(_problem(8192, 64, 4096, otb_low=0.0, otb_high=0.0)) == \
         "hetero-unfused-1d"
+
+
+def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_losses(tmp_path):
+    """A sweep of every FiCCO configuration and its report: speedups over serial, the
+    heuristic's pick against the oracle with the agreement rate per set, DIL and CIL, and
+    the three figures."""
+    import json
+
+    from tests.conftest import ROOT, run_cli
+
+    out = tmp_path / "sweep"
+    proc = run_cli(["sweep", str(ROOT / "tests" / "data" / "tiny-ficco.toml"),
+                    "--timing-only", "--out", str(out)], timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "results.json").read_text())
+    t1 = {r["mode"]: r for r in doc["points"][0]["runs"]}
+    phases = t1["ficco-dil"]["phases"]
+    assert {"comm", "comm8", "gemm", "rows8-512", "k8-1024", "rows64-64", "k64-128"} <= \
+        set(phases)
+    assert {"cil-dma.kernel", "cil-dma.executors", "cil-cu.kernel", "rows8"} <= \
+        set(t1["ficco-cil"]["phases"])
+    # 64-way decomposition by K loses more than 8-way (the design's finding)
+    assert 64 * phases["k64-128"] > 8 * phases["k8-1024"] > phases["gemm"]
+    proc = run_cli(["report", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    assert "Speedup over the serial baseline" in text and "oracle" in text
+    assert "agreement on the paper set: " in text and "agreement on the synthetic set: " in text
+    assert "DIL rows x64" in text and "CIL comm cu" in text
+    for fig in ("ficco_speedup.png", "ficco_losses.png", "ficco_heuristic.png"):
+        assert (out / fig).is_file(), fig
