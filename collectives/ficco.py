@@ -116,7 +116,7 @@ class _Setup:
             writes[self.ag.tiles_in(self.private_region)] = 1
         self.amap = AddressMap(self.ag, r, W, "store", writes, incoming_op="store", local_ok=True,
                                    steady=True)
-        self.resident = [np.flatnonzero(writes)]
+        self.resident = np.flatnonzero(writes)  # AG tiles resident at the start
         self.x = self.xmap = None
         if self.a2a:
             grids = {q: self._x_grid(q) for q in range(W)}
@@ -173,7 +173,7 @@ class _Setup:
         p = self.p
         grid = _grid(p, blocks[p.rank], ncols, tn, group)
         space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
-        most = max(_count(bl, ncols, p.spec.wg_tile_m, tn) for bl in blocks.values())
+        most = max(len(RegularGrid(bl, ncols, p.spec.wg_tile_m, tn)) for bl in blocks.values())
         slots.alloc(f"{buffer} pad", most - len(grid))
         return space
 
@@ -264,7 +264,7 @@ class _Setup:
         inputs = {"B": ("B", 0), "A": ("X", 0) if self.a2a else
                   ("AG", self.private if self.executor == "shard" else p.chunk(p.rank)[0])}
         preload = []
-        for space, tiles in ([(self.ag, self.resident[0])] +
+        for space, tiles in ([(self.ag, self.resident)] +
                              ([(self.x, np.arange(len(self.x)))] if self.a2a else [])):
             if len(tiles):
                 preload.append(([space.slot(t) for t in tiles],
@@ -287,10 +287,6 @@ def _grid(p: Problem, blocks, ncols: int, tn: int | None = None, group: int | No
     if g <= 1 and not p.param("tile_level", TILE_LEVEL.default):
         return RegularGrid(blocks, ncols, tm, tn)
     return tile_grid(blocks, ncols, tm, tn, g)
-
-
-def _count(blocks, ncols, tm, tn) -> int:
-    return sum(-(-(b - a) // tm) * -(-ncols // tn) for a, b in blocks)
 
 
 def _grid_2d(p: Problem, cols, rows=None) -> np.ndarray:
@@ -408,7 +404,6 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
         else:
             own[(r, j)] = st.amap.track(region, after=1)
             own_sigs.append(own[(r, j)])
-    cmap = AddressMap(st.c, r, W, "update" if two_d else "store", None, local_ok=True)
     if two_d:
         launches, gates = [], []
         for j in range(st.steps):
@@ -529,29 +524,15 @@ def ideal(p: Problem, op: Operation) -> Plan:
     """FiCCO's ideal (perfect decomposition, no losses): the whole GEMM alone and the whole
     collective by DMA on every link alone, each on a clock of its own; the time is the
     longer."""
-    W, r = p.world, p.rank
     slots = Slots()
-    st = _Setup(p, op, slots, lambda q: [], "dma", whole=True)
-    if (r, 0) in st.piece:
-        for d in p.others:
-            st.push(0, d)
-        if st.a2a:
-            xr = st.source(0, r)[1]
-            st.xmap.copy_map(xr, st.ag, st.piece[(r, 0)], st.xmap.track(xr, after=1),
-                             st.local_engine)
-    for (s, _), region in st.piece.items():
-        if s != r:
-            st.amap.track(region, after=1)
-    comm = st.plan(_empty(p, st.c), AddressMap(st.c, r, W, "store",
-                                               np.zeros(len(st.c), np.int64), local_ok=True),
-                   "comm")
-    kernel, _ = _launch_kernel(p, st.c, [([(0, p.m, 0, p.n)], 0, p.k)], "AG")
-    cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
-    comm.phases[0].clock = "comm"
-    comm.phases.append(KernelPhase("gemm", kernel, [cmap], comm.phases[0].stream,
+    plan = _comm_phase(p, op, slots, "comm", True, "dma")
+    space = _untracked(p, slots, "C", p.chunks)
+    kernel, _ = _launch_kernel(p, space, [([(0, p.m, 0, p.n)], 0, p.k)], "AG")
+    cmap = AddressMap(space, p.rank, p.world, "store", kernel.local_writes(), local_ok=True)
+    plan.phases.append(KernelPhase("gemm", kernel, [cmap], plan.phases[0].stream,
                                    clock="gemm"))
-    comm.isolated = True
-    return comm
+    plan.isolated = True
+    return plan
 
 
 def serial(p: Problem, op: Operation) -> Plan:

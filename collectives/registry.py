@@ -243,18 +243,20 @@ REGISTRY.add_configuration(Configuration(
     "share of the CUs instead of DMA engines", "FiCCO", lambda p, op, algorithm:
     ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
     params={**FICCO_PARAMS, **AUTO}, **LEAN))
-REGISTRY.add_configuration(Configuration(
-    "ficco-dil", "the runs FiCCO's decomposition loss (DIL) is computed from: the GEMM whole "
-    "and split 8 and 64 ways by rows and by K, the collective whole and in pieces, each "
-    "alone (isolated clocks; its time is not a schedule's)", "FiCCO measure",
-    lambda p, op, algorithm: ficco.dil(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#c7c7c7", params=FICCO_PARAMS, tile_bytes=128))
-REGISTRY.add_configuration(Configuration(
-    "ficco-cil", "the runs FiCCO's contention loss (CIL) is computed from: the GEMM by rows "
-    "and the collective in pieces alone, and together with DMA and with CU transfers "
-    "(isolated clocks; its time is not a schedule's)", "FiCCO measure",
-    lambda p, op, algorithm: ficco.cil(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#dbdbdb", params=FICCO_PARAMS, tile_bytes=128))
+MEASURES = (  # the runs the report computes FiCCO's losses from (isolated clocks; their
+    # time is not a schedule's)
+    ("ficco-dil", ficco.dil, "the runs FiCCO's decomposition loss (DIL) is computed from: "
+     "the GEMM whole and split 8 and 64 ways by rows and by K, the collective whole and in "
+     "pieces, each alone", "#c7c7c7"),
+    ("ficco-cil", ficco.cil, "the runs FiCCO's contention loss (CIL) is computed from: the "
+     "GEMM by rows and the collective in pieces alone, and together with DMA and with CU "
+     "transfers", "#dbdbdb"),
+)
+for _name, _build, _help, _color in MEASURES:
+    REGISTRY.add_configuration(Configuration(
+        _name, _help + " (isolated clocks; its time is not a schedule's)", "FiCCO measure",
+        (lambda build: lambda p, op, algorithm: build(p, op))(_build), applies=_ficco_op,
+        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",

@@ -19,3 +19,24 @@ def modes_for(collective: str, algorithm: str | None = None) -> tuple[str, ...]:
 
 def supported(collective: str, algorithm: str, topology: str) -> bool:
     return _supported(REG.operation(collective).algorithms, algorithm, topology)
+
+
+# what a timing-only run must give exactly as the numeric run of the same configuration
+SAME_AS_NUMERIC = ("modelled_time_s", "phases", "rank_phases_s", "rank_kernel_end_s",
+                   "dram_bytes_per_rank")
+
+
+def check_numerics_and_timing_only(emulate, base: list[str]) -> dict:
+    """Run ``t3emu run BASE`` in fp32 (integer inputs: bit-exact), in fp16 (within the
+    tolerance) and fp16 timing-only (the same modelled times, phases, kernel ends and DRAM
+    bytes as the numeric run); return the fp32 document."""
+    exact = emulate(base + ["--dtype", "fp32"])
+    for run in exact["runs"]:
+        assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]
+    half = emulate(base + ["--dtype", "fp16"])
+    assert {r["numerics"] for r in half["runs"]} == {"pass"}
+    timing = emulate(base + ["--dtype", "fp16", "--timing-only"])
+    for a, b in zip(half["runs"], timing["runs"], strict=True):
+        for key in SAME_AS_NUMERIC:
+            assert a[key] == b[key], (a["mode"], key)
+    return exact

@@ -11,12 +11,11 @@ import pytest
 from collectives import ficco
 from collectives.common import Problem
 from devices.spec import load_device
+from tests.ops import SAME_AS_NUMERIC, check_numerics_and_timing_only
 
 MODES = ("ficco-uniform-fused-1d,ficco-hetero-fused-1d,ficco-hetero-unfused-1d,"
          "ficco-uniform-fused-2d,ficco-shard,ficco-ideal,ficco-auto,ficco-cu,sequential,"
          "ficco-serial,ficco-dil,ficco-cil")
-SAME = ("modelled_time_s", "phases", "rank_phases_s", "rank_kernel_end_s",
-        "dram_bytes_per_rank")
 # uneven: M = 203 rows over W ranks, pieces of M / W^2 rows, K not a multiple of W
 SHAPE = ["--m", "203", "--n", "40", "--k", "37"]
 
@@ -29,16 +28,8 @@ def _where(ranks: int) -> list[str]:
 @pytest.mark.parametrize("ranks", [2, 3, 4, 8])
 def test_numerics_and_timing_only_on_2_3_4_8_ranks(emulate, operation, ranks):
     base = [*_where(ranks), "--collective", operation, *SHAPE, "--mode", MODES]
-    exact = emulate(base + ["--dtype", "fp32"])
+    exact = check_numerics_and_timing_only(emulate, base)
     assert [r["mode"] for r in exact["runs"]] == MODES.split(",")
-    for run in exact["runs"]:  # integer inputs in fp32: bit-exact
-        assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]
-    half = emulate(base + ["--dtype", "fp16"])
-    assert {r["numerics"] for r in half["runs"]} == {"pass"}
-    timing = emulate(base + ["--dtype", "fp16", "--timing-only"])
-    for a, b in zip(half["runs"], timing["runs"], strict=True):
-        for key in SAME:
-            assert a[key] == b[key], (a["mode"], key)
 
 
 @pytest.mark.parametrize("operation", ["ag+gemm", "a2a+gemm"])
@@ -53,7 +44,7 @@ def test_the_coalesced_path_times_as_the_tile_level_path(emulate, operation):
     numeric = emulate(base + ["--param", "tile_level=1"])
     for a, b, c in zip(coalesced["runs"], tiles["runs"], numeric["runs"], strict=True):
         assert c["numerics"] == "pass", c["mode"]
-        for key in SAME:
+        for key in SAME_AS_NUMERIC:
             assert a[key] == b[key] == c[key], (a["mode"], key)
 
 

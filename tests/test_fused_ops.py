@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.ops import SAME_AS_NUMERIC, check_numerics_and_timing_only
 
 SHAPES = {
     "emb+a2a": ["--m", "203", "--n", "24", "--k", "5", "--param", "tables=3",
@@ -19,8 +20,6 @@ SHAPES = {
 }
 MODES = {"emb+a2a": "sequential,ideal-overlap,fused,fused-oblivious",
          "gemv+ar": "sequential,ideal-overlap,fused", "gemm+a2a": "sequential,fused"}
-SAME = ("modelled_time_s", "phases", "rank_phases_s", "rank_kernel_end_s",
-        "dram_bytes_per_rank")
 TWO_BY_TWO = str(ROOT / "tests" / "data" / "mi210-2x2.toml")
 
 
@@ -35,15 +34,7 @@ def _where(ranks: int) -> list[str]:
 def test_numerics_and_timing_only_on_2_3_4_8_ranks(emulate, operation, ranks):
     base = [*_where(ranks), "--collective", operation, *SHAPES[operation],
             "--mode", MODES[operation]]
-    exact = emulate(base + ["--dtype", "fp32"])
-    for run in exact["runs"]:  # integer inputs in fp32: bit-exact
-        assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]
-    half = emulate(base + ["--dtype", "fp16"])
-    assert {r["numerics"] for r in half["runs"]} == {"pass"}
-    timing = emulate(base + ["--dtype", "fp16", "--timing-only"])
-    for a, b in zip(half["runs"], timing["runs"], strict=True):
-        for key in SAME:
-            assert a[key] == b[key], (a["mode"], key)
+    check_numerics_and_timing_only(emulate, base)
 
 
 def test_normal_values_pass_within_the_stated_tolerance(emulate):
@@ -66,7 +57,7 @@ def test_scale_out_embedding_across_two_emulated_hosts(tmp_path, system, hosts):
         docs.append(json.loads(out.read_text())["runs"])
     for a, b in zip(*docs, strict=True):
         assert a["numerics"] == b["numerics"] == "pass" and a["max_abs_error"] == 0.0
-        for key in SAME:
+        for key in SAME_AS_NUMERIC:
             assert a[key] == b[key], (system, a["mode"], key)
 
 

@@ -19,16 +19,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from collectives import ficco
 from emulator.app.catalog import registry
 
 _REG = registry()
 SERIAL, DIL, CIL = "ficco-serial", "ficco-dil", "ficco-cil"
-
-
-def _ficco():
-    from collectives import ficco
-
-    return ficco
 
 
 def _runs(pt: dict) -> dict[str, dict]:
@@ -40,7 +35,7 @@ def applies(doc: dict) -> bool:
 
 
 def schedules() -> list[str]:
-    return [f"ficco-{s}" for s in _ficco().SCHEDULES]
+    return [f"ficco-{s}" for s in ficco.SCHEDULES]
 
 
 def shown(doc: dict) -> list[str]:
@@ -77,7 +72,7 @@ def pick(pt: dict) -> str | None:
     dt = np.dtype(np.float16 if pt.get("dtype", "fp16") == "fp16" else np.float32)
     params = tuple((k, float(v)) for k, v in (pt.get("params") or {}).items())
     p = Problem(0, pt["tp"], pt["m"], pt["n"], pt["k"], spec, dt, params=params)
-    return f"ficco-{_ficco().pick(p)}"
+    return f"ficco-{ficco.pick(p)}"
 
 
 def oracle(pt: dict) -> str | None:
@@ -113,7 +108,7 @@ def losses(pt: dict) -> dict[str, float] | None:
         return None
     ph = {**(runs.get(DIL) or {}).get("phases", {})}
     cil = (runs.get(CIL) or {}).get("phases", {})
-    f = _ficco()
+    f = ficco
     out: dict[str, float] = {}
     whole = ph.get("gemm")
     for ways in f.SPLITS:
