@@ -69,6 +69,7 @@ REGISTRY.add_operation(Operation(
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
     aliases=("gemv-ar",), reducing=True, split_k=False, bus_factors=AR, spans={"ar": ("rs", "ag")},
+    producer="gemv",
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
@@ -77,7 +78,7 @@ REGISTRY.add_operation(Operation(
     lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("embedding+a2a",),
     params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
     check_reference=embedding.reference, bounds=embedding.bounds, split_k=False,
-    host_memory=embedding.host_memory,
+    host_memory=embedding.host_memory, producer="embedding",
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
 REGISTRY.add_operation(Operation(
     "a2a+gemm", "all-to-all dispatch of tokens to the experts' GPUs feeding each expert's "
@@ -232,17 +233,17 @@ for _name, _help, _color in FICCO:
         _name, _help + "; transfers by DMA engines, every link at once", "FiCCO",
         (lambda sched: lambda p, op, algorithm: ficco.schedule(p, op, sched))(
             _name[len("ficco-"):]), applies=_ficco_op, algorithms=DIRECT, color=_color,
-        params=FICCO_PARAMS, **LEAN))
+        params=FICCO_PARAMS, over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-auto", "FiCCO with the schedule its static heuristic picks (M <= K: 2D; else by "
     "the GEMM's op-to-byte ratio against the machine balance)", "FiCCO",
     lambda p, op, algorithm: ficco.auto(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#e377c2", params={**FICCO_PARAMS, **AUTO}, **LEAN))
+    color="#e377c2", params={**FICCO_PARAMS, **AUTO}, over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-cu", "ficco-auto's schedule with CU-driven (library, RCCL-style) transfers on a "
     "share of the CUs instead of DMA engines", "FiCCO", lambda p, op, algorithm:
     ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
-    params={**FICCO_PARAMS, **AUTO}, **LEAN))
+    params={**FICCO_PARAMS, **AUTO}, over="ficco-serial", **LEAN))
 MEASURES = (  # the runs the report computes FiCCO's losses from (isolated clocks; their
     # time is not a schedule's)
     ("ficco-dil", ficco.dil, "the runs FiCCO's decomposition loss (DIL) is computed from: "
@@ -256,18 +257,19 @@ for _name, _build, _help, _color in MEASURES:
     REGISTRY.add_configuration(Configuration(
         _name, _help + " (isolated clocks; its time is not a schedule's)", "FiCCO measure",
         (lambda build: lambda p, op, algorithm: build(p, op))(_build), applies=_ficco_op,
-        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128))
+        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",
     lambda p, op, algorithm: ficco.serial(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#7f7f7f", **LEAN))
+    color="#7f7f7f", over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-shard", "shard-based overlap (PyTorch async TP): whole shards from one peer per "
     "step by a copy engine while the previous shard's GEMM runs", "FiCCO baseline",
     lambda p, op, algorithm: ficco.shard(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#8c564b", params=FICCO_PARAMS, **LEAN))
+    color="#8c564b", params=FICCO_PARAMS, over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-ideal", "FiCCO's ideal: max(the whole GEMM alone, the whole collective by DMA on "
     "every link alone)", "FiCCO bound", lambda p, op, algorithm: ficco.ideal(p, op),
-    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", params=FICCO_PARAMS, **LEAN))
+    applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", params=FICCO_PARAMS,
+    over="ficco-serial", **LEAN))

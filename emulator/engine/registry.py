@@ -81,6 +81,8 @@ class Operation:
     split_k: bool = True  # its producer can split K over several WGs per tile (--split-k)
     host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
     dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
+    producer: str = "gemm"  # the producer kernel ("gemm", "gemv", "embedding"): Flux's ECT
+    # and overlap efficiency compare with a GEMM alone, so only a GEMM's runs report them
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,10 @@ class Configuration:
     tile_bytes: int = 8192  # host memory per output tile of a timing-only run (measured):
     # plans with an object per tile take about 6 KB; array-only plans far less
     tiles: float = 1.0  # its buffers' tiles per output tile (a gather area adds some)
+    over: str = ""  # the baseline its gain is measured against, as its paper does ("":
+    # the registry's first baseline; FiCCO's schedules: ``ficco-serial``)
+    compared: bool = True  # False: a measurement run (isolated clocks, FiCCO's DIL/CIL runs)
+    # whose time is not a schedule's: no speedup, no causes
 
 
 @dataclass
@@ -183,6 +189,15 @@ class Registry:
     def baseline(self) -> str | None:
         """The configuration speedups and Flux's ECT baseline are over (the first baseline)."""
         return next((n for n, c in self.configurations.items() if c.baseline), None)
+
+    def baseline_of(self, name: str) -> str | None:
+        """The configuration ``name``'s gain is measured against (its ``over``, else the
+        first baseline); None for a baseline measured against nothing, or a measurement."""
+        cfg = self.configuration(name)
+        if not cfg.compared:
+            return None
+        base = cfg.over or self.baseline()
+        return None if base == name else base
 
     def baselines(self) -> tuple[str, ...]:
         """Every baseline configuration (runs report their speedup over each)."""
