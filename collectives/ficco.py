@@ -554,24 +554,40 @@ def pick(p: Problem) -> str:
     op-to-byte ratio (FLOPs over the bytes of A, B and C) against the machine balance
     (peak FLOP/s over HBM bytes/s): below ``otb_low`` x the balance uniform-fused-1D,
     above ``otb_high`` x hetero-unfused-1D, else hetero-fused-1D."""
+    return _pick(p)[0]
+
+
+def _pick(p: Problem) -> tuple[str, str]:
+    """``pick``'s schedule and the reason, in words."""
     if p.m <= p.k:
-        return "uniform-fused-2d"
+        return "uniform-fused-2d", f"M = {p.m} <= K = {p.k}"
     e = p.dtype.itemsize if hasattr(p.dtype, "itemsize") else np.dtype(p.dtype).itemsize
     otb = 2.0 * p.m * p.n * p.k / ((p.m * p.k + p.n * p.k + p.m * p.n) * e)
     balance = p.spec.peak_flops("fp16" if e == 2 else "fp32") / p.spec.hbm_bw
-    if otb < p.param("otb_low", OTB_LOW.default) * balance:
-        return "uniform-fused-1d"
-    if otb > p.param("otb_high", OTB_HIGH.default) * balance:
-        return "hetero-unfused-1d"
-    return "hetero-fused-1d"
+    low, high = p.param("otb_low", OTB_LOW.default), p.param("otb_high", OTB_HIGH.default)
+    where = (f"M = {p.m} > K = {p.k}; OTB {otb:.0f} FLOP/B = {otb / balance:.2f} x the "
+             f"machine balance {balance:.0f} FLOP/B")
+    if otb < low * balance:
+        return "uniform-fused-1d", f"{where} < otb_low = {low:g}"
+    if otb > high * balance:
+        return "hetero-unfused-1d", f"{where} > otb_high = {high:g}"
+    return "hetero-fused-1d", f"{where}, from otb_low = {low:g} to otb_high = {high:g}"
+
+
+def _picked(p: Problem, op: Operation, executor: str = "dma") -> Plan:
+    """The heuristic's schedule, with its pick recorded in the plan."""
+    sched, why = _pick(p)
+    plan = schedule(p, op, sched, executor=executor)
+    plan.choice = {"chosen": f"ficco-{sched}", "why": why}
+    return plan
 
 
 def auto(p: Problem, op: Operation) -> Plan:
-    return schedule(p, op, pick(p))
+    return _picked(p, op)
 
 
 def auto_cu(p: Problem, op: Operation) -> Plan:
-    return schedule(p, op, pick(p), executor="cu")
+    return _picked(p, op, executor="cu")
 
 
 # ---------------------------------------------------------------- the dispatch operation

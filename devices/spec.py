@@ -88,6 +88,8 @@ class DramSpec:
     # bursts keep their priority) and far below a GEMM stage (tens of us), so no stream
     # waits for a whole stage.
     starvation_s: float = 1e-6
+    shared: bool = True  # communication shares the compute stream's queues (the hardware);
+    # False only in the ``contention`` counterfactual (``emulator/model/ablation.py``)
 
     def channels_for(self, hbm_bw: float) -> int:
         return self.channels or max(1, round(hbm_bw / 32e9))

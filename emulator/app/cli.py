@@ -131,12 +131,19 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help="An operation's shape beyond M, N, K or a configuration's knob, e.g. "
                    "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu configs` "
                    "names each operation's and configuration's parameters).")
+@click.option("--ablate", type=str, default="",
+              help="Remove these costs from every run (a counterfactual): comma-separated "
+                   "from launches, link-efficiency, contention, dram-traffic (see the README, "
+                   "'Causes of a gain').")
+@click.option("--causes", is_flag=True,
+              help="Split each configuration's gain over its baseline into causes by "
+                   "counterfactual runs (4 more timing-only runs of each configuration).")
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, system, split_k,
         seed, values, watchdog_s, json_path, timing_only, trace_path, record_wall,
-        configs, hosts, same_machine, params, inject_fault) -> None:
+        configs, hosts, same_machine, params, ablate, causes, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
     ranks = _system_ranks(system, ranks, topology, device)
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
@@ -145,7 +152,8 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
                     timing_only=timing_only, trace=trace_path, record_wall=record_wall,
                     inject_fault=inject_fault, configs=tuple(configs),
                     hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
-                    same_machine=same_machine, system=system, params=_params(params))
+                    same_machine=same_machine, system=system, params=_params(params),
+                    ablate=_names(ablate), causes=causes)
     from emulator.app.files import OutputError
 
     mpi = under_mpi()
@@ -163,6 +171,10 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
     sys.exit(rc if rc in (0, 2) else 1)  # 2: refused inside the job (memory of a node)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 @main.command()
 @click.argument("scenario")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
@@ -175,7 +187,14 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own, which the "
                    "scenario's modes may name (repeatable; resume with the same files).")
-def sweep(scenario, out_dir, timing_only, watchdog_s, configs) -> None:
+@click.option("--ablate", type=str, default="",
+              help="Remove these costs from every run (a counterfactual): comma-separated "
+                   "from launches, link-efficiency, contention, dram-traffic (see the README, "
+                   "'Causes of a gain').")
+@click.option("--causes", is_flag=True,
+              help="Split each configuration's gain over its baseline into causes by "
+                   "counterfactual runs (4 more timing-only runs of each configuration).")
+def sweep(scenario, out_dir, timing_only, watchdog_s, configs, ablate, causes) -> None:
     """Run every point of SCENARIO (a name under run/, or a .toml path) in its configurations."""
     from pathlib import Path
 
@@ -188,11 +207,20 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs) -> None:
     if not 0 < watchdog_s <= MAX_WATCHDOG_S:
         _fail_usage(ConfigError("--watchdog-s", watchdog_s,
                                 f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}"))
+    from emulator.model.ablation import AblationError, check
+
+    try:
+        check(_names(ablate))
+    except AblationError as exc:
+        _fail_usage(ConfigError("--ablate", ablate, str(exc).split(": ", 1)[1]))
+    if causes and ablate:
+        _fail_usage(ConfigError("--causes", "set", "--causes runs its own counterfactuals; "
+                                "drop --ablate"))
     out = Path(out_dir)
     try:
         sc = load_scenario(scenario, tuple(configs))
         check_output_dir(out, "--out", len(sc.points) * (2 << 20))
-        rc = run_sweep(sc, out, timing_only, watchdog_s, tuple(configs))
+        rc = run_sweep(sc, out, timing_only, watchdog_s, tuple(configs), _names(ablate), causes)
     except (ScenarioError, OutputError) as exc:
         _fail_usage(exc)
     except KeyboardInterrupt:

@@ -64,6 +64,9 @@ class RunConfig:
     system: str | None = None  # a system preset or file (--system): GPU, topology, nodes
     params: tuple[tuple[str, float], ...] = ()  # --param NAME=VALUE: an operation's shapes
     # beyond M, N, K and the configurations' knobs (defaults from the registry)
+    ablate: tuple[str, ...] = ()  # --ablate: costs removed from every run (a counterfactual;
+    # emulator/model/ablation.py)
+    causes: bool = False  # --causes: split each gain into causes by counterfactual runs
 
     def load_spec(self):
         """The device of the run: the system's GPU in the system's interconnect (--system),
@@ -190,6 +193,16 @@ class RunConfig:
             why = specs[name].check(name, value)
             if why:
                 raise ConfigError("--param", f"{name}={value:g}", why)
+        from emulator.model.ablation import AblationError, check
+
+        try:
+            check(self.ablate)
+        except AblationError as exc:
+            raise ConfigError("--ablate", ",".join(self.ablate), str(exc).split(": ", 1)[1]) \
+                from None
+        if self.causes and self.ablate:
+            raise ConfigError("--causes", "set", "--causes runs its own counterfactuals; drop "
+                              "--ablate")
         if self.split_k > 1 and not op.split_k:
             raise ConfigError("--split-k", self.split_k, f"--collective {self.collective} "
                               f"does not split K over several WGs (give 1)")

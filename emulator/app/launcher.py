@@ -307,4 +307,8 @@ def _cfg_args(cfg: RunConfig) -> list[str]:
         args += ["--configs", str(Path(path).resolve())]
     for name, value in cfg.params:
         args += ["--param", f"{name}={value!r}"]
+    if cfg.ablate:
+        args += ["--ablate", ",".join(cfg.ablate)]
+    if cfg.causes:
+        args.append("--causes")
     return args

@@ -23,6 +23,7 @@ import click
 from emulator.app.config import ConfigError, RunConfig
 from emulator.app.files import write_json_atomic, write_text_atomic
 from emulator.app.scenario import Point, Scenario, ScenarioError
+from emulator.model.ablation import ORDER
 
 CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_write",
               "a2a_read", "a2a_write")
@@ -30,11 +31,16 @@ CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", 
                "topology", "dtype", "mode", "modelled_time_s", "speedup_vs_sequential",
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
                "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency", "system",
-               "speedups_vs_baselines", "search_chosen", "params", "max_rank_skew")
+               "speedups_vs_baselines", "search_chosen", "params", "max_rank_skew", "baseline",
+               "speedup", *(f"cause_{c}_s" for c in (*ORDER, "overlap")))
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
             "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
-            "search", "speedup_vs", "rank_kernel_end_s", "rank_skew")
+            "search", "speedup_vs", "rank_kernel_end_s", "rank_skew", "baseline", "speedup",
+            "causes")
+
+
+_OLD = {"ablate": [], "causes": False}  # what a results.json written before these keys held
 
 
 def _file_key(point: Point) -> str:
@@ -42,20 +48,24 @@ def _file_key(point: Point) -> str:
 
 
 def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
-                 watchdog_s: float, configs: tuple[str, ...] = ()) -> RunConfig:
+                 watchdog_s: float, configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
+                 causes: bool = False) -> RunConfig:
     """The run of one point (on a system: in the system's own topology)."""
     return RunConfig(ranks=p.tp, collective=p.collective, topology=p.topology,
                      mode=",".join(p.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
                      device=p.device, watchdog_s=watchdog_s,
                      json=str(out / "points" / f"{_file_key(p)}.json"),
                      timing_only=timing_only, configs=configs,
-                     system=p.system or None, params=p.params).validate()
+                     system=p.system or None, params=p.params, ablate=ablate,
+                     causes=causes).validate()
 
 
-def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = ()) -> dict:
+def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = (),
+            ablate: tuple[str, ...] = (), causes: bool = False) -> dict:
     head = {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
             "timing_only": timing_only, "device": sc.device, "collective": sc.collective,
-            "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes)}
+            "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes),
+            "ablate": list(ablate), "causes": causes}
     if configs:  # configurations of one's own the modes may name (absolute paths)
         head["configs"] = [str(Path(c).resolve()) for c in configs]
     return head
@@ -76,7 +86,8 @@ def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     c = doc.get("config", {})
     return (all(c.get(k) == getattr(cfg, k) for k in ("ranks", "collective", "topology", "mode",
                                                         "m", "n", "k", "dtype", "device",
-                                                        "timing_only", "system"))
+                                                        "timing_only", "system", "causes"))
+            and tuple(c.get("ablate", ())) == cfg.ablate
             and [tuple(x) for x in c.get("params", ())] == list(cfg.params)
             and len(doc.get("runs", [])) == len(cfg.modes))
 
@@ -104,7 +115,11 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         ";".join(f"{b}={v!r}" for b, v in (r.get("speedup_vs") or {}).items()),
                         (r.get("search") or {}).get("chosen", ""),
                         ";".join(f"{n}={v!r}" for n, v in (pt.get("params") or {}).items()),
-                        repr(max(r["rank_skew"])) if r.get("rank_skew") else ""])
+                        repr(max(r["rank_skew"])) if r.get("rank_skew") else "",
+                        r.get("baseline") or "",
+                        "" if r.get("speedup") is None else repr(r["speedup"]),
+                        *("" if not r.get("causes") else repr(r["causes"]["parts_s"][c])
+                          for c in (*ORDER, "overlap"))])
     return buf.getvalue()
 
 
@@ -124,18 +139,19 @@ def save(out: Path, header: dict, points: list[dict]) -> None:
 
 
 def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
-              configs: tuple[str, ...] = ()) -> int:
+              configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
+              causes: bool = False) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed.
     ``configs``: configuration files to register in every point's job (``--configs``)."""
     from emulator.app.launcher import launch
 
-    header = _header(sc, timing_only, configs)
+    header = _header(sc, timing_only, configs, ablate, causes)
     prior = load_results(out)
     done: dict[str, dict] = {}
     if prior is not None:
         for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes",
-                    "configs"):
-            if prior.get(key) != header.get(key):
+                    "configs", "ablate", "causes"):
+            if prior.get(key, _OLD.get(key)) != header.get(key):
                 raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
                                     f"{header.get(key)!r}; use another --out directory")
         done = {pt["key"]: pt for pt in prior["points"]}
@@ -149,7 +165,7 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
     for p in sc.points:
         if p.key in done:
             continue
-        cfg = point_config(sc, p, out, timing_only, watchdog_s, configs)
+        cfg = point_config(sc, p, out, timing_only, watchdog_s, configs, ablate, causes)
         path = Path(cfg.json)
         if path.exists():  # finished just before an interruption: keep it
             doc = json.loads(path.read_text())

@@ -27,6 +27,11 @@ def summary_table(doc: dict) -> str:
                  f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
                  + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else "")
                  + "".join(f", {n}={v:g}" for n, v in (doc.get("params") or {}).items()))
+    if cfg.get("ablate"):
+        from emulator.model.ablation import HELP
+
+        lines.append("counterfactual (--ablate): " + "; ".join(
+            f"{a}: {HELP[a]}" for a in cfg["ablate"]))
     w = max([13] + [len(run["mode"]) for run in doc["runs"]])  # the mode column
     head = f"{'mode':<{w}} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
            f"{'numerics':<22} {'wall':>7}"
@@ -38,7 +43,7 @@ def summary_table(doc: dict) -> str:
             verdict = "timing-only"
         else:
             verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g})"
-        sp = run.get("speedup_vs_sequential")
+        sp = run.get("speedup", run.get("speedup_vs_sequential"))
         lines.append(f"{run['mode']:<{w}} {run['modelled_time_s'] * 1e6:>8.1f} us "
                      f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
                      f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
@@ -64,10 +69,17 @@ def summary_table(doc: dict) -> str:
     if doc["world_size"] > 1:
         lines.append("rank skew (slowest rank's last kernel end / fastest's): " + ", ".join(
             f"{run['mode']} {max(run['rank_skew']):.3f}" for run in doc["runs"]))
+    over = {r["mode"]: r.get("baseline") for r in doc["runs"]}
+    if any(b not in (None, first) for b in over.values()):
+        lines.append("speedup column: over each configuration's baseline; " + ", ".join(
+            f"{m} over {b}" for m, b in over.items() if b not in (None, first)))
     for run in doc["runs"]:
-        if run.get("search"):
-            lines.append(f"{run['mode']}: chose {run['search']['chosen']} of " + ", ".join(
-                f"{m} {t * 1e6:.1f} us" for m, t in run["search"]["candidates_s"].items()))
+        pick = run.get("search")
+        if pick and "candidates_s" in pick:
+            lines.append(f"{run['mode']}: chose {pick['chosen']} of " + ", ".join(
+                f"{m} {t * 1e6:.1f} us" for m, t in pick["candidates_s"].items()))
+        elif pick:
+            lines.append(f"{run['mode']}: picked {pick['chosen']} ({pick['why']})")
     ov = [(run["mode"], run["ect_s"], run["overlap_efficiency"]) for run in doc["runs"]
           if run.get("ect_s") is not None]
     alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
@@ -77,6 +89,14 @@ def summary_table(doc: dict) -> str:
         for m, e, x in ov:
             lines.append(f"  {m:<{w}} ECT {e * 1e6:>9.1f} us" + (f"  E {x:+.2f}" if x is not None
                                                                  else ""))
+    causes = [(run["mode"], run["causes"]) for run in doc["runs"] if run.get("causes")]
+    if causes:
+        from emulator.app.causes import line
+        from emulator.model.ablation import ORDER
+
+        lines.append(f"causes of each gain (counterfactual runs, costs removed in the order "
+                     f"{', '.join(ORDER)}; points of the baseline's time):")
+        lines += [f"  {line(m, c)}" for m, c in causes]
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
@@ -259,6 +279,13 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             if cfg.trace:
                 traced.append((mode, events))
             runs.append(run)
+    if cfg.causes:  # every rank runs the counterfactuals
+        from emulator.app.causes import counterfactual_times
+
+        ends = {m: comm.allreduce(r.end, op=MPI.MAX) for m, r in earlier.items()}
+        chosen = {m: r.choice["chosen"] for m, r in earlier.items()
+                  if r.choice and "candidates_s" in r.choice}
+        times_cf = counterfactual_times(comm, cfg, spec, ends, chosen, memory)
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
     pss = comm.gather(pss_mb(), root=0)
@@ -266,17 +293,35 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     if rank != 0:
         return (None if any_fail else {}), traced
     from emulator.app.catalog import registry
+    from emulator.app.causes import causes_of
 
     reg = registry(cfg.configs)
     base = reg.baseline()
     seq = next((r["modelled_time_s"] for r in runs if r["mode"] == base), None)
-    alone = next((r["gemm_alone_s"] for r in runs if r["mode"] == base), None)
     others = {r["mode"]: r["modelled_time_s"] for r in runs if r["mode"] in reg.baselines()}
+    by_mode = {r["mode"]: r for r in runs}
+    gemm = cfg.operation.producer == "gemm"  # Flux's ECT compares with a GEMM alone
     for run in runs:
+        own = reg.baseline_of(run["mode"])
+        own = own if own in by_mode else None
+        run["baseline"] = own  # the configuration its gain is over (the registry's)
+        measured = {reg.baseline_of(m) for m in by_mode}  # the baselines of this job's runs
+        run["speedup"] = (by_mode[own]["modelled_time_s"] / run["modelled_time_s"] if own
+                          else 1.0 if run["mode"] in measured else None)  # a baseline: 1
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
         run["speedup_vs"] = {b: t / run["modelled_time_s"] for b, t in others.items()
                              if b != run["mode"]}
-        run.update(overlap_metrics(run["modelled_time_s"], seq, alone))
+        # the non-overlapped method: the baseline this run's is over (or the run itself)
+        plain = by_mode.get(own or run["mode"]) if reg.configuration(run["mode"]).compared \
+            else None
+        run.update(overlap_metrics(run["modelled_time_s"],
+                                   plain and plain["modelled_time_s"],
+                                   plain and plain["gemm_alone_s"]) if gemm and plain
+                   else {"ect_s": None, "overlap_efficiency": None})
+    if cfg.causes:
+        for run in runs:
+            if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
+                run["causes"] = causes_of(run["mode"], run["baseline"], times_cf)
     doc = {
         "config": cfg.to_dict(),
         "world_size": world,

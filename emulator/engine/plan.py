@@ -101,3 +101,5 @@ class Plan:
     arbitration: str = "alone"  # the HBM policy of fused phases (model.arbitration)
     pattern: str = ""  # the traffic pattern its transfers follow, for the static shares of
     # ports several GPUs send across ("ring", "direct"; "": the algorithm's)
+    choice: dict = field(default_factory=dict)  # a heuristic configuration: what it picked
+    # and why ({"chosen": configuration, "why": text}), reported with its run

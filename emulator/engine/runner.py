@@ -191,7 +191,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                       policy_info, events, wall_events if opts.record_wall else {}, profile,
                       tuple(dict.fromkeys(ph.name for ph in plan.phases
                                           if isinstance(ph, KernelPhase) and not ph.fused)),
-                      kernel_end=ready)
+                      kernel_end=ready, choice=dict(plan.choice))
 
 
 PROFILE_BINS = 200

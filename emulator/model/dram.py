@@ -42,6 +42,10 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   (``CommWindow.compute_after``) costs its bytes x (1 or ``nmc_update_cost``)
   plus ``turnaround_bytes`` per byte; a kernel's own read and write phases follow
   each other, so they pay none.
+- **Counterfactual** (``DramSpec.shared`` = False, the ``contention`` ablation of
+  ``ablation.py``): communication is served by a DRAM of its own at the same rate
+  (``comm``, ``stream``), under no policy and with no read/write turnaround, so
+  it neither waits for the compute stream nor slows it.
 - **Observability**: every reservation is logged by stream (``log``): the trace
   draws bandwidth by stream and the queue's communication backlog as counter
   tracks, and the report draws DRAM traffic over time.
@@ -80,6 +84,13 @@ class Dram:
         self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
+        self.apart: Dram | None = None  # communication's own DRAM (the counterfactual)
+        if not dram.shared:
+            import dataclasses
+
+            self.apart = Dram(f"{name} comm", rate, dataclasses.replace(dram, shared=True),
+                              record)
+            self.apart.log, self.apart.comm_log = self.log, self.comm_log
 
     # ------------------------------------------------------------------ plain service
     def reserve(self, ready: float, nbytes: float, cap: float | None = None,
@@ -104,6 +115,8 @@ class Dram:
         """Serve ``nbytes`` (cost bytes) of communication offered from ``ready`` (all at
         once, or at ``offered_rate`` bytes/s: burst i is offered whole when its first
         byte arrives), burst by burst under ``policy``; when the last is served."""
+        if self.apart is not None:
+            return self.apart.comm(_APART, ready, nbytes, window, stream, offered_rate)
         if nbytes <= 0:
             return ready
         end = ready
@@ -136,6 +149,8 @@ class Dram:
         no ceiling is one reservation at most at ``rate`` (its bursts coalesced: what a
         transfer of GBs costs in model time, not a burst each); otherwise burst by burst
         (``comm``). When the last byte is served."""
+        if self.apart is not None:
+            return self.apart.stream(_APART, ready, nbytes, window, stream, rate)
         if nbytes <= 0:
             return ready
         rate = self.rate if rate is None else rate
@@ -183,6 +198,7 @@ class Dram:
         """Cost bytes of ``nbytes`` written as ``op``; ``mixed``: while another stream reads
         (read/write turnaround)."""
         cost = nbytes * (update_cost if op == "update" else 1.0)
+        mixed = mixed and self.apart is None  # apart: no compute reads on its bus
         return cost + (nbytes * self.turnaround_bytes if mixed else 0.0)
 
     def counters(self, bin_s: float = 1e-6) -> list:
@@ -230,6 +246,23 @@ class Dram:
         return {"queue_bytes": self.queue_bytes, "burst_bytes": self.burst_bytes,
                 "starvation_s": self.starvation_s,
                 "turnaround_bytes_per_byte": self.turnaround_bytes}
+
+
+class _Apart:
+    """The policy of communication's own DRAM (the counterfactual): no compute competes."""
+
+    starved_share = 1.0
+
+    @staticmethod
+    def admit(dram: Dram, t: float, nbytes: float, window) -> tuple[float, None]:
+        return 0.0, None
+
+    @staticmethod
+    def ceiling(dram: Dram, window) -> None:
+        return None
+
+
+_APART = _Apart()
 
 
 def _unserved(bursts, t: float) -> float:

@@ -1,0 +1,93 @@
+"""Counterfactual physics: the same model with one named cost removed.
+
+A gain a configuration shows over its baseline is split into causes by running
+both again with costs removed one after the other, in ``ORDER`` (cumulative:
+step i removes the first i costs). The part of the gain a cost explains is how
+much the gap between baseline and configuration shrinks when that cost is
+removed; what is left once every cost is gone is the overlap proper. The parts
+add up to the whole gain by construction (a telescoping sum); they depend on
+the order, which is fixed and stated (``ORDER``).
+
+Each counterfactual is a change of the *device the clock runs on*, never of the
+plan: configurations are built from the real device (a heuristic or a tuner
+picks as it would), then timed on the ablated one, so any configuration,
+plugins included, gets the same counterfactuals. What each removes:
+
+- ``launches``: every kernel launch is free (``DeviceSpec.launch_s`` = 0): the
+  launch of every phase and of every further launch of a multi-launch kernel.
+- ``link-efficiency``: every executor achieves the link's (and NIC's) peak:
+  library collectives' ``library_fraction`` (and ``[network]
+  library_fraction``) = 1, as the GPU's own stores, copy engines and NIC puts
+  already do. What remains of link time is bytes over peak bandwidth.
+- ``contention``: communication has a DRAM of its own (``DramSpec.shared`` =
+  False): DMA, copy-engine and NIC reads, data landing from peers and
+  CU-driven collective traffic are served beside the compute stream instead of
+  sharing its queues, with no arbitration ceiling, no blocking and no read/write
+  turnaround. Each stream still pays its own bytes at the HBM's rate.
+- ``dram-traffic``: DRAM bytes cost nothing: the HBM's bandwidth is multiplied by
+  ``FREE_DRAM`` (so traffic, near-memory update costs and row misses vanish);
+  the loaded memory latency of latency-bound kernels (``mem_latency_s``) stays,
+  as it is not traffic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ORDER = ("launches", "link-efficiency", "contention", "dram-traffic")
+HELP = {
+    "launches": "kernel launches cost nothing",
+    "link-efficiency": "every executor at the link's peak (library fraction 1)",
+    "contention": "communication's DRAM traffic served beside compute's, not sharing its "
+                  "queues",
+    "dram-traffic": "DRAM bytes cost nothing (HBM bandwidth x 1e6)",
+}
+FREE_DRAM = 1e6  # HBM bandwidth multiplier of ``dram-traffic``: DRAM time is 1e-6 of real
+
+
+class AblationError(ValueError):
+    """An unknown cost name."""
+
+
+def check(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` in ``ORDER``'s order; raises AblationError for an unknown or repeated one."""
+    bad = [n for n in names if n not in ORDER]
+    if bad or len(set(names)) != len(names):
+        raise AblationError(f"{','.join(names)}: allowed: {', '.join(ORDER)} (comma-separated, "
+                            f"each once)")
+    return tuple(n for n in ORDER if n in names)
+
+
+def steps() -> list[tuple[str, ...]]:
+    """The cumulative counterfactuals of the causes split: (launches,), (launches,
+    link-efficiency), ... every cost."""
+    return [ORDER[: i + 1] for i in range(len(ORDER))]
+
+
+def ablate(spec, names: tuple[str, ...]):
+    """``spec`` (a ``DeviceSpec``) with the costs ``names`` removed."""
+    names = check(tuple(names))
+    if "launches" in names:
+        spec = dataclasses.replace(spec, launch_s=0.0)
+    if "link-efficiency" in names:
+        spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
+            spec.interconnect, library_fraction=1.0, library_fraction_network=1.0))
+    if "contention" in names:
+        spec = dataclasses.replace(spec, dram=dataclasses.replace(spec.dram, shared=False))
+    if "dram-traffic" in names:
+        spec = dataclasses.replace(spec, hbm_bw=spec.hbm_bw * FREE_DRAM,
+                                   dram=dataclasses.replace(
+                                       spec.dram, channels=spec.dram.channels_for(spec.hbm_bw)))
+    return spec
+
+
+def split(baseline: list[float], config: list[float]) -> dict[str, float]:
+    """The causes of ``config``'s gain over ``baseline`` from their modelled times under
+    no ablation and each of ``steps()`` (len(ORDER) + 1 times each): cause -> seconds of
+    the gain it explains, plus ``overlap``, the gap left with every cost removed."""
+    if len(baseline) != len(ORDER) + 1 or len(config) != len(ORDER) + 1:
+        raise ValueError(f"need {len(ORDER) + 1} times each (none removed, then each step)")
+    gaps = [b - c for b, c in zip(baseline, config)]
+    parts = {name: gaps[i] - gaps[i + 1] for i, name in enumerate(ORDER)}
+    parts["overlap"] = gaps[-1]
+    return parts
