@@ -507,10 +507,12 @@ def cu_steps_want(r, o):
     return inputs_of(7, 0, X=(CHUNK, N))["X"] + inputs_of(7, 1, X=(CHUNK, N))["X"]
 
 
-def cu_steps_log(r, o):
+def cu_steps_log(r, o, frac: float = 1.0):
+    """``frac``: the library fraction of the link peak the CU kernel's send achieves."""
     t = LAUNCH
     send_read = t + XB / BW  # read X at the HBM
-    send_link = t + XB / L  # a remote result is sent while the reads stream
+    send_link = t + XB / (frac * L)  # a remote result is sent while the reads stream, holding
+    # the link for B / frac bytes' time
     send_end = max(send_read, send_link)
     arr = send_end + LAT  # rank o's X arrives here (symmetric)
     land_from = arr - XB / L  # land: streams into the HBM from arrival - B/L

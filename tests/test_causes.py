@@ -1,0 +1,88 @@
+"""The causes of a gain: each counterfactual removes exactly its cost (hand-derived toy
+logs, tests/mpi/ablation_log.py), the split adds up, and the CLI and sweep carry it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from emulator.model.ablation import ORDER, AblationError, ablate, check, split, steps
+from tests.conftest import run_cli, run_mpi_script
+
+CHECKS = ["launches launch-wait", "launches cu-steps",
+          "link-efficiency (unablated, fraction 0.5) cu-steps", "link-efficiency cu-steps",
+          "contention (unablated) dma-push", "contention dma-push",
+          "dram-traffic wg-stores", "dram-traffic cu-steps", "dram-traffic launch-wait"]
+
+
+@pytest.fixture(scope="module")
+def job():
+    return run_mpi_script("ablation_log.py", 2, timeout=300)
+
+
+def test_the_ablation_job_ran(job):
+    assert "ABLATION DONE failed: -" in job.stdout, job.stdout[-4000:] + job.stderr[-2000:]
+    assert job.returncode == 0
+
+
+@pytest.mark.parametrize("check_", CHECKS)
+def test_each_counterfactual_gives_the_hand_derived_log(job, check_):
+    assert re.search(rf"^ABLATION OK {re.escape(check_)}$", job.stdout, re.M), \
+        job.stdout[-4000:]
+
+
+def test_split_telescopes_to_the_gain():
+    base = [10.0, 9.0, 8.0, 8.0, 5.0]
+    conf = [6.0, 6.0, 6.0, 5.5, 4.0]
+    parts = split(base, conf)
+    # gaps 4, 3, 2, 2.5, 1: launches 1, link 1, contention -0.5, dram 1.5, overlap 1
+    assert parts == {"launches": 1.0, "link-efficiency": 1.0, "contention": -0.5,
+                     "dram-traffic": 1.5, "overlap": 1.0}
+    assert sum(parts.values()) == base[0] - conf[0]
+    assert steps()[-1] == ORDER and len(steps()) == len(ORDER)
+
+
+def test_names_are_checked_and_ordered():
+    assert check(("dram-traffic", "launches")) == ("launches", "dram-traffic")
+    for bad in (("launch",), ("launches", "launches")):
+        with pytest.raises(AblationError):
+            check(bad)
+
+
+def test_ablate_changes_only_its_fields():
+    from devices.spec import load_device
+
+    spec = load_device("a100-sxm")
+    free = ablate(spec, ORDER)
+    assert free.launch_s == 0 and spec.launch_s > 0
+    assert free.interconnect.library_fraction == 1.0 and not free.dram.shared
+    assert free.hbm_bw > 1e5 * spec.hbm_bw
+    assert free.dram.channels_for(free.hbm_bw) == spec.dram.channels_for(spec.hbm_bw)
+    assert (free.cus, free.clock_hz, free.interconnect.link_bw) == \
+        (spec.cus, spec.clock_hz, spec.interconnect.link_bw)
+
+
+def test_run_causes_add_up_and_the_json_carries_them(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_cli(["run", "--system", "mi210x4", "--collective", "gemv+ar",
+                    "--m", "1024", "--n", "1", "--k", "1024", "--timing-only", "--causes",
+                    "--json", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    runs = {r["mode"]: r for r in doc["runs"]}
+    fused = runs["fused"]["causes"]
+    assert fused["baseline"] == "sequential" and fused["order"] == list(ORDER)
+    gain = runs["sequential"]["modelled_time_s"] - runs["fused"]["modelled_time_s"]
+    assert fused["gain_s"] == pytest.approx(gain, rel=1e-12)
+    assert sum(fused["parts_s"].values()) == pytest.approx(gain, rel=1e-9)
+    assert fused["parts_s"]["launches"] > 0  # the baseline launches more kernels
+    assert "causes" not in runs["sequential"] or runs["sequential"]["causes"] is None
+    assert "fused over sequential: cut" in proc.stdout
+
+
+def test_ablate_is_a_usage_error_when_unknown():
+    proc = run_cli(["run", "--ablate", "launch", "--timing-only"], timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--ablate" in proc.stderr
