@@ -80,6 +80,9 @@ def test_run_causes_add_up_and_the_json_carries_them(tmp_path):
     assert fused["parts_s"]["launches"] > 0  # the baseline launches more kernels
     assert "causes" not in runs["sequential"] or runs["sequential"]["causes"] is None
     assert "fused over sequential: cut" in proc.stdout
+    # a GEMV has no GEMM alone to compare with: no ECT, no overlap efficiency
+    assert all(r["ect_s"] is None and r["overlap_efficiency"] is None for r in doc["runs"])
+    assert "ECT" not in proc.stdout
 
 
 def test_ablate_is_a_usage_error_when_unknown():

@@ -69,6 +69,18 @@ def test_shard_overlap_is_slower_than_ficco_on_a_full_mesh_and_ideal_bounds_all(
     assert min(t[f"ficco-{s}"] for s in ficco.SCHEDULES) < t["ficco-shard"]
     assert t["ficco-ideal"] <= min(v for m, v in t.items() if m not in ("ficco-ideal",
                                                                         "ficco-dil", "ficco-cil"))
+    # FiCCO's gains are over its serial baseline; ficco-auto says what it picked and why
+    runs = {r["mode"]: r for r in doc["runs"]}
+    for m in ("ficco-auto", "ficco-cu", "ficco-shard", "ficco-ideal"):
+        assert runs[m]["baseline"] == "ficco-serial"
+        assert runs[m]["speedup"] == pytest.approx(t["ficco-serial"] / t[m], rel=1e-12)
+        assert runs[m]["overlap_efficiency"] == pytest.approx(
+            (t["ficco-serial"] - t[m]) / (t["ficco-serial"] - runs["ficco-serial"]
+                                          ["gemm_alone_s"]), rel=1e-9)
+    assert runs["ficco-dil"]["speedup"] is None and runs["ficco-dil"]["ect_s"] is None
+    pick = ficco.pick(_problem(8192, 1024, 8192))
+    assert runs["ficco-auto"]["search"]["chosen"] == f"ficco-{pick}"
+    assert "M = 8192 <= K = 8192" in runs["ficco-auto"]["search"]["why"]
 
 
 def _problem(m, n, k, **params):
