@@ -24,6 +24,19 @@ _OPS = ", ".join(_REG.names())
 _CONFIGS = ", ".join(_REG.configurations)
 
 
+def _counterfactuals(command):
+    """``--ablate`` and ``--causes`` (``run`` and ``sweep``)."""
+    command = click.option(
+        "--causes", is_flag=True,
+        help="Split each configuration's gain over its baseline into causes by "
+             "counterfactual runs (4 more timing-only runs of each configuration).")(command)
+    return click.option(
+        "--ablate", type=str, default="",
+        help="Remove these costs from every run (a counterfactual): comma-separated from "
+             "launches, link-efficiency, contention, dram-traffic (see the README, 'Causes "
+             "of a gain').")(command)
+
+
 def _fail_usage(exc: Exception) -> None:
     click.echo(f"t3emu: error: {exc}", err=True)
     sys.exit(2)
@@ -131,13 +144,7 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help="An operation's shape beyond M, N, K or a configuration's knob, e.g. "
                    "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu configs` "
                    "names each operation's and configuration's parameters).")
-@click.option("--ablate", type=str, default="",
-              help="Remove these costs from every run (a counterfactual): comma-separated "
-                   "from launches, link-efficiency, contention, dram-traffic (see the README, "
-                   "'Causes of a gain').")
-@click.option("--causes", is_flag=True,
-              help="Split each configuration's gain over its baseline into causes by "
-                   "counterfactual runs (4 more timing-only runs of each configuration).")
+@_counterfactuals
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
@@ -187,13 +194,7 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own, which the "
                    "scenario's modes may name (repeatable; resume with the same files).")
-@click.option("--ablate", type=str, default="",
-              help="Remove these costs from every run (a counterfactual): comma-separated "
-                   "from launches, link-efficiency, contention, dram-traffic (see the README, "
-                   "'Causes of a gain').")
-@click.option("--causes", is_flag=True,
-              help="Split each configuration's gain over its baseline into causes by "
-                   "counterfactual runs (4 more timing-only runs of each configuration).")
+@_counterfactuals
 def sweep(scenario, out_dir, timing_only, watchdog_s, configs, ablate, causes) -> None:
     """Run every point of SCENARIO (a name under run/, or a .toml path) in its configurations."""
     from pathlib import Path
@@ -235,20 +236,26 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, ablate, causes) -
 @click.option("--timeline", type=str, default=None,
               help="Point for the per-rank timeline figure, e.g. 'T-NLG FC-2 TP8' "
                    "(default: the first point with the fewest ranks).")
+@click.option("--timeline-modes", type=str, default=None,
+              help="Comma-separated configurations the timeline draws (default: all of "
+                   "the point's, up to 6; else its baselines, tuners, heuristics and the "
+                   "fastest other).")
 @click.option("--no-figures", is_flag=True, help="Print the tables only.")
-def report(out_dir, timeline, no_figures) -> None:
-    """Print a sweep's tables (speedups, Flux's overlap views, DRAM traffic, end-to-end) and
-    write PNG figures."""
+def report(out_dir, timeline, timeline_modes, no_figures) -> None:
+    """Print a sweep's tables (speedups over each configuration's baseline, the views of
+    the designs it ran, DRAM traffic, causes, T3's end-to-end) and write PNG figures."""
     from pathlib import Path
 
     from emulator.app.report import figures, load, text_report
     from emulator.app.scenario import ScenarioError
 
+    modes = [m.strip() for m in timeline_modes.split(",") if m.strip()] if timeline_modes \
+        else None
     try:
         doc = load(Path(out_dir))
         click.echo(text_report(doc))
         if not no_figures:
-            for path in figures(doc, Path(out_dir), timeline):
+            for path in figures(doc, Path(out_dir), timeline, modes):
                 click.echo(f"figure: {path}")
     except ScenarioError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
@@ -256,29 +263,38 @@ def report(out_dir, timeline, no_figures) -> None:
 
 
 @main.command()
-@click.argument("results", type=click.Path(file_okay=False))
+@click.argument("results", nargs=-1, type=click.Path(file_okay=False))
 @click.option("--2x-cu", "results2x", type=click.Path(file_okay=False), default=None,
-              help="Results of the same points on GPU-2X-CU (`t3emu sweep t3-2x-cu`).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False),
-              default="docs/validation.md", show_default=True)
-def validate(results, results2x, out_path) -> None:
-    """Write the validation page: T3's published figures beside a t3-paper sweep's."""
+              help="Results of t3-2x-cu (the same as giving the directory as an argument).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="docs/validation",
+              show_default=True, help="Directory of the pages (index.md and one per paper).")
+def validate(results, results2x, out_dir) -> None:
+    """Write the validation pages: every published figure of T3, Flux, the fused operators
+    and FiCCO beside the emulator's from sweeps of their scenarios (t3-paper, t3-2x-cu,
+    flux-paper, fused-ops-paper, ficco-paper; each RESULTS directory's scenario is read from
+    its results.json)."""
     from pathlib import Path
 
-    from emulator.app.scenario import ScenarioError
-    from emulator.app.validation import write
+    from emulator.app.validation import SCENARIOS, ValidationError, read_sweeps, write
 
-    commands = [f"t3emu sweep t3-paper --timing-only --out {results}"]
-    if results2x:
-        commands.append(f"t3emu sweep t3-2x-cu --timing-only --out {results2x}")
-    commands.append("t3emu validate " + results + (f" --2x-cu {results2x}" if results2x
-                                                     else "") + f" --out {out_path}")
+    dirs = [*results, *([results2x] if results2x else [])]
+    if not dirs:
+        _fail_usage(click.UsageError("give at least one sweep directory (RESULTS), e.g. "
+                                     "results/t3-paper"))
     try:
-        page = write(Path(results), results2x and Path(results2x), Path(out_path), commands)
-        click.echo(f"validation page: {page}")
-    except ScenarioError as exc:
+        sweeps = read_sweeps([Path(d) for d in dirs])
+        # the pages show the commands as a user types them: results/SCENARIO
+        shown = " ".join(f"results/{n}" for n in SCENARIOS if n in sweeps)
+        pages = write(sweeps, Path(out_dir), f"t3emu validate {shown} --out {out_dir}")
+    except ValidationError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:
+        click.echo(f"t3emu: error: invalid value for --out: {out_dir!r} ({exc.strerror or exc})",
+                   err=True)
+        sys.exit(2)
+    for page in pages:
+        click.echo(f"validation page: {page}")
 
 
 @main.command()

@@ -1,0 +1,366 @@
+"""What every validation page shares: the bands a published figure is compared within,
+the verdicts, the rows (a published figure, the emulator's value computed the same
+way, the band, the verdict and the command that made it), the causes table and the
+page's scaffolding.
+
+Bands are fixed here, before any comparison: +-10% relative for speedups and time
+ratios, +-0.10 absolute for efficiencies and shares. A published range is matched when
+the emulated range lies within the published range widened by the band. Verdicts are
+exactly one of "within band", "outside band by X", "direction only: holds" /
+"direction only: does not hold" (the paper gives no magnitude) and "not computed
+(reason)".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from emulator.app.catalog import registry
+
+RELATIVE = 0.10  # speedups and time ratios: +-10% of the published value
+ABSOLUTE = 0.10  # efficiencies and shares: +-0.10 (10 percentage points)
+KINDS = ("speedup", "ratio", "share")  # how a figure is banded and its distance printed
+CAUSES_FLAG = "--causes"
+BANDS_TEXT = (f"Bands, fixed before comparing: +-{RELATIVE:.0%} relative for speedups and "
+              f"time ratios, +-{ABSOLUTE:.2f} absolute for efficiencies and shares. A "
+              f"published range is matched when the emulated range lies within the "
+              f"published range widened by the band; a one-sided figure (\"more than\") "
+              f"when the emulated value lies beyond its bound widened by the band. "
+              f"\"Outside band by X\": how far the emulated value (or the far end of the "
+              f"emulated range) lies beyond the nearest band edge: in x for speedups, in "
+              f"percent of the edge for time ratios, in percentage points for efficiencies "
+              f"and shares (printed in percent). A figure the paper states without a "
+              f"magnitude is compared in direction only. For a small published gain the "
+              f"relative band is wide (a 1.09x speedup's band, 0.98x to 1.20x, includes no "
+              f"gain at all); the emulator's value is printed beside every verdict.")
+
+
+# ---------------------------------------------------------------- published figures
+@dataclass(frozen=True)
+class Published:
+    """A published figure: a value (lo == hi), a range, or a one-sided bound (hi = inf:
+    "more than lo")."""
+
+    lo: float
+    hi: float
+    kind: str  # one of KINDS
+    text: str  # as the paper states it, e.g. "1.35x", "41% to 57%"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r}: one of {', '.join(KINDS)}")
+
+    @classmethod
+    def value(cls, x: float, kind: str, text: str) -> Published:
+        return cls(x, x, kind, text)
+
+    @classmethod
+    def more_than(cls, x: float, kind: str, text: str) -> Published:
+        return cls(x, math.inf, kind, text)
+
+    def band(self) -> tuple[float, float]:
+        """The published value or range widened by its kind's band."""
+        if self.kind == "share":
+            return self.lo - ABSOLUTE, self.hi + ABSOLUTE
+        return self.lo * (1 - RELATIVE), self.hi * (1 + RELATIVE)
+
+    def band_text(self) -> str:
+        lo, hi = self.band()
+        if math.isinf(hi):
+            return f"> {fmt(lo, self.kind)}"
+        return f"{fmt(lo, self.kind)} to {fmt(hi, self.kind)}"
+
+
+def fmt(x: float, kind: str) -> str:
+    """A value of ``kind`` as the pages print it."""
+    if kind == "speedup":
+        return f"{x:.2f}x"
+    if kind == "share":
+        return f"{x * 100:.0f}%"
+    return f"{x:.3f}"
+
+
+def _distance(d: float, digits: int = 2) -> str:
+    """A positive distance, never printed as zero."""
+    text = f"{d:.{digits}f}"
+    return text if float(text) > 0 else f"{d:.1g}"
+
+
+def verdict(pub: Published, lo: float, hi: float | None = None) -> str:
+    """"within band" or "outside band by X" for an emulated value (or range lo..hi)."""
+    hi = lo if hi is None else hi
+    blo, bhi = pub.band()
+    eps = 1e-12
+    below, above = blo - lo, hi - bhi
+    if below <= eps and above <= eps:
+        return "within band"
+    if pub.kind == "ratio":  # in percent of the edge it misses
+        rel = max(below / blo if below > eps else 0.0, above / bhi if above > eps else 0.0)
+        return f"outside band by {_distance(100 * rel, 0)}%"
+    d = max(below, above)
+    if pub.kind == "share":  # in percentage points
+        return f"outside band by {_distance(100 * d, 0)} percentage points"
+    return f"outside band by {_distance(d)}x"
+
+
+# ---------------------------------------------------------------- outcomes of a claim
+@dataclass(frozen=True)
+class Measured:
+    """The emulator's value (or range lo..hi) of a published figure, and how it reads."""
+
+    lo: float
+    hi: float | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Direction:
+    """Whether a finding stated without a magnitude holds in the emulator."""
+
+    holds: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class NotComputed:
+    reason: str
+    text: str = "-"
+
+
+Outcome = Measured | Direction | NotComputed
+Sweeps = dict[str, dict]  # scenario name -> its results.json
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A published figure or finding and how the emulator's value is computed."""
+
+    figure: str  # what the paper states
+    where: str  # where it states it (paper section / figure, as the digest gives it)
+    published: Published | None  # None: no magnitude (compared in direction only)
+    needs: tuple[str, ...]  # the scenarios whose sweeps it is computed from
+    compute: Callable[[Sweeps], Outcome]
+
+
+@dataclass(frozen=True)
+class Row:
+    figure: str
+    where: str
+    published: str
+    emulator: str
+    band: str
+    verdict: str
+    command: str
+
+    @property
+    def status(self) -> str:
+        """within, outside, direction or not computed (the index's columns)."""
+        for prefix, status in (("within band", "within"), ("outside band", "outside"),
+                               ("direction only", "direction"),
+                               ("not computed", "not computed")):
+            if self.verdict.startswith(prefix):
+                return status
+        raise ValueError(f"verdict {self.verdict!r}")
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict == "direction only: holds"
+
+
+def sweep_command(scenario: str, doc: dict | None = None, causes: bool | None = None) -> str:
+    """The command that makes a scenario's sweep, as a user types it (``results/NAME``)."""
+    timing = doc.get("timing_only", True) if doc is not None else True
+    with_causes = bool(doc.get("causes")) if causes is None and doc is not None else bool(causes)
+    return (f"t3emu sweep {scenario}" + (" --timing-only" if timing else "")
+            + (f" {CAUSES_FLAG}" if with_causes else "") + f" --out results/{scenario}")
+
+
+def evaluate(claim: Claim, sweeps: Sweeps) -> Row:
+    """A claim's row: its published figure beside the emulator's, the band and verdict."""
+    pub = claim.published
+    published = pub.text if pub else "no magnitude"
+    band = pub.band_text() if pub else "-"
+    missing = [s for s in claim.needs if s not in sweeps]
+    command = "; ".join(f"`{sweep_command(s, sweeps.get(s))}`" for s in claim.needs)
+    if missing:
+        needs = "; ".join(f"`{sweep_command(s)}`" for s in missing)
+        return Row(claim.figure, claim.where, published, "-", band,
+                   f"not computed (needs {needs})", command)
+    out = claim.compute(sweeps)
+    if isinstance(out, NotComputed):
+        return Row(claim.figure, claim.where, published, out.text, band,
+                   f"not computed ({out.reason})", command)
+    if isinstance(out, Direction):
+        return Row(claim.figure, claim.where, published, out.text, band,
+                   f"direction only: {'holds' if out.holds else 'does not hold'}", command)
+    if pub is None:
+        raise ValueError(f"{claim.figure}: a measured value needs a published figure")
+    text = out.text or (fmt(out.lo, pub.kind) if out.hi is None
+                        else f"{fmt(out.lo, pub.kind)} to {fmt(out.hi, pub.kind)}")
+    return Row(claim.figure, claim.where, published, text, band,
+               verdict(pub, out.lo, out.hi), command)
+
+
+def counts(rows: list[Row]) -> dict[str, int]:
+    out = {"within": 0, "outside": 0, "direction": 0, "holds": 0, "not computed": 0}
+    for r in rows:
+        out[r.status] += 1
+        out["holds"] += r.holds
+    return out
+
+
+# ---------------------------------------------------------------- numbers of the sweeps
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def runs(pt: dict) -> dict[str, dict]:
+    return {r["mode"]: r for r in pt["runs"]}
+
+
+def time_of(pt: dict, mode: str) -> float | None:
+    r = runs(pt).get(mode)
+    return r["modelled_time_s"] if r else None
+
+
+def baseline_of(run: dict) -> str | None:
+    """The configuration a run's gain is over: its own record, else the registry's."""
+    if "baseline" in run:
+        return run["baseline"]
+    reg = registry()
+    return reg.baseline_of(run["mode"]) if run["mode"] in reg.configurations else None
+
+
+def speedup(pt: dict, mode: str, over: str | None = None) -> float | None:
+    """The speedup of ``mode`` over ``over`` (default: its own baseline) at ``pt``."""
+    rs = runs(pt)
+    r = rs.get(mode)
+    if r is None:
+        return None
+    base = over or baseline_of(r)
+    if base is None or base not in rs:
+        return None
+    return rs[base]["modelled_time_s"] / r["modelled_time_s"]
+
+
+def label(pt: dict) -> str:
+    if pt.get("system"):
+        return f"{pt['model']} {pt['sublayer']} m={pt['m']} {pt['system']}"
+    return f"{pt['model']} {pt['sublayer']} TP{pt['tp']}"
+
+
+# ---------------------------------------------------------------- causes of the gains
+@dataclass
+class CauseGroup:
+    """The configurations a paper's figures are about, over the same cases."""
+
+    title: str  # e.g. "T3's 16 cases"
+    points: list[dict]
+    modes: list[str]
+
+
+@dataclass
+class _Sum:
+    speedups: list[float] = field(default_factory=list)
+    cuts: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)
+    baseline: str = ""
+    order: list[str] = field(default_factory=list)
+
+
+def causes_section(groups: list[CauseGroup], scenarios: list[str]) -> list[str]:
+    """Markdown: per group and configuration, the geomean speedup over its baseline and
+    each cause's part of the cut in points of the baseline's time (means over the
+    cases); or one line saying causes were not computed and the command that computes
+    them."""
+    lines = ["## Causes of the gains", ""]
+    found = False
+    for g in groups:
+        sums: dict[str, _Sum] = {}
+        for pt in g.points:
+            for m in g.modes:
+                r = runs(pt).get(m)
+                c = (r or {}).get("causes")
+                if not c:
+                    continue
+                s = sums.setdefault(m, _Sum(baseline=c["baseline"],
+                                            order=list(c.get("order", []))))
+                base = c["baseline_s"]
+                s.speedups.append(base / c["time_s"])
+                s.cuts.append(c["gain_s"] / base * 100)
+                for k, v in c["parts_s"].items():
+                    s.parts.setdefault(k, []).append(v / base * 100)
+        if not sums:
+            continue
+        found = True
+        keys = list(dict.fromkeys(k for s in sums.values()
+                                  for k in [*s.order, *s.parts] if k in s.parts))
+        lines += [f"{g.title}: mean over the cases of each cause's part of the cut, in "
+                  f"points of the baseline's time (the parts add up to the cut).", "",
+                  "| configuration | over | cases | geomean speedup | mean cut | "
+                  + " | ".join(keys) + " |", "|---|---|---|---|---|" + "---|" * len(keys)]
+        prose = []
+        for m, s in sums.items():
+            lines.append(f"| {m} | {s.baseline} | {len(s.cuts)} | {geomean(s.speedups):.3f}x"
+                         f" | {mean(s.cuts):.1f}% | "
+                         + " | ".join(f"{mean(s.parts[k]):+.1f}" if k in s.parts else "-"
+                                      for k in keys) + " |")
+            top = max(s.parts, key=lambda k: abs(mean(s.parts[k])))
+            prose.append(f"- {m}: of the {mean(s.cuts):.1f}% cut of {s.baseline}'s time, "
+                         f"{mean(s.parts[top]):+.1f} points come from {top}.")
+        lines += [""] + prose + [""]
+    if not found:
+        cmds = "; ".join(f"`{sweep_command(s, causes=True)}`" for s in scenarios)
+        lines += [f"Causes were not computed for these sweeps (their runs carry no `causes`); "
+                  f"{cmds} computes them.", ""]
+    return lines
+
+
+# ---------------------------------------------------------------- the page
+@dataclass(frozen=True)
+class Paper:
+    key: str  # the page's name: docs/validation/KEY.md
+    title: str
+    citation: str
+    scenarios: tuple[str, ...]  # the sweeps its figures come from
+    digest: str  # where REFERENCE.md digests it
+
+
+def table(rows: list[Row]) -> list[str]:
+    out = ["| # | published figure | where | published | emulator | band | verdict | "
+           "made by |", "|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows, 1):
+        cells = (str(i), r.figure, r.where, r.published, r.emulator, r.band,
+                 f"**{r.verdict}**" if r.status == "outside" else r.verdict, r.command)
+        out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return out
+
+
+def page(paper: Paper, sweeps: Sweeps, rows: list[Row], details: list[str],
+         validate_command: str) -> str:
+    """A paper's page: citation, commands, bands, the figures' table, then ``details``
+    (markdown lines: per-case tables, causes, what decides each figure)."""
+    lines = [f"# Validation against {paper.title}", "",
+             f"Paper: {paper.citation}", "",
+             f"Published figures as the project's reference digests them (REFERENCE.md "
+             f"{paper.digest}); they are a yardstick, not a target: no model parameter was "
+             f"fitted to them.", "",
+             "Generated by `t3emu validate` from sweep results; do not edit by hand. "
+             "Commands that made the numbers:", ""]
+    for s in paper.scenarios:
+        lines.append(f"    {sweep_command(s, sweeps.get(s))}" if s in sweeps
+                     else f"    # not given: {sweep_command(s)}")
+    lines += [f"    {validate_command}", "", BANDS_TEXT, ""]
+    c = counts(rows)
+    lines += [f"Of {len(rows)} figures: {c['within']} within band, {c['outside']} outside "
+              f"band, {c['direction']} direction only ({c['holds']} hold), "
+              f"{c['not computed']} not computed.", "", "## Published figures", ""]
+    lines += table(rows) + [""]
+    lines += details
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,279 @@
+"""The fused computation-collective operators' validation page: their published average
+cuts of the bulk-synchronous baseline's time (embedding + All-to-All within a node and
+across two, GEMV + AllReduce, GEMM + All-to-All) and their findings (against the
+max(compute, communication) bound, output size, task order, occupancy), beside the
+emulator's from the ``fused-ops-paper`` sweep.
+"""
+
+from __future__ import annotations
+
+from emulator.app.report_fused import comparison_groups, occupancy_groups, reduction
+from emulator.app.validation.common import (
+    CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
+    causes_section, mean, runs, time_of)
+
+PAPER = Paper(
+    "fused-ops", "the fused computation-collective operators",
+    "Kishore Punniyamurthy, Khaled Hamidouche, Bradford M. Beckmann, \"Optimizing "
+    "Distributed ML Communication with Fused Computation-Collective Operations\", SC 2024 "
+    "(arXiv:2305.06942).",
+    ("fused-ops-paper",), "sections 3, 5 and 6")
+SWEEP = "fused-ops-paper"
+BASE, FUSED, OBLIVIOUS, BOUND = "sequential", "fused", "fused-oblivious", "ideal-overlap"
+SCALE_UP, SCALE_OUT = "mi210x4", "mi210-2node"  # the study's 4 x MI210 and 2 nodes x 1
+EMB, GEMV, GEMM = "emb+a2a", "gemv+ar", "gemm+a2a"
+OUTPUT_SWEEP = "output sweep"  # the scenario's GEMV cases at growing output length
+WHERE = "Fused-operator evaluation, average execution-time reduction over the baseline"
+WHERE_FIND = "Fused-operator evaluation (digest sec. 3, \"Findings\")"
+
+
+def compared(sw: Sweeps, op: str, system: str | None = None) -> list[dict]:
+    """Points of ``op`` (on ``system``) with a baseline run, the occupancy sweep apart."""
+    return [p for pts in comparison_groups(sw[SWEEP]).values() for p in pts
+            if p["collective"] == op and (system is None or p["system"] == system)]
+
+
+def _ratio(p: dict, mode: str = FUSED) -> float:
+    return time_of(p, mode) / time_of(p, BASE)
+
+
+def _average(sw: Sweeps, op: str, system: str | None = None) -> Measured | NotComputed:
+    pts = compared(sw, op, system)
+    if not pts:
+        return NotComputed(f"the sweep has no {op} point" + (f" on {system}" if system else ""))
+    xs = [_ratio(p) for p in pts]
+    return Measured(mean(xs), text=f"{mean(xs):.3f} ({(1 - mean(xs)) * 100:.0f}% lower; "
+                                   f"{(1 - max(xs)) * 100:.0f}% to {(1 - min(xs)) * 100:.0f}% "
+                                   f"over {len(xs)} points)")
+
+
+def _cut(p: dict, mode: str = FUSED) -> float:
+    return reduction(p, mode) or 0.0
+
+
+def _everywhere(sw: Sweeps) -> Direction:
+    pts = [p for pts in comparison_groups(sw[SWEEP]).values() for p in pts if FUSED in runs(p)]
+    worse = [p for p in pts if time_of(p, FUSED) >= time_of(p, BASE)]
+    return Direction(not worse, f"fused faster than the baseline on {len(pts) - len(worse)} "
+                                f"of {len(pts)} points; cut {min(_cut(p) for p in pts):.0f}% "
+                                f"to {max(_cut(p) for p in pts):.0f}%")
+
+
+def _across_more(sw: Sweeps) -> Direction:
+    up = mean([_cut(p) for p in compared(sw, EMB, SCALE_UP)])
+    out = mean([_cut(p) for p in compared(sw, EMB, SCALE_OUT)])
+    return Direction(out > up, f"mean cut {up:.0f}% within a node, {out:.0f}% across nodes")
+
+
+def _beats_bound(sw: Sweeps, system: str, large: bool) -> Direction:
+    pts = sorted(compared(sw, EMB, system), key=lambda p: p["m"])
+    beat = [p["m"] for p in pts if time_of(p, FUSED) < time_of(p, BOUND)]
+    want = pts[-1 if large else 0]["m"]
+    return Direction(want in beat, f"fused / max(compute, communication) on {system}: "
+                     + ", ".join(f"B={p['m']} {time_of(p, FUSED) / time_of(p, BOUND):.3f}"
+                                 for p in pts))
+
+
+def _gemv_shrinks(sw: Sweeps) -> Direction | NotComputed:
+    pts = sorted([p for p in compared(sw, GEMV) if p["model"] == OUTPUT_SWEEP],
+                 key=lambda p: p["m"])
+    if len(pts) < 2:
+        return NotComputed("the sweep has no GEMV output sweep")
+    cuts = [_cut(p) for p in pts]
+    return Direction(cuts[-1] < cuts[0], "cut by output length: " + ", ".join(
+        f"{p['m']} {c:.0f}%" for p, c in zip(pts, cuts)))
+
+
+def comm_share(p: dict) -> float:
+    """The baseline's time outside its compute kernel(s), as a share of it."""
+    ph = runs(p)[BASE]["phases"]
+    comm = sum(v for k, v in ph.items() if k in ("a2a", "rs", "ag"))
+    return comm / time_of(p, BASE)
+
+
+def _gemm_capped(sw: Sweeps) -> Direction | NotComputed:
+    pts = compared(sw, GEMM)
+    if not pts:
+        return NotComputed("the sweep has no GEMM + All-to-All point")
+    over = [p for p in pts if _cut(p) > 100 * comm_share(p) + 1e-9]
+    return Direction(not over, f"cut / the baseline's communication share: " + ", ".join(
+        f"{p['model']} m={p['m']} {_cut(p):.0f}% / {100 * comm_share(p):.0f}%" for p in pts))
+
+
+def skew(p: dict, mode: str) -> float | None:
+    s = runs(p).get(mode, {}).get("rank_skew")
+    return max(s) - 1.0 if s else None
+
+
+def _order(sw: Sweeps) -> Direction | NotComputed:
+    pts = [p for p in compared(sw, EMB, SCALE_OUT)
+           if skew(p, FUSED) is not None and skew(p, OBLIVIOUS) is not None]
+    if not pts:
+        return NotComputed("no scale-out point ran both task orders")
+    a, o = mean([skew(p, FUSED) for p in pts]), mean([skew(p, OBLIVIOUS) for p in pts])
+    return Direction(a <= 0.5 * o, f"mean skew between nodes (slowest / fastest - 1): "
+                                   f"aware {a * 100:.2f}%, oblivious {o * 100:.2f}%")
+
+
+def _occupancy(sw: Sweeps) -> Direction | NotComputed:
+    groups = occupancy_groups(sw[SWEEP])
+    if not groups:
+        return NotComputed("the sweep has no occupancy points")
+    (case, system, m), pts = next(iter(groups.items()))
+    ts = [time_of(p, FUSED) for p in pts]
+    i = min(range(len(ts)), key=ts.__getitem__)
+    occ = [p["params"]["occupancy"] for p in pts]
+    return Direction(0 < i < len(ts) - 1, f"{system}, B={m}: least time at occupancy "
+                     f"{occ[i]:g} of {occ[0]:g} to {occ[-1]:g} ("
+                     + ", ".join(f"{o:g}: {t * 1e6:.0f} us" for o, t in zip(occ, ts)) + ")")
+
+
+CLAIMS = [
+    Claim("Embedding + All-to-All within a node (4 x MI210): fused time / baseline time",
+          WHERE, Published.value(0.80, "ratio", "20% lower"), (SWEEP,),
+          lambda sw: _average(sw, EMB, SCALE_UP)),
+    Claim("Embedding + All-to-All across two nodes: fused time / baseline time", WHERE,
+          Published.value(0.69, "ratio", "31% lower"), (SWEEP,),
+          lambda sw: _average(sw, EMB, SCALE_OUT)),
+    Claim("GEMV + AllReduce: fused time / baseline time", WHERE,
+          Published.value(0.87, "ratio", "13% lower"), (SWEEP,), lambda sw: _average(sw, GEMV)),
+    Claim("GEMM + All-to-All: fused time / baseline time", WHERE,
+          Published.value(0.88, "ratio", "12% lower"), (SWEEP,), lambda sw: _average(sw, GEMM)),
+    Claim("The fused operator beats the bulk-synchronous baseline everywhere", WHERE_FIND,
+          None, (SWEEP,), _everywhere),
+    Claim("Embedding + All-to-All gains more across nodes than within one", WHERE_FIND, None,
+          (SWEEP,), _across_more),
+    Claim("Within a node large batches can beat max(compute, communication)", WHERE_FIND,
+          None, (SWEEP,), lambda sw: _beats_bound(sw, SCALE_UP, large=True)),
+    Claim("Across nodes small batches can beat max(compute, communication)", WHERE_FIND,
+          None, (SWEEP,), lambda sw: _beats_bound(sw, SCALE_OUT, large=False)),
+    Claim("GEMV gains shrink as the output grows", WHERE_FIND, None, (SWEEP,), _gemv_shrinks),
+    Claim("GEMM + All-to-All gains are capped when the GEMM dominates (cut at most the "
+          "baseline's communication share)", WHERE_FIND, None, (SWEEP,), _gemm_capped),
+    Claim("Communication-aware order removes most of the skew between nodes", WHERE_FIND,
+          None, (SWEEP,), _order),
+    Claim("Time falls with occupancy up to a point, then rises", WHERE_FIND, None, (SWEEP,),
+          _occupancy),
+]
+
+
+# ---------------------------------------------------------------- details
+def _table(sw: Sweeps) -> list[str]:
+    lines = ["## Per case", "",
+             "Times in us; cut: the fused operator's reduction of the baseline's time; "
+             "bound: max(compute alone, collective alone); comm share: the baseline's "
+             "collective as a share of its time.", "",
+             "| case | system | m | baseline | bound | fused | fused-oblivious | cut | "
+             "comm share |", "|---|---|---|---|---|---|---|---|---|"]
+    for (case, system), pts in comparison_groups(sw[SWEEP]).items():
+        for p in pts:
+            t = lambda m: "-" if time_of(p, m) is None else f"{time_of(p, m) * 1e6:.1f}"  # noqa
+            lines.append(f"| {case} | {system} | {p['m']} | {t(BASE)} | {t(BOUND)} | "
+                         f"{t(FUSED)} | {t(OBLIVIOUS)} | {_cut(p):.1f}% | "
+                         f"{100 * comm_share(p):.0f}% |")
+    return lines + [""]
+
+
+def launch_check(p: dict, launches_saved: int) -> dict:
+    """The gain of the fused operator at ``p`` and the time of the launches it saves."""
+    launch = p["device_spec"].get("launch_s", 0.0)
+    gain = time_of(p, BASE) - time_of(p, FUSED)
+    return {"gain_s": gain, "launches_s": launches_saved * launch, "launch_s": launch}
+
+
+def rounds_over_stages(p: dict) -> float:
+    """The persistent GEMM's time over the plain GEMM's from wave quantisation alone: the
+    plain kernel runs ceil(tiles / S) stages of S WGs (each WG 1/S of the device), the
+    persistent grid of P = S less the communication context's share runs ceil(tiles / P)
+    rounds (each WG 1/P of it): (rounds x P) / (stages x S)."""
+    import math
+
+    from collectives.persistent import SHMEM_OCCUPANCY_LOSS
+
+    ds = p["device_spec"]
+    tiles = math.ceil(p["m"] / ds["wg_tile_m"]) * math.ceil(p["n"] / ds["wg_tile_n"])
+    slots = ds["cus"] * ds["wgs_per_cu"]
+    grid = max(1, int(slots * (1.0 - SHMEM_OCCUPANCY_LOSS)))
+    return math.ceil(tiles / grid) * grid / (math.ceil(tiles / slots) * slots)
+
+
+def _notes(sw: Sweeps) -> list[str]:
+    lines = ["## What decides it", "",
+             "- The fused kernels are persistent (`collectives/persistent.py`): one launch, a "
+             "grid of the most WGs the device holds less the 12.5% the communication context "
+             "costs (the study's figure), each WG sending its own results: embedding slices "
+             "by the last WG of a slice (NIC puts across nodes, zero-copy stores within a "
+             "node), GEMV tiles into the owner's slot buffer then a reduction by the same "
+             "grid (`collectives/fused_ops.py`), GEMM tiles straight to the token's GPU.",
+             "- The baseline (`collectives/baselines.py`, `embedding.py`): the compute "
+             "kernel(s), then the library collective as a CU kernel at the preset's "
+             "`library_fraction` of the link (a stated assumption); the embedding baseline "
+             "launches one kernel per table (the scenario's `tables` per GPU, as DLRM's "
+             "public code does), each paying the preset's launch cost (an assumption).",
+             "- Embedding pooling is memory-bound with random row reads: its time falls with "
+             "the WGs resident (latency hidden, Little's law) and rises once the banks' row "
+             "locality is lost (`emulator/model/cost.py`, row locality): the occupancy "
+             "trade-off the study reports (its cause: memory contention)."]
+    if SWEEP not in sw:
+        return lines + [""]
+    gemv = compared(sw, GEMV)
+    if gemv:
+        chk = [launch_check(p, 2) for p in gemv]
+        share = mean([c["launches_s"] / c["gain_s"] for c in chk if c["gain_s"] > 0])
+        verdict = ("so the reproduced cut is mostly launches, not the overlap or the direct "
+                   "all-reduce" if share > 0.5 else "so launches are a minor part of it")
+        head = "GEMV + AllReduce, not for the paper's reason" if share > 0.5 else \
+            "GEMV + AllReduce"
+        lines.append(
+            f"- {head}: the baseline runs three kernels (the GEMV, then its all-reduce as a "
+            f"reduce-scatter kernel and an all-gather kernel), the fused operator one (its "
+            f"reduction continues the same grid). The two launches saved "
+            f"({2 * chk[0]['launch_s'] * 1e6:.0f} us) are {share * 100:.0f}% of the fused "
+            f"operator's gain on average over the {len(gemv)} GEMV points, {verdict}.")
+    gemm = [p for p in compared(sw, GEMM) if comm_share(p) < 0.10]
+    fits = [p for p in gemm if abs(time_of(p, FUSED) / time_of(p, BOUND)
+                                   - rounds_over_stages(p)) < 0.03]
+    if gemm and len(fits) == len(gemm):
+        lines.append(
+            f"- GEMM + All-to-All, not for the paper's reason: where the collective is under "
+            f"10% of the baseline ({len(gemm)} points), the fused operator's time over "
+            f"max(compute, communication) follows wave quantisation alone: the persistent "
+            f"grid (12.5% fewer WGs, each a larger share of the device) runs "
+            f"ceil(tiles / P) rounds against the plain GEMM's ceil(tiles / S) stages "
+            f"(predicted " + ", ".join(f"{rounds_over_stages(p):.3f}" for p in gemm)
+            + "; modelled " + ", ".join(f"{time_of(p, FUSED) / time_of(p, BOUND):.3f}"
+                                        for p in gemm)
+            + "). So its cut can exceed the communication it hides, or turn negative, by "
+              "tile count, not by overlap; the study's cause (a generic Triton GEMM that "
+              "dominates) is not what caps it here.")
+    up = sorted(compared(sw, EMB, SCALE_UP), key=lambda p: p["m"])
+    if up and time_of(up[-1], FUSED) < time_of(up[-1], BOUND):
+        p = up[-1]
+        tables = int((p.get("params") or {}).get("tables", 0))
+        below = time_of(p, BOUND) - time_of(p, FUSED)
+        saved = max(0, tables - 1) * p["device_spec"].get("launch_s", 0.0)
+        why = ("not for the paper's reason (zero-copy stores removing the local staging "
+               "buffer): the per-table launches, the study's small-batch cause, are what "
+               "put the fused kernel under the bound" if saved >= below else
+               "more than the saved per-table launches: the rest is the overlap and the "
+               "zero-copy stores, as the study explains it")
+        lines.append(
+            f"- Embedding within a node at B = {p['m']}: the fused operator ends "
+            f"{below * 1e6:.0f} us under max(compute, communication); the baseline's compute "
+            f"alone pays {max(0, tables - 1)} launches more than the fused kernel "
+            f"({saved * 1e6:.0f} us): {why}.")
+    return lines + [""]
+
+
+def details(sw: Sweeps) -> list[str]:
+    lines: list[str] = []
+    if SWEEP in sw:
+        lines += _table(sw)
+        groups = [CauseGroup("Embedding + All-to-All within a node", compared(sw, EMB, SCALE_UP),
+                             [FUSED, OBLIVIOUS]),
+                  CauseGroup("Embedding + All-to-All across nodes",
+                             compared(sw, EMB, SCALE_OUT), [FUSED, OBLIVIOUS]),
+                  CauseGroup("GEMV + AllReduce", compared(sw, GEMV), [FUSED]),
+                  CauseGroup("GEMM + All-to-All", compared(sw, GEMM), [FUSED])]
+        lines += causes_section(groups, [SWEEP])
+    return lines + _notes(sw)

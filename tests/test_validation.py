@@ -1,0 +1,228 @@
+"""``t3emu validate``: the bands and verdicts (hand-computed), the pages from small
+synthetic sweep results, a paper without its sweep, the causes table, and the refusal of
+a sweep that is not a paper scenario's (exit 2, one line)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from emulator.app.cli import main
+from emulator.app.scenario import load_scenario
+from emulator.app.validation import (
+    PAPERS, ValidationError, flux, paper_rows, read_sweep, t3, write)
+from emulator.app.validation.common import (
+    CauseGroup, Claim, Direction, Measured, Published, causes_section, evaluate, verdict)
+
+# ---------------------------------------------------------------- bands and verdicts
+
+
+def test_bands_of_each_kind():
+    assert Published.value(1.30, "speedup", "").band() == pytest.approx((1.17, 1.43))
+    assert Published.value(0.80, "ratio", "").band() == pytest.approx((0.72, 0.88))
+    assert Published(0.41, 0.57, "share", "").band() == pytest.approx((0.31, 0.67))
+    lo, hi = Published.more_than(1.15, "ratio", "").band()
+    assert lo == pytest.approx(1.035) and hi == float("inf")
+
+
+@pytest.mark.parametrize("pub, lo, hi, expected", [
+    # speedup 1.30x: band 1.17x .. 1.43x
+    (Published.value(1.30, "speedup", ""), 1.20, None, "within band"),
+    (Published.value(1.30, "speedup", ""), 1.10, None, "outside band by 0.07x"),
+    (Published.value(1.30, "speedup", ""), 1.50, None, "outside band by 0.07x"),
+    # efficiency range 41% .. 57%: band 0.31 .. 0.67; the emulated range must lie inside
+    (Published(0.41, 0.57, "share", ""), 0.35, 0.60, "within band"),
+    (Published(0.41, 0.57, "share", ""), 0.49, 0.69, "outside band by 2 percentage points"),
+    (Published(0.41, 0.57, "share", ""), 0.20, 0.69, "outside band by 11 percentage points"),
+    # time ratio 0.80: band 0.72 .. 0.88; distance in percent of the edge missed
+    (Published.value(0.80, "ratio", ""), 0.75, None, "within band"),
+    (Published.value(0.80, "ratio", ""), 0.968, None, "outside band by 10%"),
+    # more than 1.15: beyond 1.035
+    (Published.more_than(1.15, "ratio", ""), 1.061, None, "within band"),
+    (Published.more_than(1.15, "ratio", ""), 1.0, None, "outside band by 3%"),
+    # a range of speedups 1.20x .. 3.25x: band 1.08x .. 3.575x
+    (Published(1.20, 3.25, "speedup", ""), 0.88, 1.63, "outside band by 0.20x"),
+])
+def test_verdicts(pub, lo, hi, expected):
+    assert verdict(pub, lo, hi) == expected
+
+
+def test_a_distance_is_never_printed_as_zero():
+    assert verdict(Published.value(1.0, "speedup", ""), 1.1001) == "outside band by 0.0001x"
+
+
+def test_evaluate_rows_and_never_matches():
+    pub = Published.value(1.30, "speedup", "1.30x")
+    row = evaluate(Claim("f", "w", pub, ("t3-paper",), lambda sw: Measured(1.10)), {"t3-paper": {}})
+    assert (row.emulator, row.band, row.verdict, row.status) == (
+        "1.10x", "1.17x to 1.43x", "outside band by 0.07x", "outside")
+    row = evaluate(Claim("f", "w", None, ("t3-paper",), lambda sw: Direction(False, "x")),
+                   {"t3-paper": {}})
+    assert row.verdict == "direction only: does not hold" and row.status == "direction"
+    row = evaluate(Claim("f", "w", pub, ("flux-paper",), lambda sw: Measured(1.3)), {})
+    assert row.verdict == ("not computed (needs `t3emu sweep flux-paper --timing-only --out "
+                           "results/flux-paper`)")
+    assert "matches" not in row.verdict
+
+
+# ---------------------------------------------------------------- synthetic sweeps
+
+
+def _run(mode, time, phases, **extra):
+    return {"mode": mode, "modelled_time_s": time, "phases": phases,
+            "dram_bytes": {"gemm_read": 1.0, "gemm_write": 2.0,
+                           "rs_read": 3.0 if mode == "sequential" else 1.0},
+            **extra}
+
+
+def _t3_point(model, sub, tp, times, key=None):
+    """A t3-paper point: sequential = GEMM 1 + RS 1 + AG 1; the others' times given."""
+    runs = [_run("sequential", 3.0, {"gemm": 1.0, "rs": 1.0, "ag": 1.0})]
+    runs += [_run(m, t, {"rs": 0.9 if tp == 8 else 0.95}) for m, t in times.items()]
+    return {"key": key or f"{model}/{sub}/tp{tp}/t3-sim", "model": model, "sublayer": sub,
+            "tp": tp, "m": 1024, "n": 1024, "k": 256, "device": "t3-sim", "system": "",
+            "runs": runs}
+
+
+def _t3_doc(times_of):
+    """Every point of the t3-paper scenario, the times ``times_of(point)`` gives."""
+    pts = [_t3_point(p.model, p.sublayer, p.tp, times_of(p), p.key)
+           for p in load_scenario("t3-paper").points]
+    return {"scenario": "t3-paper", "timing_only": True, "points": pts}
+
+
+def _times(ideal=3 / 1.35, t3_=2.5, mca=3 / 1.30, nmc=None):
+    return {"t3": t3_, "t3-mca": mca, "ideal-overlap": ideal,
+            "ideal-rs-nmc": nmc or ideal * 0.99}
+
+
+def test_t3_rows_from_a_synthetic_sweep():
+    """Every one of the 16 cases: ideal 1.35x (within band), t3 3 / 2.5 = 1.20x (within),
+    t3-mca 1.30x (within); T3-MCA over T3 1.30 / 1.20 = 1.083x: band 1.017 .. 1.243,
+    within; at most 29%: band 1.161 .. 1.419, 1.083 is 0.078x below."""
+    rows = {r.figure: r for r in paper_rows(t3, {"t3-paper": _t3_doc(lambda p: _times())})}
+    assert rows["Geomean speedup of Ideal-GEMM-RS-Overlap over Sequential"].verdict == \
+        "within band"
+    assert rows["Geomean speedup of T3 over Sequential"].emulator.startswith("1.200x")
+    assert rows["T3-MCA over T3, geomean"].verdict == "within band"
+    assert rows["T3-MCA over T3, at most"].verdict == "outside band by 0.08x"
+    # the same time on every case: OP is not closer to ideal than FC, and never beats it
+    assert rows["On OP layers T3 beats Ideal in some cases"].verdict == \
+        "direction only: does not hold"
+    # RS phases: 1 / 0.9 at TP 8 > 1 / 0.95 at TP 16
+    assert rows["NMC alone speeds the isolated RS more at TP 8 than at TP 16"].verdict == \
+        "direction only: holds"
+    # no t3-2x-cu sweep: not computed, with the command that makes it
+    twice = rows["GPU-2X-CU: T3's gains grow for FC layers and shrink for OP"]
+    assert twice.verdict == ("not computed (needs `t3emu sweep t3-2x-cu --timing-only --out "
+                             "results/t3-2x-cu`)")
+
+
+def test_t3_rows_change_with_the_results():
+    """T3 at 3 / 2.0 = 1.5x on every case: outside its band (1.08x .. 1.32x) by 0.18x; an
+    OP case faster than ideal makes "beats Ideal in some cases" hold."""
+    def times(p):
+        if p.sublayer == "OP" and p.tp == 8 and p.model == "T-NLG":
+            return _times(t3_=2.0, ideal=2.1)
+        return _times(t3_=2.0)
+    rows = {r.figure: r for r in paper_rows(t3, {"t3-paper": _t3_doc(times)})}
+    assert rows["Geomean speedup of T3 over Sequential"].verdict == "outside band by 0.18x"
+    assert rows["On OP layers T3 beats Ideal in some cases"].verdict == "direction only: holds"
+
+
+def test_pages_and_index_without_some_papers(tmp_path):
+    sweeps = {"t3-paper": _t3_doc(lambda p: _times())}
+    written = write(sweeps, tmp_path, "t3emu validate results/t3-paper --out docs/validation")
+    assert [p.name for p in written] == ["index.md", "t3.md", "flux.md", "fused-ops.md",
+                                         "ficco.md"]
+    index = (tmp_path / "index.md").read_text()
+    n = len(flux.CLAIMS)
+    assert f"| [Flux](flux.md) | {n} | 0 | 0 | 0 (0) | {n} |" in index
+    page = (tmp_path / "flux.md").read_text()
+    assert page.count("not computed (needs `t3emu sweep flux-paper --timing-only --out "
+                      "results/flux-paper`)") == n
+    assert "arXiv:2406.06858" in page
+    t3_page = (tmp_path / "t3.md").read_text()
+    assert "ASPLOS 2024" in t3_page and "    t3emu sweep t3-paper --timing-only --out " \
+        "results/t3-paper" in t3_page
+    assert "matches" not in t3_page
+    for mod in PAPERS:
+        assert (tmp_path / f"{mod.PAPER.key}.md").read_text().count("| ") > 0
+
+
+# ---------------------------------------------------------------- causes
+
+
+def test_causes_table_from_a_synthetic_causes_record():
+    """Baseline 10 s, run 7.5 s: a 25% cut = launches 15 + link-efficiency 0 + contention
+    5 + dram-traffic 0 + overlap 5 points; geomean speedup 10 / 7.5 = 1.333x."""
+    causes = {"baseline": "sequential", "order": ["launches", "link-efficiency", "contention",
+                                                  "dram-traffic"],
+              "baseline_s": 10.0, "time_s": 7.5, "gain_s": 2.5,
+              "parts_s": {"launches": 1.5, "link-efficiency": 0.0, "contention": 0.5,
+                          "dram-traffic": 0.0, "overlap": 0.5}}
+    pt = {"runs": [{"mode": "fused", "modelled_time_s": 7.5, "causes": causes},
+                   {"mode": "sequential", "modelled_time_s": 10.0}]}
+    text = "\n".join(causes_section([CauseGroup("GEMV", [pt], ["fused"])], ["fused-ops-paper"]))
+    assert "| fused | sequential | 1 | 1.333x | 25.0% | +15.0 | +0.0 | +5.0 | +0.0 | +5.0 |" \
+        in text
+    assert "of the 25.0% cut of sequential's time, +15.0 points come from launches" in text
+    bare = {"runs": [{"mode": "fused", "modelled_time_s": 7.5}]}
+    text = "\n".join(causes_section([CauseGroup("GEMV", [bare], ["fused"])],
+                                    ["fused-ops-paper"]))
+    assert "Causes were not computed" in text
+    assert "`t3emu sweep fused-ops-paper --timing-only --causes --out " \
+        "results/fused-ops-paper`" in text
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _sweep_dir(tmp_path: Path, doc: dict, name: str = "sweep") -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps(doc))
+    return d
+
+
+def test_a_sweep_of_another_scenario_is_refused_with_one_line(tmp_path):
+    d = _sweep_dir(tmp_path, {"scenario": "tiny", "points": [{"key": "M/OP/tp2/t3-sim",
+                                                             "runs": []}]})
+    r = CliRunner().invoke(main, ["validate", str(d), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert str(d) in lines[0] and "scenario 'tiny' is not one of the papers'" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_with_other_points_is_refused(tmp_path):
+    doc = _t3_doc(lambda p: _times())
+    doc["points"] = doc["points"][:-1]  # unfinished
+    d = _sweep_dir(tmp_path, doc)
+    with pytest.raises(ValidationError, match="1 of the scenario's 22 points missing"):
+        read_sweep(d)
+    doc["points"].append(_t3_point("X", "OP", 8, _times(), key="X/OP/tp8/t3-sim"))
+    d2 = _sweep_dir(tmp_path, doc, "other")
+    r = CliRunner().invoke(main, ["validate", str(d2), "--out", str(tmp_path / "out")])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "not in scenario t3-paper" in r.stderr
+
+
+def test_validate_writes_the_pages(tmp_path):
+    d = _sweep_dir(tmp_path, _t3_doc(lambda p: _times()), "t3-paper")
+    out = tmp_path / "validation"
+    r = CliRunner().invoke(main, ["validate", str(d), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    page = (out / "t3.md").read_text()
+    # the commands as a user types them, not the directory given
+    assert f"t3emu validate results/t3-paper --out {out}" in page
+    assert str(d) not in page
+
+
+def test_validate_needs_a_directory():
+    r = CliRunner().invoke(main, ["validate"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "give at least one sweep directory" in r.stderr
