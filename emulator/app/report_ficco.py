@@ -183,7 +183,7 @@ def figures(doc: dict, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from emulator.app.report import _save
+    from emulator.app.report import _save, _wrap
 
     written = []
     pts = [pt for pt in doc["points"] if SERIAL in _runs(pt)]
@@ -203,8 +203,8 @@ def figures(doc: dict, out: Path) -> list[Path]:
             ax.set_ylabel("speedup over serial")
             ax.grid(axis="y", alpha=0.3)
         axes[0, 0].legend(fontsize=7, ncol=5, loc="upper right")
-        axes[0, 0].set_title("FiCCO: speedup over the serial baseline per GEMM (the paper's "
-                             "g1-g16 above, the synthetic set below)")
+        axes[0, 0].set_title("FiCCO: speedup over the serial baseline per GEMM" + (
+            " (the paper's GEMMs above, the synthetic set below)" if len(sets) > 1 else ""))
         written.append(_save(plt, fig, out / "ficco_speedup.png"))
     ls = [(pt, losses(pt)) for pt in pts]
     ls = [(pt, x) for pt, x in ls if x]
@@ -238,6 +238,6 @@ def figures(doc: dict, out: Path) -> list[Path]:
             a, n = agreement(h, which)
             if n:
                 title += f"; {which}: {a}/{n}"
-        ax.set_title(title, fontsize=9)
+        ax.set_title(_wrap(title, fig.get_figwidth(), 9), fontsize=9)
         written.append(_save(plt, fig, out / "ficco_heuristic.png"))
     return written

@@ -121,7 +121,7 @@ def figures(doc: dict, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from emulator.app.report import _save
+    from emulator.app.report import _save, _wrap
 
     colors = {n: c.color for n, c in _REG.configurations.items()}
     modes, fused = shown(doc), designs_modes(doc)
@@ -146,7 +146,7 @@ def figures(doc: dict, out: Path) -> list[Path]:
                     ax.bar(xs, y, width * 0.95, color=colors.get(m),
                            label=m if x == 0 else None)
                     if m == fused[0]:
-                        ax.annotate(f"-{reduction(pt, m):.0f}%", (xs, y), fontsize=6,
+                        ax.annotate(f"{-reduction(pt, m):+.0f}%", (xs, y), fontsize=6,
                                     ha="center", xytext=(0, 2), textcoords="offset points")
             ax.set_xticks(range(len(pts)))
             ax.set_xticklabels([str(p["m"]) for p in pts], fontsize=7)
@@ -154,12 +154,14 @@ def figures(doc: dict, out: Path) -> list[Path]:
             ax.set_ylabel(f"time / {_REG.baseline()}", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
             if idx == 0:
-                ax.legend(fontsize=7)
+                handles, labels = ax.get_legend_handles_labels()
         for idx in range(len(keys), rows * cols):
             axes[idx // cols][idx % cols].axis("off")
-        fig.suptitle(f"{doc['scenario']}: modelled time of each configuration over "
-                     f"{_REG.baseline()} per point (x axis: M; label: {fused[0]}'s cut)",
-                     fontsize=10)
+        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels),
+                   bbox_to_anchor=(0.5, -0.02))
+        fig.suptitle(_wrap(f"{doc['scenario']}: modelled time of each configuration over "
+                           f"{_REG.baseline()} per point (x axis: M; label: {fused[0]}'s "
+                           f"change of time)", fig.get_figwidth()), fontsize=10)
         written.append(_save(plt, fig, out / "fused_time.png"))
     orders = [m for m in fused if any(m in _runs(p) and _runs(p)[m].get("rank_skew")
                                       for pts in groups.values() for p in pts)]
@@ -181,8 +183,8 @@ def figures(doc: dict, out: Path) -> list[Path]:
         ax.set_xticks(range(len(skewed)))
         ax.set_xticklabels(labels, fontsize=7)
         ax.set_ylabel("rank's end over the fastest's (% later)", fontsize=8)
-        ax.set_title(f"{doc['scenario']}: skew per rank (one bar per rank) for each task "
-                     f"order", fontsize=10)
+        ax.set_title(_wrap(f"{doc['scenario']}: skew per rank (one bar per rank) for each "
+                           f"task order", fig.get_figwidth()), fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
         written.append(_save(plt, fig, out / "fused_skew.png"))

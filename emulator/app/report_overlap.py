@@ -22,10 +22,16 @@ from emulator.app.catalog import registry
 _REG = registry()
 
 
+DESIGN = "Flux"
+
+
 def applies(doc: dict) -> bool:
-    """Cluster views need points on systems with the overlap metrics."""
-    return any(pt.get("system") for pt in doc["points"]) and any(
-        r.get("ect_s") is not None for pt in doc["points"] for r in pt["runs"])
+    """Cluster views need a Flux configuration's runs on systems with the overlap metrics
+    (operations whose producer is a GEMM)."""
+    return any(_REG.configurations.get(r["mode"]) is not None
+               and _REG.configurations[r["mode"]].design == DESIGN
+               and r.get("ect_s") is not None
+               for pts in groups(doc).values() for pt in pts for r in pt["runs"])
 
 
 def _runs(pt: dict) -> dict[str, dict]:
@@ -33,10 +39,13 @@ def _runs(pt: dict) -> dict[str, dict]:
 
 
 def groups(doc: dict) -> dict[tuple[str, str, int], list[dict]]:
-    """(sub-layer, system, TP) -> its points by m."""
+    """(sub-layer, system, TP) -> its points by m (points on systems of operations whose
+    producer is a GEMM)."""
+    from emulator.app.report import gemm_producer
+
     out: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
     for pt in doc["points"]:
-        if pt.get("system"):
+        if pt.get("system") and gemm_producer(doc, pt):
             out[(pt["sublayer"], pt["system"], pt["tp"])].append(pt)
     return {k: sorted(v, key=lambda p: p["m"]) for k, v in out.items()}
 
@@ -102,7 +111,7 @@ def figures(doc: dict, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from emulator.app.report import _save
+    from emulator.app.report import _save, _wrap
 
     base, tuned = methods(doc)
     shown = base + tuned
@@ -156,13 +165,13 @@ def figures(doc: dict, out: Path) -> list[Path]:
     handles = [plt.Rectangle((0, 0), 1, 1, color="#c7c7c7")] + [
         plt.Rectangle((0, 0), 1, 1, color=colors.get(m)) for m in shown]
     fig.legend(handles, ["GEMM alone"] + [f"ECT of {m}" for m in shown], loc="lower center",
-               ncol=len(handles), fontsize=8)
-    fig.suptitle(f"{doc['scenario']}: each method's time = GEMM alone + exposed communication "
-                 f"(ECT), per m; bars left to right: {', '.join(shown)}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
-    fig.savefig(out / "flux_ect.png", dpi=130)
-    plt.close(fig)
-    written.append(out / "flux_ect.png")
+               ncol=min(len(handles), 6), fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(_wrap(f"{doc['scenario']}: each method's time = GEMM alone + exposed "
+                       f"communication (ECT), per m, over the time of "
+                       f"{base[0] if base else 'itself'}; bars left to right: "
+                       f"{', '.join(shown)}", fig.get_figwidth()), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    written.append(_save(plt, fig, out / "flux_ect.png", tight=False))
 
     # 2. overlap efficiency per configuration against m (clipped below at FLOOR: a
     # medium-grained baseline at small m can be tens of ECTs worse; its value is printed)
@@ -195,7 +204,8 @@ def figures(doc: dict, out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower right")
         axes[i][0].set_ylabel(f"overlap efficiency E (clipped at {floor})", fontsize=8)
-    fig.suptitle(f"{doc['scenario']}: overlap efficiency E = 1 - ECT / ECT of "
-                 f"{_REG.baseline()}; bold: {', '.join(bold)}", fontsize=10)
+    fig.suptitle(_wrap(f"{doc['scenario']}: overlap efficiency E = 1 - ECT / ECT of "
+                       f"{_REG.baseline()}; bold: {', '.join(bold)}", fig.get_figwidth()),
+                 fontsize=10)
     written.append(_save(plt, fig, out / "flux_efficiency.png"))
     return written
