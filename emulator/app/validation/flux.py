@@ -364,7 +364,10 @@ def details(sw: Sweeps) -> list[str]:
     lines: list[str] = []
     if SWEEP in sw:
         lines += _cluster_table(sw) + _two_node(sw)
-        lines += causes_section([CauseGroup(f"{c} (TP 8, m = {M_TABLE[0]} to {M_TABLE[-1]}, "
-                                            f"both operations)", cases(sw, s), [FLUX, TE])
-                                 for c, s in CLUSTERS.items()], [SWEEP])
+        groups = [CauseGroup(f"{c} (TP 8, m = {M_TABLE[0]} to {M_TABLE[-1]}, both operations)",
+                             cases(sw, s), [FLUX, TE]) for c, s in CLUSTERS.items()]
+        groups += [CauseGroup(f"{c}, two nodes (TP 16, m = 8192, both operations)",
+                              cases(sw, s, (8192,), 16), [FLUX, TE])
+                   for c, s in TWO_NODE.items() if cases(sw, s, (8192,), 16)]
+        lines += causes_section(groups, [SWEEP])
     return lines + _notes(sw)
