@@ -11,6 +11,8 @@ for every method), E = 1 - ECT / ECT of the non-overlapped baseline.
 
 from __future__ import annotations
 
+from emulator.app.catalog import registry
+
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
     causes_section, mean, runs, time_of)
@@ -259,8 +261,8 @@ def flat_network_check(pt: dict) -> dict | None:
     if nodes < 2 or pt.get("algorithm") != "direct" or not ic.get("nics_per_node"):
         return None
     e = 2  # fp16 / bf16
-    cols = pt["k"] if pt["collective"].startswith("ag") else pt["n"]
-    chunk = pt["m"] / pt["tp"] * cols * e
+    op = registry().operation(pt["collective"])  # the gathered or reduced array's bytes
+    chunk = op.collective_bytes(pt["m"], pt["n"], pt["k"], e) / pt["tp"]
     share = ic["nic_bw"] * ic.get("library_fraction_network", 1.0) / (g / ic["nics_per_node"])
     flat = chunk * g * (nodes - 1) / share
     return {"flat_s": flat, "once_s": chunk * (nodes - 1) / share, "share": share,

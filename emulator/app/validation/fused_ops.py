@@ -7,6 +7,8 @@ emulator's from the ``fused-ops-paper`` sweep.
 
 from __future__ import annotations
 
+from emulator.app.catalog import registry
+
 from emulator.app.report_fused import comparison_groups, occupancy_groups, reduction
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
@@ -87,7 +89,8 @@ def _gemv_shrinks(sw: Sweeps) -> Direction | NotComputed:
 def comm_share(p: dict) -> float:
     """The baseline's time outside its compute kernel(s), as a share of it."""
     ph = runs(p)[BASE]["phases"]
-    comm = sum(v for k, v in ph.items() if k in ("a2a", "rs", "ag"))
+    collective = {k for op in registry().operations.values() for k in op.bus_factors}
+    comm = sum(v for k, v in ph.items() if k in collective)  # the collective phases
     return comm / time_of(p, BASE)
 
 
