@@ -89,3 +89,17 @@ def test_ablate_is_a_usage_error_when_unknown():
     proc = run_cli(["run", "--ablate", "launch", "--timing-only"], timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--ablate" in proc.stderr
+
+
+def test_summary_says_when_a_configuration_has_no_baseline_for_its_causes():
+    from emulator.app.worker import summary_table
+
+    run = {"mode": "t3", "phases": {"gemm+rs": 1e-3}, "numerics": "timing-only",
+           "modelled_time_s": 1e-3, "dram_bytes": {"gemm_read": 1}, "wall_time_s": 0.1,
+           "rank_skew": [1.0, 1.0], "baseline": None, "speedup": None}
+    doc = {"config": {"collective": "ar", "algorithm": "ring", "topology": "ring", "m": 8,
+                      "n": 8, "k": 8, "dtype": "fp16", "split_k": 1, "causes": True},
+           "device": {"name": "t3-sim"}, "world_size": 2, "runs": [run],
+           "lower_bounds_s": {"gemm_compute": 1e-6, "collective_link": 1e-6}}
+    text = summary_table(doc)
+    assert "no causes for t3: its baseline sequential is not in --mode" in text

@@ -97,6 +97,14 @@ def summary_table(doc: dict) -> str:
         lines.append(f"causes of each gain (counterfactual runs, costs removed in the order "
                      f"{', '.join(ORDER)}; points of the baseline's time):")
         lines += [f"  {line(m, c)}" for m, c in causes]
+    if cfg.get("causes"):
+        from emulator.app.catalog import registry
+
+        reg = registry(tuple(cfg.get("configs", ())))
+        lost = [(r["mode"], reg.baseline_of(r["mode"])) for r in doc["runs"]
+                if not r.get("causes") and reg.baseline_of(r["mode"])
+                and not r.get("baseline")]
+        lines += [f"no causes for {m}: its baseline {b} is not in --mode" for m, b in lost]
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
@@ -301,11 +309,11 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     others = {r["mode"]: r["modelled_time_s"] for r in runs if r["mode"] in reg.baselines()}
     by_mode = {r["mode"]: r for r in runs}
     gemm = cfg.operation.producer == "gemm"  # Flux's ECT compares with a GEMM alone
+    measured = {reg.baseline_of(m) for m in by_mode}  # the baselines of this job's runs
     for run in runs:
         own = reg.baseline_of(run["mode"])
         own = own if own in by_mode else None
         run["baseline"] = own  # the configuration its gain is over (the registry's)
-        measured = {reg.baseline_of(m) for m in by_mode}  # the baselines of this job's runs
         run["speedup"] = (by_mode[own]["modelled_time_s"] / run["modelled_time_s"] if own
                           else 1.0 if run["mode"] in measured else None)  # a baseline: 1
         run["speedup_vs_sequential"] = seq / run["modelled_time_s"] if seq else None
