@@ -186,8 +186,11 @@ def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
     out = tmp_path / "sweep"
     argv = [sys.executable, "-m", "emulator.app.cli", "sweep", str(TINY), "--out", str(out),
             "--timing-only"]
+    # a terminal's Ctrl-C: SIGINT handled by default in the sweep (a test run started in the
+    # background, e.g. `nohup ... &`, would otherwise pass SIGINT on ignored)
     proc = subprocess.Popen(argv, env=conftest.test_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     results = out / "results.json"
     deadline = time.monotonic() + 120
     finished = []
