@@ -300,6 +300,26 @@ def test_exception_on_a_rank_ends_the_job(fault, where):
     _no_leftovers("7104")
 
 
+def test_an_abort_message_hydra_did_not_relay_is_printed_once(tmp_path):
+    """A rank writes its abort message to stderr and to its marker, then MPI_Abort; when
+    Hydra ends the job before relaying the message, the launcher prints it from the marker
+    (and never twice)."""
+    import io
+
+    from emulator.app.launcher import StderrRelay
+
+    msg = "[t3emu rank 1] error in thread dma: RuntimeError: injected fault\nTraceback ...\n"
+    (tmp_path / "1.abort").write_text(msg)
+    (tmp_path / "0.end").write_text("0")
+    for relayed, want in (("other output\n", "other output\n" + msg), (msg, msg)):
+        sink = io.StringIO()
+        relay = StderrRelay(io.StringIO(relayed), sink)
+        relay.start()
+        relay.join()
+        relay.print_lost_aborts(tmp_path)
+        assert sink.getvalue() == want
+
+
 @pytest.mark.parametrize("mode,timing_only", [("t3", False), ("sequential", False),
                                               ("t3", True)])
 def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):

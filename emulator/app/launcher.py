@@ -210,6 +210,34 @@ class RankWatch(threading.Thread):
                       and not (self.pid_dir / f"{r}.abort").exists())
 
 
+class StderrRelay(threading.Thread):
+    """Passes the job's stderr through line by line and remembers the ranks' abort
+    messages it saw. A rank writes its abort message to stderr and to its "abort" marker,
+    then calls MPI_Abort; Hydra can end the job before its proxy relays what the rank
+    wrote, so after the job ``print_lost_aborts`` prints the messages that never came."""
+
+    def __init__(self, source, sink):
+        super().__init__(name="t3emu-stderr-relay", daemon=True)
+        self.source, self.sink, self.seen = source, sink, set()
+
+    def run(self) -> None:
+        for line in self.source:
+            if line.startswith("[t3emu rank "):
+                self.seen.add(line.rstrip("\n"))
+            self.sink.write(line)
+            self.sink.flush()
+
+    def print_lost_aborts(self, pid_dir: Path) -> None:
+        for marker in sorted(pid_dir.glob("*.abort")):
+            try:
+                msg = marker.read_text()
+            except OSError:
+                continue
+            if msg and msg.splitlines()[0] not in self.seen:
+                self.sink.write(msg if msg.endswith("\n") else msg + "\n")
+                self.sink.flush()
+
+
 def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     """Run ``cfg`` as an MPI job of ``cfg.ranks`` ranks; return mpiexec's exit code.
 
@@ -228,11 +256,13 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         mpiexec.append("-disable-auto-cleanup")
     argv = [*mpiexec, *host_args(cfg), "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py",
             "-m", "emulator.app.cli", "run", *_cfg_args(cfg)]
-    out = stdout or sys.stdout
+    out, err = stdout or sys.stdout, stderr or sys.stderr
     with tempfile.TemporaryDirectory(prefix="t3emu-ranks-") as pid_dir:
         env["T3EMU_PID_DIR"] = pid_dir
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                errors="replace")
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace")
+        relay = StderrRelay(proc.stderr, err)
+        relay.start()
         watch = RankWatch(pid_dir, proc)
         if watched:
             watch.start()
@@ -252,12 +282,13 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                     except OSError:
                         pass
             raise
+        relay.join()
+        relay.print_lost_aborts(Path(pid_dir))
         if watched:
             watch.join()
             rc = _ranks_rc(Path(pid_dir), rc, cfg.ranks)
     if watch.dead:
         who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
-        err = stderr or sys.stderr
         err.write(f"t3emu: {who} died without reporting an error (killed by a signal, e.g. "
                   f"kill -9 or the out-of-memory killer, or crashed); the launcher stopped the "
                   f"other ranks\n")

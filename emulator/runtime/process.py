@@ -30,7 +30,7 @@ def mark_rank(what: str, content: str | None = None) -> None:
     PID at start-up; "end" and "abort" record that it exits through the emulator's own
     paths, so a rank that disappears without one died from outside (a signal, a crash).
     ``content``: what the marker holds (default this process's PID; "end": the rank's exit
-    code)."""
+    code; "abort": the message the rank printed)."""
     pid_dir = os.environ.get("T3EMU_PID_DIR")
     if not pid_dir or not os.path.isdir(pid_dir):
         return
@@ -69,9 +69,9 @@ def abort(exc: BaseException, where: str = "") -> None:
         msg = (f"[t3emu rank {rank}] error{' in ' + where if where else ''}: "
                f"{type(exc).__name__}: {exc}\n{tb}")
     try:
+        mark_rank("abort", msg)  # first: the launcher prints it if Hydra's relay loses it
         sys.stderr.write(msg)
         sys.stderr.flush()
-        mark_rank("abort")
     finally:
         MPI.COMM_WORLD.Abort(1)
 
