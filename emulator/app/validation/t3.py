@@ -146,7 +146,7 @@ def _nmc(sw: Sweeps) -> Direction:
     g8, g16 = gain(8), gain(16)
     return Direction(g8 > g16, f"isolated RS / RS with NMC: {g8:.3f} at TP 8, {g16:.3f} at "
                                f"TP 16 ({(g8 - 1) * 100:.1f}% and {(g16 - 1) * 100:.1f}%; "
-                               f"issue 28 quotes the paper's 7% and 3%)")
+                               "the paper gives 7% and 3%)")
 
 
 def _dram(sw: Sweeps) -> Direction:
