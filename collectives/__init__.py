@@ -24,5 +24,12 @@ def default_algorithm(algorithms: tuple[str, ...], topology: str) -> str:
     return algorithms[0]
 
 
+def default_topology(algorithms: tuple[str, ...]) -> str:
+    """The topology a run takes when none is given: the first (ring, full-mesh, switch,
+    pcie) on which one of the operation's algorithms runs (a ring for what a ring runs,
+    a full mesh for direct-only operations such as the all-to-alls)."""
+    return next(t for t in TOPOLOGIES if any(a in TOPOLOGY_ALGORITHMS[t] for a in algorithms))
+
+
 def supported(algorithms: tuple[str, ...], algorithm: str, topology: str) -> bool:
     return algorithm in algorithms and algorithm in TOPOLOGY_ALGORITHMS[topology]

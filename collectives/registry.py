@@ -69,7 +69,7 @@ REGISTRY.add_operation(Operation(
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
     aliases=("gemv-ar",), reducing=True, split_k=False, bus_factors=AR, spans={"ar": ("rs", "ag")},
-    producer="gemv",
+    producer="gemv", shape=(4096, 1, 4096),  # Llama-2-7B's attention projection, TP 4
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
@@ -79,6 +79,7 @@ REGISTRY.add_operation(Operation(
     params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
     check_reference=embedding.reference, bounds=embedding.bounds, split_k=False,
     host_memory=embedding.host_memory, producer="embedding",
+    shape=(1024, 256, 70),  # the fused operators' DLRM: batch 1024, D = 256, L = 70
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
 REGISTRY.add_operation(Operation(
     "a2a+gemm", "all-to-all dispatch of tokens to the experts' GPUs feeding each expert's "

@@ -386,7 +386,12 @@ def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:
                                                                       topology=topology))
 
 
-def load_device(name_or_path: str) -> DeviceSpec:
-    """Load a preset by name (see `list_presets`) or a user TOML file by path."""
+def load_device(name_or_path: str, overrides: tuple = (), in_system: bool = False) -> DeviceSpec:
+    """Load a preset by name (see `list_presets`) or a user TOML file by path, with the
+    ``--set`` overrides of its keys (``devices/overrides.py``) written in before the checks."""
+    from devices import overrides as ov
+
     data, path = read_toml(name_or_path, PRESET_DIR, "device", list_presets())
-    return parse_spec(data, str(path))
+    mine = [(k, v) for k, v in overrides if ov.split(k, in_system)[0] == "gpu"]
+    source = str(path) + (f" with --set {ov.describe(tuple(mine))}" if mine else "")
+    return parse_spec(ov.apply(data, overrides, "gpu", in_system), source)

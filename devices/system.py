@@ -57,7 +57,7 @@ def _value(source: str, section: str, key: str, value: Any, typ: type, scale: fl
     return checked_value(where, value, typ, scale, key in _MAY_BE_ZERO)
 
 
-def parse_system(data: dict[str, Any], source: str) -> DeviceSpec:
+def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> DeviceSpec:
     """Validate a parsed system file; return its GPU's spec with the system's interconnect."""
     allowed = {"name", "description", *_SYSTEM[""], "intra", "network"}
     unknown = set(data) - allowed
@@ -93,7 +93,8 @@ def parse_system(data: dict[str, Any], source: str) -> DeviceSpec:
     if not gpu_path.is_absolute() and gpu_path.suffix == ".toml":
         gpu_path = Path(source).parent / gpu_path
     try:
-        gpu = load_device(str(gpu_path) if gpu_path.suffix == ".toml" else top["gpu"])
+        gpu = load_device(str(gpu_path) if gpu_path.suffix == ".toml" else top["gpu"],
+                          overrides, in_system=True)
     except SpecError as exc:
         raise SpecError(f"{source}: gpu = {top['gpu']!r}: {exc}") from None
     nodes, per_node = top["nodes"], top["gpus_per_node"]
@@ -160,7 +161,12 @@ def system_size(spec: DeviceSpec) -> int:
     return ic.gpus_per_node * ic.nodes
 
 
-def load_system(name_or_path: str) -> DeviceSpec:
-    """Load a system preset by name (see `list_systems`) or a system TOML file by path."""
+def load_system(name_or_path: str, overrides: tuple = ()) -> DeviceSpec:
+    """Load a system preset by name (see `list_systems`) or a system TOML file by path, with
+    the ``--set`` overrides of its keys and its GPU's (``devices/overrides.py``)."""
+    from devices import overrides as ov
+
     data, path = read_toml(name_or_path, SYSTEM_DIR, "system", list_systems())
-    return parse_system(data, str(path))
+    mine = [(k, v) for k, v in overrides if ov.split(k, True)[0] == "system"]
+    source = str(path) + (f" with --set {ov.describe(tuple(mine))}" if mine else "")
+    return parse_system(ov.apply(data, overrides, "system", True), source, overrides)

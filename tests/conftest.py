@@ -37,12 +37,12 @@ def test_env() -> dict:
     return env
 
 
-def run_group(argv: list[str], timeout: float, env: dict | None = None,
+def run_group(argv: list[str], timeout: float, env: dict | None = None, cwd: Path = ROOT,
               **popen) -> subprocess.CompletedProcess:
     """Run ``argv`` in a session of its own; on timeout kill the whole group (mpiexec and
     every rank), so a hang fails the test and leaves no process behind."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env or test_env(), cwd=ROOT, start_new_session=True, **popen)
+                            env=env or test_env(), cwd=cwd, start_new_session=True, **popen)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -16,12 +16,35 @@ import click
 from collectives import ALGORITHMS, TOPOLOGIES
 from emulator.app.catalog import registry
 from emulator.app.config import VALUES, ConfigError, RunConfig
-from emulator.app.launcher import launch, preflight, ranks_on_this_host, under_mpi
+from emulator.app.launcher import preflight, ranks_on_this_host, under_mpi
 
 _DEFAULT = RunConfig()
 _REG = registry()
 _OPS = ", ".join(_REG.names())
 _CONFIGS = ", ".join(_REG.configurations)
+
+
+def _what_ifs(command):
+    """``--set KEY=VALUE`` (``run`` and ``sweep``)."""
+    return click.option(
+        "--set", "overrides", type=str, multiple=True, metavar="KEY=VALUE",
+        help="Change a GPU preset or system key without editing files, e.g. --set gpu.cus=160 "
+             "--set intra.link_gb_per_s_per_direction=300 (repeatable; keys: gpu.KEY, nodes, "
+             "gpus_per_node, intra.KEY, network.KEY; see docs/what-ifs.md).")(command)
+
+
+def _overrides(items: tuple[str, ...]) -> tuple:
+    """``--set`` items as (key, value) pairs; a malformed one is a usage error naming it."""
+    from devices.overrides import parse
+    from devices.spec import SpecError
+
+    out = []
+    for item in items:
+        try:
+            out.append(parse(item))
+        except SpecError as exc:
+            _fail_usage(ConfigError("--set", item, str(exc)))
+    return tuple(out)
 
 
 def _counterfactuals(command):
@@ -93,20 +116,24 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               default=_DEFAULT.collective, show_default=True,
               help=f"The operation: {_OPS} (rs = gemm+rs, ag-gemm = ag+gemm, ...; "
                    f"see `t3emu configs`).")
-@click.option("--topology", type=str, default=_DEFAULT.topology, show_default=True,
-              help=f"Interconnect: {', '.join(TOPOLOGIES)}.")
+@click.option("--topology", type=str, default="",
+              help=f"Interconnect: {', '.join(TOPOLOGIES)}; default: ring for an operation "
+                   f"a ring runs, full-mesh for the direct-only ones (the all-to-alls).")
 @click.option("--algorithm", type=str, default=None,
               help=f"{' or '.join(ALGORITHMS)}; default: ring on a ring, direct otherwise "
                    f"(a2a is direct only).")
 @click.option("--mode", type=str, default=_DEFAULT.mode, show_default=True,
               help=f"Configurations: {_CONFIGS}, all (every one that applies to the "
                    f"operation), or a comma-separated list.")
-@click.option("--m", "m", type=int, default=_DEFAULT.m, show_default=True,
-              help="Rows of each device's GEMM output (tokens).")
-@click.option("--n", "n", type=int, default=_DEFAULT.n, show_default=True,
-              help="Columns of each device's GEMM output.")
-@click.option("--k", "k", type=int, default=_DEFAULT.k, show_default=True,
-              help="Each device's slice of the dot-product dimension.")
+@click.option("--m", "m", type=int, default=None,
+              help="Rows of each device's GEMM output (tokens); default: the operation's "
+                   "(8192 for the GEMM operations; `t3emu configs` says what M, N and K mean "
+                   "for the others).")
+@click.option("--n", "n", type=int, default=None,
+              help="Columns of each device's GEMM output; default: the operation's (3072).")
+@click.option("--k", "k", type=int, default=None,
+              help="Each device's slice of the dot-product dimension; default: the "
+                   "operation's (768).")
 @click.option("--dtype", type=str, default=_DEFAULT.dtype, show_default=True,
               help="fp16 (stored fp16, fp32 accumulate) or fp32.")
 @click.option("--device", type=str, default=_DEFAULT.device, show_default=True,
@@ -144,15 +171,17 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help="An operation's shape beyond M, N, K or a configuration's knob, e.g. "
                    "--param tables=256 --param occupancy=0.5 (repeatable; `t3emu configs` "
                    "names each operation's and configuration's parameters).")
+@_what_ifs
 @_counterfactuals
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
                    "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, system, split_k,
         seed, values, watchdog_s, json_path, timing_only, trace_path, record_wall,
-        configs, hosts, same_machine, params, ablate, causes, inject_fault) -> None:
+        configs, hosts, same_machine, params, overrides, ablate, causes, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
-    ranks = _system_ranks(system, ranks, topology, device)
+    overrides = _overrides(overrides)
+    ranks = _system_ranks(system, ranks, topology, device, overrides)
     cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
                     mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
                     values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
@@ -160,7 +189,7 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
                     inject_fault=inject_fault, configs=tuple(configs),
                     hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
                     same_machine=same_machine, system=system, params=_params(params),
-                    ablate=_names(ablate), causes=causes)
+                    ablate=_names(ablate), causes=causes, overrides=overrides)
     from emulator.app.files import OutputError
 
     mpi = under_mpi()
@@ -174,7 +203,9 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
         from emulator.app.worker import main as worker_main
 
         sys.exit(worker_main(cfg))
-    rc = launch(cfg)
+    from emulator.api import execute
+
+    rc = execute(cfg)
     sys.exit(rc if rc in (0, 2) else 1)  # 2: refused inside the job (memory of a node)
 
 
@@ -194,35 +225,23 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own, which the "
                    "scenario's modes may name (repeatable; resume with the same files).")
+@_what_ifs
 @_counterfactuals
-def sweep(scenario, out_dir, timing_only, watchdog_s, configs, ablate, causes) -> None:
-    """Run every point of SCENARIO (a name under run/, or a .toml path) in its configurations."""
+def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate, causes) -> None:
+    """Run every point of SCENARIO (a shipped name, see run/, or a .toml path) in its
+    configurations."""
     from pathlib import Path
 
-    from emulator.app.scenario import ScenarioError, load_scenario
-    from emulator.app.sweep import run_sweep
+    from emulator.api import sweep as run_sweep
+    from emulator.app.files import OutputError
+    from emulator.app.scenario import ScenarioError
 
-    from emulator.app.config import MAX_WATCHDOG_S
-    from emulator.app.files import OutputError, check_output_dir
-
-    if not 0 < watchdog_s <= MAX_WATCHDOG_S:
-        _fail_usage(ConfigError("--watchdog-s", watchdog_s,
-                                f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}"))
-    from emulator.model.ablation import AblationError, check
-
-    try:
-        check(_names(ablate))
-    except AblationError as exc:
-        _fail_usage(ConfigError("--ablate", ablate, str(exc).split(": ", 1)[1]))
-    if causes and ablate:
-        _fail_usage(ConfigError("--causes", "set", "--causes runs its own counterfactuals; "
-                                "drop --ablate"))
     out = Path(out_dir)
     try:
-        sc = load_scenario(scenario, tuple(configs))
-        check_output_dir(out, "--out", len(sc.points) * (2 << 20))
-        rc = run_sweep(sc, out, timing_only, watchdog_s, tuple(configs), _names(ablate), causes)
-    except (ScenarioError, OutputError) as exc:
+        rc = run_sweep(scenario, out, timing_only=timing_only, watchdog_s=watchdog_s,
+                       configs=configs, ablate=_names(ablate), causes=causes,
+                       set=_overrides(overrides)).exit_code
+    except (ConfigError, ScenarioError, OutputError) as exc:
         _fail_usage(exc)
     except KeyboardInterrupt:
         click.echo(f"\nt3emu: sweep interrupted; finished points are in {out}; rerun the same "
@@ -350,7 +369,8 @@ def configs(configs) -> None:
     for op in reg.operations.values():
         alias = f" (alias {', '.join(op.aliases)})" if op.aliases else ""
         click.echo(f"  {op.name:<10}{alias:<18} {op.help}; algorithms: "
-                   f"{', '.join(op.algorithms)}; {op.design}; {op.dims}")
+                   f"{', '.join(op.algorithms)}; {op.design}; {op.dims}; default "
+                   f"M={op.shape[0]} N={op.shape[1]} K={op.shape[2]}")
         for pname, prm in op.params.items():
             click.echo(f"  {'':<28} --param {pname}= (default {prm.default:g}): {prm.help}")
     click.echo("configurations:")
@@ -362,7 +382,8 @@ def configs(configs) -> None:
             click.echo(f"  {'':<14} --param {pname}= (default {prm.default:g}): {prm.help}")
 
 
-def _system_ranks(system: str | None, ranks: int, topology: str, device: str) -> int:
+def _system_ranks(system: str | None, ranks: int, topology: str, device: str,
+                  overrides: tuple = ()) -> int:
     """-n of a run on ``system``: its GPU count unless -n is given; --device and --topology
     belong to the system then."""
     if not system:
@@ -380,7 +401,13 @@ def _system_ranks(system: str | None, ranks: int, topology: str, device: str) ->
     from devices.system import load_system, system_size
 
     try:
-        return system_size(load_system(system)) or ranks
+        from devices.overrides import check
+
+        check(overrides, True)
+    except SpecError as exc:
+        _fail_usage(ConfigError("--set", " ".join(f"{k}={v}" for k, v in overrides), str(exc)))
+    try:
+        return system_size(load_system(system, overrides)) or ranks
     except SpecError as exc:
         _fail_usage(ConfigError("--system", system, str(exc)))
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from collectives import ALGORITHMS, TOPOLOGIES, TOPOLOGY_ALGORITHMS, default_algorithm
+from collectives import (ALGORITHMS, TOPOLOGIES, TOPOLOGY_ALGORITHMS, default_algorithm,
+                         default_topology)
 from devices.spec import DTYPES
 from emulator.app.catalog import registry
-from emulator.engine.registry import RegistryError
+from emulator.engine.registry import RegistryError, param_conflict
 
 MAX_DIM = 1 << 22  # FiCCO's largest GEMM has 1,607,680 rows
 MAX_SEED = 2**63 - 1
@@ -41,12 +42,12 @@ class ConfigError(ValueError):
 class RunConfig:
     ranks: int = 4
     collective: str = "ar"
-    topology: str = "ring"
+    topology: str = ""  # "": the operation's (collectives.default_topology), set by validate
     algorithm: str | None = None  # None: the topology's default for the collective
     mode: str = "all"
-    m: int = 8192
-    n: int = 3072
-    k: int = 768
+    m: int | None = None  # None: the operation's default shape (Operation.shape), set by
+    n: int | None = None  # validate
+    k: int | None = None
     dtype: str = "fp16"
     device: str = "t3-sim"
     seed: int = 0
@@ -67,6 +68,8 @@ class RunConfig:
     ablate: tuple[str, ...] = ()  # --ablate: costs removed from every run (a counterfactual;
     # emulator/model/ablation.py)
     causes: bool = False  # --causes: split each gain into causes by counterfactual runs
+    overrides: tuple[tuple[str, object], ...] = ()  # --set KEY=VALUE: preset and system keys
+    # changed without editing files (devices/overrides.py)
 
     def load_spec(self):
         """The device of the run: the system's GPU in the system's interconnect (--system),
@@ -74,10 +77,16 @@ class RunConfig:
         from devices.spec import SpecError, load_device, with_topology
         from devices.system import load_system
 
+        from devices.overrides import check
+
+        try:
+            check(self.overrides, bool(self.system))
+        except SpecError as exc:
+            raise ConfigError("--set", _set_text(self.overrides), str(exc)) from None
         try:
             if self.system:
-                return load_system(self.system)
-            spec = load_device(self.device)
+                return load_system(self.system, self.overrides)
+            spec = load_device(self.device, self.overrides)
         except SpecError as exc:
             raise ConfigError("--system" if self.system else "--device",
                               self.system or self.device, str(exc)) from None
@@ -121,7 +130,18 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def validate(self) -> RunConfig:
-        """Check every option; return the config with the algorithm resolved."""
+        """Check every option; return the config with the topology and algorithm resolved."""
+        try:
+            reg = registry(self.configs)
+        except RegistryError as exc:
+            raise ConfigError("--configs", ",".join(self.configs), str(exc)) from None
+        if self.collective in reg.names() and (not self.topology or None in (self.m, self.n,
+                                                                               self.k)):
+            op = reg.operation(self.collective)  # the operation's defaults
+            shape = {d: v if getattr(self, d) is None else getattr(self, d)
+                     for d, v in zip("mnk", op.shape)}
+            return dataclasses.replace(self, topology=self.topology or default_topology(
+                op.algorithms), **shape).validate()
         if not 1 <= self.ranks <= 4096:
             raise ConfigError("-n/--ranks", self.ranks, "an integer from 1 to 4096")
         if self.hosts and (len(set(self.hosts)) != len(self.hosts) or len(self.hosts) > self.ranks
@@ -131,10 +151,6 @@ class RunConfig:
                               f"distinct host names, at most one per rank ({self.ranks})")
         if self.same_machine and not self.hosts:
             raise ConfigError("--same-machine", "set", "needs --hosts (the emulated hosts)")
-        try:
-            reg = registry(self.configs)
-        except RegistryError as exc:
-            raise ConfigError("--configs", ",".join(self.configs), str(exc)) from None
         for opt, val, allowed in (("--collective", self.collective, tuple(reg.names())),
                                   ("--topology", self.topology, TOPOLOGIES),
                                   ("--dtype", self.dtype, DTYPES),
@@ -193,6 +209,9 @@ class RunConfig:
             why = specs[name].check(name, value)
             if why:
                 raise ConfigError("--param", f"{name}={value:g}", why)
+        shown, why = param_conflict(specs, dict(self.params))
+        if why:
+            raise ConfigError("--param", shown, why)
         from emulator.model.ablation import AblationError, check
 
         try:
@@ -303,6 +322,12 @@ class RunConfig:
                               f"{ranks_here} ranks need about {need / 2**30:.1f} GiB of host "
                               f"memory, this host has {available / 2**30:.1f} GiB available"
                               f"{hint}")
+
+
+def _set_text(overrides) -> str:
+    from devices.overrides import describe
+
+    return describe(tuple(overrides)).replace(";", " ")
 
 
 def available_memory() -> int | None:

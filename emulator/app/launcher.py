@@ -256,7 +256,11 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         mpiexec.append("-disable-auto-cleanup")
     argv = [*mpiexec, *host_args(cfg), "-n", str(cfg.ranks), sys.executable, "-m", "mpi4py",
             "-m", "emulator.app.cli", "run", *_cfg_args(cfg)]
+    from emulator.app.worker import header
+
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    err.write(header(cfg, cfg.load_spec(), cfg.ranks) + "\n")  # before the job's first word
+    err.flush()
     with tempfile.TemporaryDirectory(prefix="t3emu-ranks-") as pid_dir:
         env["T3EMU_PID_DIR"] = pid_dir
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -334,12 +338,18 @@ def _cfg_args(cfg: RunConfig) -> list[str]:
         args.append("--record-wall")
     if cfg.inject_fault:
         args += ["--inject-fault", cfg.inject_fault]
+    from emulator.app.packaged import configs_path
+
     for path in cfg.configs:
-        args += ["--configs", str(Path(path).resolve())]
+        args += ["--configs", str(Path(configs_path(path)).resolve())]
     for name, value in cfg.params:
         args += ["--param", f"{name}={value!r}"]
     if cfg.ablate:
         args += ["--ablate", ",".join(cfg.ablate)]
+    from devices.overrides import format_value
+
+    for key, value in cfg.overrides:
+        args += ["--set", f"{key}={format_value(value)}"]
     if cfg.causes:
         args.append("--causes")
     return args

@@ -47,15 +47,14 @@ from devices.spec import DTYPES
 
 # sub-layer -> (direction, K factor over H / TP)
 SUBLAYERS = {"OP": ("fwd", 1), "FC-2": ("fwd", 4), "FC-1": ("bwd", 4), "IP": ("bwd", 3)}
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "run"
 
 _TOP = {"name": str, "description": str, "device": str, "collective": str, "topology": str,
-        "dtype": str, "modes": list, "models": list}
-_CASES_TOP = {"name": str, "description": str, "dtype": str, "cases": list}
+        "dtype": str, "modes": list, "models": list, "set": dict}
+_CASES_TOP = {"name": str, "description": str, "dtype": str, "cases": list, "set": dict}
 _CASE = {"name": str, "sublayer": str, "operation": str, "systems": list, "m": list, "n": int,
          "k": int, "shard": str, "modes": list, "params": dict}
 SHARDS = ("n", "k", "none")
-_OPTIONAL_KEYS = ("description", "params")
+_OPTIONAL_KEYS = ("description", "params", "set")
 _MODEL = {"name": str, "hidden": int, "layers": int, "seq_len": int, "batch": int, "tp": list,
           "sublayers": list}
 
@@ -97,6 +96,7 @@ class Point:
     system: str = ""  # a system preset: GPU, topology and nodes (cases only)
     modes: tuple[str, ...] = ()
     params: tuple[tuple[str, float], ...] = ()  # --param NAME=VALUE of its runs (cases)
+    overrides: tuple[tuple[str, object], ...] = ()  # --set KEY=VALUE of its runs ([set])
 
     @property
     def system_name(self) -> str:
@@ -108,17 +108,25 @@ class Point:
         return ",".join(f"{n}={v:g}" for n, v in self.params)
 
     @property
+    def set_text(self) -> str:
+        from devices.overrides import describe
+
+        return describe(self.overrides)
+
+    @property
     def key(self) -> str:
+        what = f"/{self.set_text}" if self.overrides else ""
         if self.system:
             return (f"{self.model}/{self.sublayer}/m{self.m}/tp{self.tp}/{self.system_name}"
-                    + (f"/{self.params_text}" if self.params else ""))
-        return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device}"
+                    + (f"/{self.params_text}" if self.params else "") + what)
+        return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device}" + what
 
     def label(self) -> str:
+        what = f" {self.set_text}" if self.overrides else ""
         if self.system:
             return (f"{self.model} {self.sublayer} m={self.m} TP{self.tp} {self.system_name}"
-                    + (f" {self.params_text}" if self.params else ""))
-        return f"{self.model} {self.sublayer} TP{self.tp}"
+                    + (f" {self.params_text}" if self.params else "") + what)
+        return f"{self.model} {self.sublayer} TP{self.tp}" + what
 
 
 @dataclass(frozen=True)
@@ -156,15 +164,17 @@ def _typed(where: str, doc: dict, schema: dict) -> None:
 
 
 def find_scenario(name_or_path: str) -> Path:
-    """A scenario by name (``run/NAME.toml``) or by path."""
+    """A scenario by name (a shipped ``run/NAME.toml``) or by path."""
+    from emulator.app.packaged import scenario_dir
+
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise ScenarioError(f"scenario file {name_or_path} not found")
         return path
-    path = SCENARIO_DIR / f"{name_or_path}.toml"
+    path = scenario_dir() / f"{name_or_path}.toml"
     if not path.is_file():
-        known = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+        known = sorted(p.stem for p in scenario_dir().glob("*.toml"))
         raise ScenarioError(f"unknown scenario {name_or_path!r} (known: {', '.join(known)}; "
                             f"or give a .toml path)")
     return path
@@ -217,7 +227,8 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
         models.append(Model(md["name"], md["hidden"], md["layers"], md["seq_len"], md["batch"],
                             tuple(md["tp"]), tuple(md["sublayers"])))
     points = []
-    for md in models:
+    sets = _set_grid(str(path), doc.get("set", {}), system=False)
+    for md, overrides in [(md, o) for md in models for o in sets]:
         for tp in md.tp:
             for sl in md.sublayers:
                 m, n, k = gemm_shape(md, sl, tp)
@@ -225,7 +236,8 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
                     raise ScenarioError(f"{path}: {md.name} {sl} at TP {tp} gives M={m} K={k}; "
                                         f"needs K >= 1 and M >= TP")
                 points.append(Point(md.name, sl, SUBLAYERS[sl][0], tp, m, n, k, doc["device"],
-                                    md.layers, doc["collective"], doc["topology"], "", modes))
+                                    md.layers, doc["collective"], doc["topology"], "", modes,
+                                    overrides=overrides))
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):
         raise ScenarioError(f"{path}: the same point appears twice")
@@ -243,6 +255,7 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
     if doc["dtype"] not in DTYPES:
         raise ScenarioError(f"{path}: dtype = {doc['dtype']!r} (allowed: {', '.join(DTYPES)})")
     points, all_modes, ops = [], [], []
+    sets = _set_grid(str(path), doc.get("set", {}), system=True)
     for i, case in enumerate(doc["cases"]):
         where = f"{path}: cases[{i}]"
         if not isinstance(case, dict):
@@ -262,15 +275,19 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
                 raise ScenarioError(f"{where}: {key} = {case[key]} must be >= 1")
         if not case["modes"] or not case["systems"]:
             raise ScenarioError(f"{where}: modes and systems must not be empty")
-        for name in case["systems"]:
+        for name, overrides in [(s, o) for s in case["systems"] for o in sets]:
             if name.endswith(".toml") and not Path(name).is_absolute():
                 near = path.parent / name  # a system file next to the scenario
                 name = str(near.resolve()) if near.is_file() else name
             try:
-                spec = load_system(name)
+                spec = load_system(name, overrides)
             except SpecError as exc:
                 raise ScenarioError(f"{where}: systems: {exc}") from None
             tp = system_size(spec)
+            if not tp:
+                raise ScenarioError(f"{where}: systems: {name} holds any number of GPUs; a "
+                                    f"case runs on a system of fixed size (its TP degree), "
+                                    f"e.g. mi210x4 or a100-sxm-x8")
             topo = spec.interconnect.topology
             algo = default_algorithm(op.algorithms, topo)
             applies = reg.configurations_for(op, algo)
@@ -301,7 +318,8 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
                                         f"(>= {tp} on {name})")
                 for params in settings:
                     points.append(Point(case["name"], case["sublayer"], "fwd", tp, m, n, k,
-                                        spec.name, 1, op.name, topo, name, modes, params))
+                                        spec.name, 1, op.name, topo, name, modes, params,
+                                        overrides))
             all_modes += [m for m in modes if m not in all_modes]
         ops += [op.name] if op.name not in ops else []
     keys = [p.key for p in points]
@@ -313,10 +331,35 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
                     doc["dtype"], tuple(all_modes), (), str(path), tuple(points))
 
 
+def _set_grid(where: str, given: dict, system: bool) -> list[tuple[tuple[str, object], ...]]:
+    """A scenario's ``[set]`` table as the runs' --set overrides: a list value is swept (one
+    point per value; several lists: every combination; a list-valued key takes a list of
+    lists). Keys are checked here, values when each point's device loads."""
+    import itertools
+
+    from devices.overrides import check
+    from devices.spec import SpecError
+
+    names = sorted(given)
+    try:
+        check(tuple((n, None) for n in names), system)
+    except SpecError as exc:
+        raise ScenarioError(f"{where}: set: {exc}") from None
+    values = []
+    for name in names:
+        vals = given[name] if isinstance(given[name], list) else [given[name]]
+        if not vals:
+            raise ScenarioError(f"{where}: set.{name} is an empty list")
+        values.append(vals)
+    return [tuple(zip(names, combo)) for combo in itertools.product(*values)] or [()]
+
+
 def _param_grid(where: str, given: dict, specs: dict) -> list[tuple[tuple[str, float], ...]]:
     """A case's ``params`` table as the runs' --param settings: a list value is swept (one
     point per value; several lists: every combination)."""
     import itertools
+
+    from emulator.engine.registry import param_conflict
 
     names = sorted(given)
     values = []
@@ -334,7 +377,12 @@ def _param_grid(where: str, given: dict, specs: dict) -> list[tuple[tuple[str, f
         if not vals:
             raise ScenarioError(f"{where}: params.{name} is an empty list")
         values.append([float(v) for v in vals])
-    return [tuple(zip(names, combo)) for combo in itertools.product(*values)] or [()]
+    settings = [tuple(zip(names, combo)) for combo in itertools.product(*values)] or [()]
+    for setting in settings:  # with the defaults, as a run's --param are (RunConfig.validate)
+        shown, why = param_conflict(specs, dict(setting))
+        if why:
+            raise ScenarioError(f"{where}: params {shown}: {why}")
+    return settings
 
 
 def geomean(values: list[float]) -> float:

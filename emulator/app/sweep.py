@@ -23,6 +23,7 @@ import click
 from emulator.app.config import ConfigError, RunConfig
 from emulator.app.files import write_json_atomic, write_text_atomic
 from emulator.app.scenario import Point, Scenario, ScenarioError
+from devices.overrides import describe
 from emulator.model.ablation import ORDER
 
 CATEGORIES = ("gemm_read", "gemm_write", "rs_read", "rs_write", "ag_read", "ag_write",
@@ -32,7 +33,7 @@ CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", 
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
                "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency", "system",
                "speedups_vs_baselines", "search_chosen", "params", "max_rank_skew", "baseline",
-               "speedup", *(f"cause_{c}_s" for c in (*ORDER, "overlap")))
+               "speedup", *(f"cause_{c}_s" for c in (*ORDER, "overlap")), "set")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
             "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
@@ -40,7 +41,7 @@ RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase
             "causes")
 
 
-_OLD = {"ablate": [], "causes": False}  # what a results.json written before these keys held
+_OLD = {"ablate": [], "causes": False, "set": []}  # what a results.json written before these keys held
 
 
 def _file_key(point: Point) -> str:
@@ -49,23 +50,26 @@ def _file_key(point: Point) -> str:
 
 def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
                  watchdog_s: float, configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
-                 causes: bool = False) -> RunConfig:
-    """The run of one point (on a system: in the system's own topology)."""
+                 causes: bool = False, overrides: tuple = ()) -> RunConfig:
+    """The run of one point (on a system: in the system's own topology); ``overrides``:
+    the command line's ``--set``, over the scenario's ``[set]`` for the same key."""
+    given = dict(overrides)
+    merged = tuple((k, v) for k, v in p.overrides if k not in given) + tuple(overrides)
     return RunConfig(ranks=p.tp, collective=p.collective, topology=p.topology,
                      mode=",".join(p.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
                      device=p.device, watchdog_s=watchdog_s,
                      json=str(out / "points" / f"{_file_key(p)}.json"),
                      timing_only=timing_only, configs=configs,
                      system=p.system or None, params=p.params, ablate=ablate,
-                     causes=causes).validate()
+                     causes=causes, overrides=merged).validate()
 
 
 def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = (),
-            ablate: tuple[str, ...] = (), causes: bool = False) -> dict:
+            ablate: tuple[str, ...] = (), causes: bool = False, overrides: tuple = ()) -> dict:
     head = {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
             "timing_only": timing_only, "device": sc.device, "collective": sc.collective,
             "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes),
-            "ablate": list(ablate), "causes": causes}
+            "ablate": list(ablate), "causes": causes, "set": [list(o) for o in overrides]}
     if configs:  # configurations of one's own the modes may name (absolute paths)
         head["configs"] = [str(Path(c).resolve()) for c in configs]
     return head
@@ -75,7 +79,7 @@ def _record(p: Point, doc: dict) -> dict:
     return {"key": p.key, "model": p.model, "sublayer": p.sublayer, "direction": p.direction,
             "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device, "layers": p.layers,
             "collective": p.collective, "topology": p.topology, "system": p.system_name,
-            "params": dict(p.params),
+            "params": dict(p.params), "set": dict(doc["config"].get("overrides") or ()),
             "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
             "lower_bounds_s": doc["lower_bounds_s"],
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
@@ -89,6 +93,7 @@ def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
                                                         "timing_only", "system", "causes"))
             and tuple(c.get("ablate", ())) == cfg.ablate
             and [tuple(x) for x in c.get("params", ())] == list(cfg.params)
+            and [tuple(x) for x in c.get("overrides", ())] == list(cfg.overrides)
             and len(doc.get("runs", [])) == len(cfg.modes))
 
 
@@ -119,7 +124,8 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         r.get("baseline") or "",
                         "" if r.get("speedup") is None else repr(r["speedup"]),
                         *("" if not r.get("causes") else repr(r["causes"]["parts_s"][c])
-                          for c in (*ORDER, "overlap"))])
+                          for c in (*ORDER, "overlap")),
+                        describe(tuple((pt.get("set") or {}).items()))])
     return buf.getvalue()
 
 
@@ -138,19 +144,31 @@ def save(out: Path, header: dict, points: list[dict]) -> None:
     write_text_atomic(out / "results.csv", csv_text(header, points))
 
 
+def _progress(todo: list, tty: bool):
+    """A progress bar on a terminal; without one (a log, a pipe) the points as they are and
+    the loop prints a line per point."""
+    import contextlib
+
+    if not tty:
+        return contextlib.nullcontext(todo)
+    return click.progressbar(todo, label="points", file=sys.stderr, show_pos=True,
+                             show_eta=True, item_show_func=lambda x: x[0].label() if x else "",
+                             width=24)
+
+
 def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
               configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
-              causes: bool = False) -> int:
+              causes: bool = False, overrides: tuple = ()) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed.
     ``configs``: configuration files to register in every point's job (``--configs``)."""
     from emulator.app.launcher import launch
 
-    header = _header(sc, timing_only, configs, ablate, causes)
+    header = _header(sc, timing_only, configs, ablate, causes, overrides)
     prior = load_results(out)
     done: dict[str, dict] = {}
     if prior is not None:
         for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes",
-                    "configs", "ablate", "causes"):
+                    "configs", "ablate", "causes", "set"):
             if prior.get(key, _OLD.get(key)) != header.get(key):
                 raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
                                     f"{header.get(key)!r}; use another --out directory")
@@ -165,7 +183,8 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
     for p in sc.points:
         if p.key in done:
             continue
-        cfg = point_config(sc, p, out, timing_only, watchdog_s, configs, ablate, causes)
+        cfg = point_config(sc, p, out, timing_only, watchdog_s, configs, ablate, causes,
+                           overrides)
         path = Path(cfg.json)
         if path.exists():  # finished just before an interruption: keep it
             doc = json.loads(path.read_text())
@@ -187,15 +206,19 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
                f"({kind}); {len(sc.points) - len(todo)} already done in {out}", err=True)
     failed: list[str] = []
     t0 = time.monotonic()
-    with click.progressbar(todo, label="points", file=sys.stderr, show_pos=True,
-                           show_eta=True, item_show_func=lambda x: x[0].label() if x else "",
-                           width=24) as bar:
-        for p, cfg in bar:
+    tty = sys.stderr.isatty()
+    with _progress(todo, tty) as bar:
+        for i, (p, cfg) in enumerate(bar):
             path = Path(cfg.json)
             path.unlink(missing_ok=True)
             log = out / "logs" / f"{_file_key(p)}.log"
+            t_point = time.monotonic()
             with open(log, "w") as fh:
                 rc = launch(cfg, stdout=fh, stderr=fh)
+            if not tty:  # a log file or a pipe: a line per point
+                click.echo(f"sweep {sc.name}: [{i + 1}/{len(todo)}] {p.label()}: "
+                           f"{'done' if path.exists() else f'FAILED (exit {rc})'} in "
+                           f"{time.monotonic() - t_point:.0f} s", err=True)
             if not path.exists():
                 failed.append(f"{p.label()}: the job failed (exit {rc}), see {log}")
                 continue

@@ -17,16 +17,43 @@ def _fmt_bytes(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def platform(spec, world: int) -> str:
+    """The emulated machine in words: its GPUs, and for several nodes the intra-node
+    topology and the network, e.g. "2 nodes x 8 a100-sxm (switch in a node) over a fabric
+    of 4 NICs x 25 GB/s/dir per node (system a100-sxm-2x8)"."""
+    from emulator.model.topology import Topology
+
+    ic = spec.interconnect
+    system = f" (system {spec.system})" if getattr(spec, "system", None) else ""
+    topo = Topology(ic, world)
+    if topo.nodes == 1:
+        return f"a {ic.topology} of {world} x {spec.name}{system}"
+    return (f"{topo.nodes} nodes x {topo.per_node} {spec.name} ({ic.topology} in a node) over "
+            f"a {ic.network} of {ic.nics_per_node} NIC{'s' if ic.nics_per_node > 1 else ''} x "
+            f"{ic.nic_bw / 1e9:g} GB/s/dir per node{system}")
+
+
+def header(cfg: RunConfig, spec, world: int) -> str:
+    """The first line of a run's summary (also printed before the launch)."""
+    params = cfg.resolved_params()
+    return (f"t3emu: {cfg.collective.upper()} ({cfg.algorithm}) on {platform(spec, world)}, "
+            f"M={cfg.m} N={cfg.n} K={cfg.k} {cfg.dtype}"
+            + (f", split-K {cfg.split_k}" if cfg.split_k > 1 else "")
+            + "".join(f", {n}={v:g}" for n, v in params)
+            + "".join(f", --set {k}={v}" for k, v in cfg.overrides))
+
+
 def summary_table(doc: dict) -> str:
     lines = []
     cfg = doc["config"]
     system = doc["device"].get("system")
-    lines.append(f"t3emu: {cfg['collective'].upper()} ({cfg['algorithm']}) on a "
-                 f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}"
-                 + (f" (system {system})" if system else "") + ", "
-                 f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
-                 + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else "")
-                 + "".join(f", {n}={v:g}" for n, v in (doc.get("params") or {}).items()))
+    lines.append(doc.get("header") or (
+        f"t3emu: {cfg['collective'].upper()} ({cfg['algorithm']}) on a "
+        f"{cfg['topology']} of {doc['world_size']} x {doc['device']['name']}"
+        + (f" (system {system})" if system else "") + ", "
+        f"M={cfg['m']} N={cfg['n']} K={cfg['k']} {cfg['dtype']}"
+        + (f", split-K {cfg['split_k']}" if cfg["split_k"] > 1 else "")
+        + "".join(f", {n}={v:g}" for n, v in (doc.get("params") or {}).items())))
     if cfg.get("ablate"):
         from emulator.model.ablation import HELP
 
@@ -287,6 +314,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             if cfg.trace:
                 traced.append((mode, events))
             runs.append(run)
+            progress(len(runs), len(cfg.modes), run)
     if cfg.causes:  # every rank runs the counterfactuals
         from emulator.app.causes import counterfactual_times
 
@@ -331,6 +359,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
                 run["causes"] = causes_of(run["mode"], run["baseline"], times_cf)
     doc = {
+        "header": header(cfg, spec, world),
         "config": cfg.to_dict(),
         "world_size": world,
         "device": spec.to_dict(),
@@ -343,6 +372,14 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "created_unix": time.time(),
     }
     return doc, traced
+
+
+def progress(done: int, total: int, run: dict) -> None:
+    """A line on stderr as each configuration finishes (rank 0)."""
+    verdict = run["numerics"]
+    sys.stderr.write(f"t3emu: [{done}/{total}] {run['mode']}: {run['modelled_time_s'] * 1e6:.1f} "
+                     f"us modelled, numerics {verdict}, {run['wall_time_s']:.1f} s wall\n")
+    sys.stderr.flush()
 
 
 def skew(ends: list[float]) -> list[float]:
@@ -393,6 +430,9 @@ def _main(cfg: RunConfig) -> int:
         return 2
     if _memory_refused(comm, cfg, device):
         return 2
+    if rank == 0 and not os.environ.get("T3EMU_PID_DIR"):  # else the launcher printed it
+        sys.stderr.write(header(cfg, device, world) + "\n")
+        sys.stderr.flush()
     doc, traced = execute(comm, cfg, device)
     watchdog.close_board()
     if cfg.fault[1] == rank and not RANK.faults_fired:

@@ -39,6 +39,8 @@ class Param:
     low: float  # allowed range, inclusive
     high: float
     integer: bool = False
+    at_most: str = ""  # another parameter of the same run this one must not exceed (a
+    # low/high or min/max pair: ``otb_low`` at most ``otb_high``)
 
     def check(self, name: str, value: float) -> str:
         """Why ``value`` is not allowed ("" : it is)."""
@@ -49,6 +51,26 @@ class Param:
         if not self.low <= value <= self.high:
             return f"{name} must be from {self.low:g} to {self.high:g}"
         return ""
+
+
+def param_conflict(specs: dict, given: dict) -> tuple[str, str]:
+    """The parameters of one run (``specs``: name -> Param; ``given``: name -> value, the
+    others at their defaults) that do not fit together: ("NAME=V,OTHER=W" as given, why),
+    or ("", "") when they do. Every ``Param.at_most`` pair present in ``specs`` is checked,
+    defaults included; each value alone is ``Param.check``'s."""
+    value = {n: float(given.get(n, p.default)) for n, p in specs.items()}
+    for name, p in specs.items():
+        other = p.at_most
+        if not other or other not in value or value[name] <= value[other]:
+            continue
+        shown = ",".join(f"{n}={value[n]:g}" for n in (name, other)
+                         if n in given or not (name in given or other in given))
+
+        def said(n: str) -> str:
+            return ("" if n in given else "the default ") + f"{n} = {value[n]:g}"
+
+        return shown, f"{name} must be at most {other}: {said(name)} is above {said(other)}"
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +103,7 @@ class Operation:
     split_k: bool = True  # its producer can split K over several WGs per tile (--split-k)
     host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
     dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
+    shape: tuple[int, int, int] = (8192, 3072, 768)  # (M, N, K) of a run that gives none
     producer: str = "gemm"  # the producer kernel ("gemm", "gemv", "embedding"): Flux's ECT
     # and overlap efficiency compare with a GEMM alone, so only a GEMM's runs report them
 
