@@ -52,7 +52,7 @@ TILE_LEVEL = Param(0, "1: build every tile and work item as arrays (the tile-lev
 # the heuristic's thresholds, in multiples of the machine balance (peak FLOP/s over HBM
 # bytes/s): below LOW uniform-fused-1D, above HIGH hetero-unfused-1D, else hetero-fused
 OTB_LOW = Param(1.0, "ficco-auto: op-to-byte ratio (x the machine balance) below which "
-                "uniform-fused-1D is picked", low=0.0, high=1e6)
+                "uniform-fused-1D is picked", low=0.0, high=1e6, at_most="otb_high")
 OTB_HIGH = Param(5.0, "ficco-auto: op-to-byte ratio (x the machine balance) above which "
                  "hetero-unfused-1D is picked", low=0.0, high=1e6)
 

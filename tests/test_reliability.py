@@ -96,6 +96,49 @@ def test_bad_run_option_refused_before_launch(no_launch, args, option, value):
     assert not marker.exists(), "mpiexec was started"
 
 
+FICCO_AUTO = ["--collective", "ag+gemm", "--topology", "full-mesh", "--mode", "ficco-auto"]
+INVERTED_PARAMS = [  # a low/high pair the wrong way round, given or with the other's default
+    ([*FICCO_AUTO, "--param", "otb_low=9", "--param", "otb_high=1"], "'otb_low=9,otb_high=1'"),
+    ([*FICCO_AUTO, "--param", "otb_high=1", "--param", "otb_low=9"], "'otb_low=9,otb_high=1'"),
+    ([*FICCO_AUTO, "--param", "otb_low=9"], "the default otb_high = 5"),
+    ([*FICCO_AUTO, "--param", "otb_high=0.5"], "the default otb_low = 1"),
+    (["--collective", "ag+gemm", "--topology", "full-mesh", "--mode", "ficco-cu", "--param",
+      "otb_low=9"], "'otb_low=9'"),
+    (["--collective", "a2a+gemm", "--topology", "full-mesh", "--param", "otb_low=6"],
+     "'otb_low=6'"),  # --mode all
+]
+
+
+@pytest.mark.parametrize("args,shown", INVERTED_PARAMS,
+                         ids=[" ".join(a[5:]) for a, _ in INVERTED_PARAMS])
+def test_inverted_params_refused_before_launch(no_launch, args, shown):
+    env, marker = no_launch
+    proc = run_cli(["run", *args], timeout=60, env=env)
+    _assert_refused(proc, "invalid value for --param:", shown)
+    line = proc.stderr.strip()
+    assert "otb_low must be at most otb_high" in line, line
+    assert not marker.exists(), "mpiexec was started"
+
+
+def test_params_that_fit_together_are_taken():
+    from emulator.app.config import RunConfig
+
+    for params in ((("otb_low", 2.0), ("otb_high", 2.0)), (("otb_low", 5.0),),
+                   (("otb_high", 1.0),)):
+        RunConfig(ranks=4, collective="ag+gemm", topology="full-mesh", mode="ficco-auto",
+                  params=params).validate()
+
+
+def test_sweep_refuses_a_scenario_point_with_inverted_params(tmp_path, no_launch):
+    env, marker = no_launch
+    sc = tmp_path / "inverted.toml"
+    sc.write_text((ROOT / "tests/data/tiny-ficco.toml").read_text().replace(
+        'shard = "n"\n', 'shard = "n"\nparams = { otb_low = [0.5, 9] }\n', 1))
+    proc = run_cli(["sweep", str(sc), "--out", str(tmp_path / "out")], timeout=60, env=env)
+    _assert_refused(proc, "cases[0]: params otb_low=9:", "otb_low must be at most otb_high")
+    assert "the default otb_high = 5" in proc.stderr and not marker.exists()
+
+
 BAD_OTHER_COMMANDS = [
     (["sweep", "t3-paper", "--out", "{tmp}/o", "--watchdog-s", "-1"], "--watchdog-s", "-1"),
     (["sweep", "no-such-scenario", "--out", "{tmp}/o"], "scenario", "no-such-scenario"),
@@ -233,6 +276,23 @@ def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypa
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temp file left
 
 
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_result_files_follow_the_umask(tmp_path, umask, mode):
+    """Atomic writes (a temporary file renamed) give the mode a plain write would, not
+    mkstemp's 0600, and so the shared results of a group stay readable."""
+    from emulator.app.files import write_text_atomic
+
+    old = os.umask(umask)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"points": []})
+        write_text_atomic(tmp_path / "r.csv", "a,b\n")
+        write_json_atomic(tmp_path / "r.json", {"points": [1]})  # over an existing file
+    finally:
+        os.umask(old)
+    for name in ("r.json", "r.csv"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == mode, (name, oct(umask))
+
+
 # ---------------------------------------------------------------- faults end the job
 def _leftovers(token: str) -> list[str]:
     """Processes still running whose command line holds ``token``."""
@@ -345,7 +405,10 @@ def test_ctrl_c_ends_a_run_and_its_ranks():
                              "t3", *SMALL, "--seed", "7108", "--inject-fault", "stall@1",
                              "--watchdog-s", "600"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=conftest.test_env(), cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # SIGINT handled by default, as in a terminal (a suite started in
+                            # the background, `... &`, would pass it on ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while "injected fault" not in (line := proc.stderr.readline()):
         assert line and time.time() < deadline, "the run did not reach the fault"

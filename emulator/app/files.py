@@ -9,13 +9,31 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where the kernel tells it (Linux
+    4.7+: /proc/self/status); elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
+    """Write to a temporary file in the same directory, fsync, then rename over ``path``.
+    The file gets the mode an ordinary write would (0666 less the umask), not mkstemp's
+    0600."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
