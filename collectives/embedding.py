@@ -1,4 +1,4 @@
-"""Embedding pooling + all-to-all (DLRM; REFERENCE.md section 3): model-parallel
+"""Embedding pooling + all-to-all (DLRM; Punniyamurthy et al., SC 2024): model-parallel
 embedding tables feeding a data-parallel MLP.
 
 Shapes: global batch B = ``--m`` (rank c's samples: ring chunk c of B), embedding

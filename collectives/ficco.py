@@ -1,5 +1,5 @@
 """FiCCO: finer-grain overlap of an all-gather or all-to-all dispatch with the GEMM it
-feeds, its transfers offloaded to DMA engines (REFERENCE.md section 4).
+feeds, its transfers offloaded to DMA engines (Pal et al., FiCCO, arXiv:2512.10236).
 
 Rank r's GEMM is C = G B_r, G the M x K input gathered from every rank: for SP+TP
 (``ag+gemm``) rank s contributes its shard, rows ``chunk(s)`` of G; for EP
@@ -677,7 +677,7 @@ def _untracked(p: Problem, slots: Slots, buffer: str, blocks) -> TileSpace:
 
 
 def dil(p: Problem, op: Operation) -> Plan:
-    """The runs DIL is computed from (REFERENCE.md section 4), each phase isolated on a clock
+    """The runs DIL is computed from (Pal et al., FiCCO, arXiv:2512.10236), each phase isolated on a clock
     of its own: ``comm``, the whole collective by DMA on every link; ``comm8``, the same in
     W pieces per shard, one step after another (FiCCO's steps); ``gemm``, the whole GEMM;
     ``rows<S>-<h>`` / ``k<S>-<d>`` (S = 8, 64): one GEMM of the GEMM split S ways by rows

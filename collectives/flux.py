@@ -1,4 +1,4 @@
-"""Flux (REFERENCE.md section 2): communication fused into the GEMM kernel, as
+"""Flux (Chang et al., Flux, arXiv:2406.06858): communication fused into the GEMM kernel, as
 configurations of the same mechanism as T3's. The forms are in ``flux_rs.py`` (GEMM +
 reduce-scatter in the epilogue) and ``flux_ag.py`` (AllGather + GEMM in the prologue);
 this module names the knob settings the registry exposes (Flux's tuning space):

@@ -1,4 +1,4 @@
-"""Flux's AllGather + GEMM, fused in the GEMM's prologue (REFERENCE.md section 2).
+"""Flux's AllGather + GEMM, fused in the GEMM's prologue (Chang et al., Flux, arXiv:2406.06858).
 
 Rank r's input rows (chunk r of the M x K input) are resident in its gathered
 buffer AG at the start (Flux: local copy, its own signal set, a barrier). The

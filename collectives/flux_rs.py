@@ -1,4 +1,4 @@
-"""Flux's GEMM + reduce-scatter forms (REFERENCE.md section 2), each a map over the GEMM's
+"""Flux's GEMM + reduce-scatter forms (Chang et al., Flux, arXiv:2406.06858), each a map over the GEMM's
 output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each tile.
 
 - ``rs_write`` (RS-W): every WG stores its tile into the owner's slot buffer X at

@@ -1,5 +1,5 @@
 """The fused computation-collective operators' GEMV + all-reduce and GEMM + all-to-all
-(REFERENCE.md section 3), as persistent kernels; the embedding operator is in
+(Punniyamurthy et al., SC 2024), as persistent kernels; the embedding operator is in
 ``embedding.py``.
 
 - GEMV + all-reduce (decode): y = sum over ranks of W_r x_r (``--m`` output rows,

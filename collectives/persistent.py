@@ -1,4 +1,4 @@
-"""What the fused computation-collective operators share (REFERENCE.md section 3): the
+"""What the fused computation-collective operators share (Punniyamurthy et al., SC 2024): the
 persistent grid's size and the round-robin task order of its physical WGs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collectives.common import Problem
 from emulator.engine.registry import Param
 
 # The design: the ROC_SHMEM context costs registers, so the fused kernel reaches 12.5%
-# lower occupancy than the plain kernel (REFERENCE.md section 3, "Costs").
+# lower occupancy than the plain kernel (the fused operators' paper, "Costs").
 SHMEM_OCCUPANCY_LOSS = 0.125
 
 OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can have "

@@ -1,6 +1,6 @@
 """The medium-grained overlap Flux compares against (TransformerEngine with userbuffers):
 the operator split into N chunk GEMMs, each its own kernel launch, pipelined with P2P
-chunk transfers on a ring (REFERENCE.md section 2, Baselines)."""
+chunk transfers on a ring (Flux, "Baselines")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FiCCO (REFERENCE.md section 4; collectives/ficco.py): every schedule and baseline for
+"""FiCCO (Pal et al., FiCCO, arXiv:2512.10236; collectives/ficco.py): every schedule and baseline for
 the all-gather (SP+TP, ``ag+gemm``) and all-to-all dispatch (EP, ``a2a+gemm``) feeding a
 GEMM, against numpy + MPI's ``Allgatherv`` / ``Alltoallv`` on 2, 3, 4 and 8 ranks with
 uneven chunks (fp32 bit-exact with integer inputs, fp16 within tolerance), timing-only

@@ -1,4 +1,4 @@
-"""The fused computation-collective operators (REFERENCE.md section 3;
+"""The fused computation-collective operators (Punniyamurthy et al., SC 2024;
 collectives/embedding.py, collectives/fused_ops.py): numerics against numpy + MPI's
 collectives on 2, 3, 4 and 8 ranks (fp32 bit-exact with integer inputs, fp16 within
 the reference's tolerance), timing-only equal to numeric, the scale-out form across two

@@ -1,6 +1,6 @@
 """Reliability: bad input is refused before any MPI launch, faults end the job quickly and
 name the rank, corrupted data never passes, results are not lost, and nothing is left
-running. The README's reliability table lists these cases."""
+running. The table in docs/reliability.md lists these cases."""
 
 from __future__ import annotations
 

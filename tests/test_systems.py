@@ -186,7 +186,7 @@ def test_routes_shared_ports_and_ring_order():
 @pytest.mark.parametrize("collective,topology", [("rs", "full-mesh"), ("a2a", "full-mesh"),
                                                  ("ag", "full-mesh"), ("a2a", "switch")])
 def test_fused_direct_collectives_beat_sequential_on_every_link(tmp_path, collective, topology):
-    """Issue 14's cases: with each stage's tiles spread over the destinations and a bounded
+    """The bounded-queue cases: with each stage's tiles spread over the destinations and a bounded
     store queue, fused direct RS, AG and all-to-all are faster than GEMM-then-collective
     (modelled times: deterministic, not wall time)."""
     out = tmp_path / "r.json"

@@ -44,7 +44,7 @@ def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[
 
 
 def causes_of(mode: str, baseline: str, times: dict[str, list[float]]) -> dict:
-    """The ``causes`` object of ``mode``'s run (see the README, 'Causes of a gain')."""
+    """The ``causes`` object of ``mode``'s run (see docs/concepts.md, 'Causes of a gain')."""
     b, c = times[baseline], times[mode]
     parts = split(b, c)
     return {"baseline": baseline, "order": list(ORDER), "baseline_s": b[0], "time_s": c[0],

@@ -56,7 +56,7 @@ def _counterfactuals(command):
     return click.option(
         "--ablate", type=str, default="",
         help="Remove these costs from every run (a counterfactual): comma-separated from "
-             "launches, link-efficiency, contention, dram-traffic (see the README, 'Causes "
+             "launches, link-efficiency, contention, dram-traffic (see docs/concepts.md, 'Causes "
              "of a gain').")(command)
 
 
@@ -160,10 +160,10 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help="Include wall-clock stage/DMA events and modelled events in the JSON.")
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own (repeatable; "
-                   "see the README).")
+                   "see docs/reference.md, 'Plugin files').")
 @click.option("--hosts", type=str, default=None,
               help="Comma-separated hosts to spread the ranks over in blocks (MPICH's Hydra "
-                   "mpiexec: -hosts, -ppn); see the README, 'Several hosts'.")
+                   "mpiexec: -hosts, -ppn); see docs/clusters.md, 'Several hosts'.")
 @click.option("--same-machine", is_flag=True,
               help="With --hosts: start every host's ranks on this machine, as separate nodes "
                    "to MPI (Hydra -launcher fork): tests the multi-node paths on one host.")

@@ -15,7 +15,7 @@ MAX_DIM = 1 << 22  # FiCCO's largest GEMM has 1,607,680 rows
 MAX_SEED = 2**63 - 1
 MAX_WATCHDOG_S = 86400.0
 VALUES = ("int", "normal")
-# test hooks of --inject-fault KIND@RANK (the reliability tests and the README table)
+# test hooks of --inject-fault KIND@RANK (the reliability tests and the table in docs/reliability.md)
 FAULTS = {
     "raise": "an exception in a GEMM stage",
     "raise-dma": "an exception in the DMA engine thread",

@@ -1,4 +1,4 @@
-"""FiCCO's views of a sweep (REFERENCE.md section 4), for sweeps whose points run its
+"""FiCCO's views of a sweep (Pal et al., FiCCO, arXiv:2512.10236), for sweeps whose points run its
 configurations:
 
 - per GEMM: the speedup over the serial baseline of shard-based overlap, each FiCCO
@@ -101,8 +101,8 @@ def agreement(rows: list[dict], which: str) -> tuple[int, int]:
 
 
 def losses(pt: dict) -> dict[str, float] | None:
-    """DIL and CIL of a point from its ``ficco-dil`` and ``ficco-cil`` runs (REFERENCE.md
-    section 4)."""
+    """DIL and CIL of a point from its ``ficco-dil`` and ``ficco-cil`` runs (Pal et al., FiCCO,
+    arXiv:2512.10236)."""
     runs = _runs(pt)
     if DIL not in runs and CIL not in runs:
         return None

@@ -1,4 +1,4 @@
-"""The fused computation-collective operators' views of a sweep (REFERENCE.md section 3),
+"""The fused computation-collective operators' views of a sweep (Punniyamurthy et al., SC 2024),
 for sweeps whose points run configurations of that design:
 
 - per case and system: the time of each configuration against the baseline per point,

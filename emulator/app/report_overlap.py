@@ -1,4 +1,4 @@
-"""Flux's views of a sweep (REFERENCE.md section 2, Metrics), for sweeps of cases on
+"""Flux's views of a sweep (Flux, "Metrics"), for sweeps of cases on
 systems (``[[cases]]`` scenarios): per cluster (system), operation and m,
 
 - the time of each method as the GEMM alone (the baseline's unsplit GEMM, the same for

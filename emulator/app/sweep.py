@@ -202,8 +202,10 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
             raise ScenarioError(f"{sc.path}: point {p.label()}: {exc}") from None
     save(out, header, ordered())
     kind = "timing-only" if timing_only else "numeric"
-    click.echo(f"sweep {sc.name}: {len(sc.points)} points x {len(sc.modes)} configurations "
-               f"({kind}); {len(sc.points) - len(todo)} already done in {out}", err=True)
+    runs = sum(len(p.modes) for p in sc.points)
+    click.echo(f"sweep {sc.name}: {len(sc.points)} points, {runs} runs of {len(sc.modes)} "
+               f"configurations ({kind}); {len(sc.points) - len(todo)} already done in {out}",
+               err=True)
     failed: list[str] = []
     t0 = time.monotonic()
     tty = sys.stderr.isatty()

@@ -11,7 +11,7 @@ draw it. The CLI, the validation, the worker, the reference check, sweeps and
 reports read this registry; nothing else branches on a name.
 
 A researcher's own configuration is a Python file that imports the registry and
-registers itself (``t3emu run --configs FILE``; see the README).
+registers itself (``t3emu run --configs FILE``; see docs/reference.md).
 """
 
 from __future__ import annotations

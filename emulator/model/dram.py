@@ -28,7 +28,7 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   default: 1024 accesses) and each burst is admitted and served as one; results
   move by less than 0.5% between 16 KB and 128 KB bursts (a burst is
   at most the queue)
-  (``tests/test_arbitration.py``; the README gives the figures).
+  (``tests/test_arbitration.py``; docs/concepts.md gives the figures).
 - **Anti-starvation**: a policy that holds communication back (MCA's occupancy
   ceiling) holds each request at most ``starvation_s`` (1 us, a stated
   assumption in ``DramSpec``): what is still unserved then is issued anyway,

@@ -138,7 +138,7 @@ class Claim:
     """A published figure or finding and how the emulator's value is computed."""
 
     figure: str  # what the paper states
-    where: str  # where it states it (paper section / figure, as the digest gives it)
+    where: str  # where the paper states it (section, figure or table)
     published: Published | None  # None: no magnitude (compared in direction only)
     needs: tuple[str, ...]  # the scenarios whose sweeps it is computed from
     compute: Callable[[Sweeps], Outcome]
@@ -329,7 +329,7 @@ class Paper:
     title: str
     citation: str
     scenarios: tuple[str, ...]  # the sweeps its figures come from
-    digest: str  # where REFERENCE.md digests it
+    digest: str  # the paper's sections the figures come from
 
 
 def table(rows: list[Row]) -> list[str]:

@@ -33,14 +33,14 @@ TWO_NODE = {"A100 PCIe": "a100-pcie-2x8", "A100 NVLink": "a100-sxm-2x8",
             "H800 NVLink": "h800-2x8"}
 M_TABLE = (1024, 2048, 4096, 8192)  # the m of Flux's operator table
 # Flux's operator results per cluster over M_TABLE and both operations (Flux's evaluation,
-# the digest's sec. 5 table): (Flux E, TE E, Flux over TE), each a (low, high) range
+# its operator table): (Flux E, TE E, Flux over TE), each a (low, high) range
 PUBLISHED = {
     "A100 PCIe": ((0.41, 0.57), (-1.25, 0.36), (1.20, 3.25)),
     "A100 NVLink": ((0.36, 0.96), (-0.99, 0.74), (1.01, 1.33)),
     "H800 NVLink": ((0.37, 0.93), (-0.40, 0.80), (1.10, 1.51)),
 }
 WHERE = "Flux evaluation, operator table per cluster (GPT-3 MLP, TP 8, m = 1024 to 8192)"
-WHERE_FIND = "Flux evaluation (digest sec. 2, \"Findings\")"
+WHERE_FIND = "Flux evaluation"
 SWIZZLE = (("flux-rs-w", "flux-rs-w-noswizzle"), ("flux-rs-a", "flux-rs-a-noswizzle"),
            ("flux-ag", "flux-ag-noswizzle"))
 PUSH = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4")

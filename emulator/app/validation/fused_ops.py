@@ -26,7 +26,7 @@ SCALE_UP, SCALE_OUT = "mi210x4", "mi210-2node"  # the study's 4 x MI210 and 2 no
 EMB, GEMV, GEMM = "emb+a2a", "gemv+ar", "gemm+a2a"
 OUTPUT_SWEEP = "output sweep"  # the scenario's GEMV cases at growing output length
 WHERE = "Fused-operator evaluation, average execution-time reduction over the baseline"
-WHERE_FIND = "Fused-operator evaluation (digest sec. 3, \"Findings\")"
+WHERE_FIND = "Fused-operator evaluation"
 
 
 def compared(sw: Sweeps, op: str, system: str | None = None) -> list[dict]:

@@ -21,7 +21,7 @@ SMALL_MODELS = ("Mega-GPT-2", "T-NLG")  # T3's 16 cases: these at TP 8 and 16, 4
 FC = ("FC-1", "FC-2")
 WHERE = "T3 sec. 6, sub-layer speedups, geomean over the 16 Mega-GPT-2/T-NLG sub-layers"
 WHERE_E2E = "T3 sec. 6, end-to-end (sub-layer speedups applied to a per-layer breakdown)"
-WHERE_FIND = "T3 sec. 6, memory contention (digest sec. 1, \"What T3's evaluation found\")"
+WHERE_FIND = "T3 sec. 6, memory contention"
 FURTHEST = ("T-NLG", "FC-1", 16)  # T3-MCA's case furthest from ideal (T3 sec. 6)
 TRAIN_T3_GEOMEAN = 1.07  # T3's end-to-end training speedup by T3, geomean (T3 sec. 6)
 
@@ -229,7 +229,7 @@ CLAIMS = [
     Claim("NMC alone speeds the isolated RS more at TP 8 than at TP 16", WHERE_FIND, None,
           (MAIN,), _nmc),
     Claim("Fusion and NMC cut the DRAM accesses (fewer bytes than Sequential, RS reads "
-          "fall)", "T3 sec. 6, data movement (digest sec. 1)", None, (MAIN,), _dram),
+          "fall)", "T3 sec. 6, data movement", None, (MAIN,), _dram),
     Claim("GPU-2X-CU: T3's gains grow for FC layers and shrink for OP", WHERE_FIND, None,
           (MAIN, TWICE), _twice),
 ]
