@@ -285,7 +285,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                         f"{sorted(_TOP_KEYS | set(_SCHEMA) | set(_OPTIONAL))}")
     for key in _TOP_KEYS:
         if not isinstance(data.get(key), str):
-            raise SpecError(f"{source}: '{key}' must be a string")
+            raise SpecError(f"{source}: missing key '{key}' (a string)" if key not in data
+                            else f"{source}: '{key}' must be a string, got {data[key]!r}")
     values: dict[str, Any] = {}
     if isinstance(data.get("compute"), dict) and "atomic_dtypes" in data["compute"]:
         compute = dict(data["compute"])  # a list, not a number: checked here

@@ -65,7 +65,8 @@ def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> De
         raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
     for key in ("name", "description"):
         if not isinstance(data.get(key), str):
-            raise SpecError(f"{source}: '{key}' must be a string")
+            raise SpecError(f"{source}: missing key '{key}' (a string)" if key not in data
+                            else f"{source}: '{key}' must be a string, got {data[key]!r}")
     got: dict[str, dict[str, Any]] = {}
     for section, keys in _SYSTEM.items():
         table = data if not section else data.get(section)

@@ -75,3 +75,15 @@ def run_mpi_script(script: str, n: int, *args: str, timeout: float = 120) -> sub
 @pytest.fixture
 def emulate(tmp_path):
     return lambda args, timeout=300: run_emulator(tmp_path, args, timeout)
+
+
+@pytest.fixture
+def no_launch(tmp_path):
+    """An environment whose 'mpiexec' only records that it was started."""
+    marker = tmp_path / "launched"
+    fake = tmp_path / "fake-mpiexec"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 99\n")
+    fake.chmod(0o755)
+    env = test_env()
+    env["T3EMU_MPIEXEC"] = str(fake)
+    return env, marker

@@ -67,18 +67,6 @@ BAD_RUN_OPTIONS = [
 ]
 
 
-@pytest.fixture
-def no_launch(tmp_path):
-    """An environment whose 'mpiexec' only records that it was started."""
-    marker = tmp_path / "launched"
-    fake = tmp_path / "fake-mpiexec"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 99\n")
-    fake.chmod(0o755)
-    env = conftest.test_env()
-    env["T3EMU_MPIEXEC"] = str(fake)
-    return env, marker
-
-
 def _assert_refused(proc, option: str, value: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, (proc.returncode, proc.stderr)

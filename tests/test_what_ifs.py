@@ -14,18 +14,6 @@ from tests import conftest
 from tests.conftest import run_cli
 
 
-@pytest.fixture
-def no_launch(tmp_path):
-    """An environment whose 'mpiexec' only records that it was started."""
-    marker = tmp_path / "launched"
-    fake = tmp_path / "fake-mpiexec"
-    fake.write_text(f"#!/bin/sh\ntouch {marker}\nexit 99\n")
-    fake.chmod(0o755)
-    env = conftest.test_env()
-    env["T3EMU_MPIEXEC"] = str(fake)
-    return env, marker
-
-
 def _refused(proc, *words: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stderr)
