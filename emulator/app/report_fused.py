@@ -44,11 +44,13 @@ def _case(pt: dict) -> str:
 
 
 def comparison_groups(doc: dict) -> dict[tuple[str, str], list[dict]]:
-    """(case, system) -> its points with a baseline run, by m (the occupancy sweep apart)."""
-    base = _REG.baseline()
+    """(case, system) -> its points with a baseline run and a fused operator's, by m (the
+    occupancy sweep apart; points of other designs in the same sweep left out)."""
+    base, fused = _REG.baseline(), designs_modes(doc)
     out: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for pt in doc["points"]:
-        if base in _runs(pt) and not _swept(pt):
+        runs = _runs(pt)
+        if base in runs and not _swept(pt) and any(m in runs for m in fused):
             out[(_case(pt), pt.get("system") or pt["device"])].append(pt)
     return {k: sorted(v, key=lambda p: p["m"]) for k, v in out.items()}
 
