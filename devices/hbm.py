@@ -9,7 +9,7 @@ nodes it is an RMA window (``Win.Allocate``). Accesses:
 - ``store``: a plain write (``MPI_Put``), local or remote;
 - ``update``: an op-and-store add (near-memory compute), local or remote. fp32
   uses ``MPI_Accumulate(SUM)``. MPICH 5.0.2's shared-memory accumulate adds
-  ``MPI_FLOAT16_T`` bit patterns as integers (see tests/test_mpi_behaviour.py),
+  ``MPI_FLOAT16_T`` bit patterns as integers (MPICH's accumulate on shared memory),
   so fp16 updates are made atomic the way a memory controller serialises them:
   MPI compare-and-swap locks on every 64-row stripe of the array the region
   touches, get, add in fp32, round once, put, release.

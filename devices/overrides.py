@@ -92,19 +92,38 @@ def gpu_keys() -> list[str]:
 
 
 def check(overrides: tuple[Override, ...], system: bool) -> None:
-    """Refuse unknown keys, a key given twice and system keys without a system (the
-    values are checked when the files load)."""
-    keys = [k for k, _ in overrides]
-    if len(set(keys)) != len(keys):
-        raise SpecError(f"a key is given twice: {', '.join(keys)}")
+    """Refuse unknown keys, a key given twice (in any spelling: ``gpu.cus`` and
+    ``gpu.compute.cus`` are one key) and system keys without a system (the values are
+    checked when the files load)."""
+    seen: dict[tuple[str, str, str], str] = {}
     for key, _ in overrides:
-        split(key, system)
+        where = split(key, system)
+        if where in seen:
+            raise SpecError(f"a key is given twice: {seen[where]} and {key}")
+        seen[where] = key
+
+
+def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
+    """A scenario's ``set`` table with its keys as ``--set`` writes them: TOML reads an
+    unquoted dotted key (``gpu.cus = 160``) as nested tables, which become "gpu.cus"."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
 
 
 def split(key: str, system: bool) -> tuple[str, str, str]:
     """(file, section, key) an override key names: file "gpu" or "system"."""
     if key.startswith("gpu."):
-        return ("gpu", *_gpu_key(key))
+        where = _gpu_key(key)
+        if where == ("interconnect", "topology"):  # always the run's own (--topology)
+            raise SpecError(f"{key}: the topology is --topology's (or the system's "
+                            f"intra.topology)")
+        return ("gpu", *where)
     sections = _system_keys()
     head, _, rest = key.partition(".")
     if not rest and head in sections[""]:

@@ -112,9 +112,15 @@ class PointResult:
 
     @property
     def label(self) -> str:
+        """As the sweep's progress lines name the point (its params and --set values too)."""
+        from devices.overrides import describe
+
         d = self.doc
+        params = ",".join(f"{n}={v:g}" for n, v in (d.get("params") or {}).items())
         return " ".join(str(x) for x in (d["model"], d["sublayer"], f"m={d['m']}",
-                                         f"TP{d['tp']}", d.get("system") or d["device"]))
+                                         f"TP{d['tp']}", d.get("system") or d["device"],
+                                         params, describe(tuple((d.get("set") or {}).items())))
+                        if x)
 
     @property
     def runs(self) -> dict[str, ModeResult]:
@@ -144,10 +150,65 @@ class SweepResult:
         return self.out / "results.csv"
 
 
-def _pairs(values: Mapping | Iterable | None) -> tuple:
-    if not values:
+def _names(value, option: str) -> tuple[str, ...]:
+    """A list option: a list of strings, or one comma-separated string."""
+    if value is None:
         return ()
-    return tuple((values.items() if isinstance(values, Mapping) else values))
+    if isinstance(value, str):
+        return tuple(x.strip() for x in value.split(",") if x.strip())
+    if isinstance(value, Iterable) and all(isinstance(x, str) for x in value):
+        return tuple(value)
+    raise ConfigError(option, value, "a list of strings or one comma-separated string")
+
+
+def _typed(value, option: str, typ: type, what: str, optional: bool = False):
+    """``value`` if it is a ``typ`` (bool is no number here), else ConfigError."""
+    if value is None and optional:
+        return None
+    ok = isinstance(value, typ) and not (isinstance(value, bool) and typ is not bool)
+    if typ is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(option, value, what)
+    return value
+
+
+def _settings(value) -> tuple:
+    """``set=``: a dict, pairs, or ``"KEY=VALUE"`` strings -> (key, value) pairs."""
+    from devices.overrides import parse
+    from devices.spec import SpecError
+
+    if not value:
+        return ()
+    if isinstance(value, Mapping):
+        return tuple(value.items())
+    out = []
+    for item in ([value] if isinstance(value, str) else value):
+        try:
+            out.append(parse(item) if isinstance(item, str) else tuple(item))
+        except (SpecError, TypeError) as exc:
+            raise ConfigError("--set", item, str(exc)) from None
+        if len(out[-1]) != 2:
+            raise ConfigError("--set", item, "KEY=VALUE or a (key, value) pair")
+    return tuple(out)
+
+
+def _params(value) -> tuple[tuple[str, float], ...]:
+    """``params=``: a dict or pairs of a name and a number."""
+    if not value:
+        return ()
+    items = value.items() if isinstance(value, Mapping) else value
+    out = []
+    for item in items:
+        try:
+            name, number = item
+        except (TypeError, ValueError):
+            raise ConfigError("--param", item, "NAME=VALUE pairs: a dict or (name, number) "
+                              "pairs") from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ConfigError("--param", f"{name}={number!r}", "a number")
+        out.append((str(name), float(number)))
+    return tuple(out)
 
 
 def config(operation: str = "ar", *, ranks: int | None = None, system: str | None = None,
@@ -157,20 +218,37 @@ def config(operation: str = "ar", *, ranks: int | None = None, system: str | Non
            dtype: str = "fp16", params: Mapping[str, float] | None = None,
            set: Mapping[str, Any] | None = None, timing_only: bool = False,  # noqa: A002
            seed: int = 0, values: str = "int", split_k: int = 1, causes: bool = False,
-           ablate: Iterable[str] = (), configs: Iterable[str] = (), watchdog_s: float = 60.0,
-           json_path: str | None = None, trace: str | None = None,
-           hosts: Iterable[str] = (), same_machine: bool = False) -> RunConfig:
+           ablate: Iterable[str] | str = (), configs: Iterable[str] | str = (),
+           watchdog_s: float = 60.0, json_path: str | None = None, trace: str | None = None,
+           hosts: Iterable[str] | str = (), same_machine: bool = False,
+           ranks_here: int | None = None, **hidden) -> RunConfig:
     """A checked run configuration (the options of ``t3emu run``; ``set`` is ``--set``,
-    ``params`` ``--param``). Raises ConfigError naming the option, as the CLI's exit 2."""
+    ``params`` ``--param``). Raises ConfigError naming the option, as the CLI's exit 2.
+    ``ranks_here``: the ranks this host holds (default: as the launcher places them; 0
+    under an outside mpiexec, whose ranks check their node themselves). ``hidden``: the
+    CLI's test hooks (``record_wall``, ``inject_fault``)."""
     from devices.overrides import check
     from devices.spec import SpecError
     from devices.system import load_system, system_size
     from emulator.app.launcher import preflight, ranks_on_this_host
 
-    if system and (device or topology):
-        raise ConfigError("--device/--topology", device or topology,
-                          "--system gives the GPU and the topology; drop one")
-    overrides = _pairs(set)
+    unknown = sorted(h for h in hidden if h not in ("record_wall", "inject_fault"))
+    if unknown:  # (``set`` is an argument here: no builtin set in this function)
+        raise TypeError(f"config() got unexpected keyword arguments {unknown}")
+    for opt, val in (("--device", device), ("--topology", topology)):
+        if system and val:
+            raise ConfigError(opt, val, "--system gives the GPU and the topology; drop one")
+    for opt, val in (("-n/--ranks", ranks), ("--m", m), ("--n", n), ("--k", k)):
+        _typed(val, opt, int, "an integer", optional=True)
+    for opt, val in (("--seed", seed), ("--split-k", split_k)):
+        _typed(val, opt, int, "an integer")
+    for opt, val in (("--timing-only", timing_only), ("--causes", causes),
+                     ("--same-machine", same_machine)):
+        _typed(val, opt, bool, "True or False")
+    _typed(watchdog_s, "--watchdog-s", float, "seconds (a number)")
+    for opt, val in (("--collective", operation), ("--dtype", dtype), ("--values", values)):
+        _typed(val, opt, str, "a string")
+    overrides = _settings(set)
     try:
         check(overrides, bool(system))
     except SpecError as exc:
@@ -181,16 +259,17 @@ def config(operation: str = "ar", *, ranks: int | None = None, system: str | Non
             ranks = system_size(load_system(system, overrides)) or None
         except SpecError as exc:
             raise ConfigError("--system", system, str(exc)) from None
-    mode = modes if isinstance(modes, str) else ",".join(modes)
-    cfg = RunConfig(ranks=ranks or RunConfig.ranks, collective=operation,
-                    topology=topology or "", algorithm=algorithm, mode=mode, m=m, n=n, k=k,
+    cfg = RunConfig(ranks=RunConfig.ranks if ranks is None else ranks, collective=operation,
+                    topology=topology or "", algorithm=algorithm,
+                    mode=",".join(_names(modes, "--mode")) or "all", m=m, n=n, k=k,
                     dtype=dtype, device=device or RunConfig.device, seed=seed, values=values,
-                    split_k=split_k, watchdog_s=watchdog_s, json=json_path,
-                    timing_only=timing_only, trace=trace, configs=tuple(configs),
-                    hosts=tuple(hosts), same_machine=same_machine, system=system,
-                    params=tuple((name, float(v)) for name, v in _pairs(params)),
-                    ablate=tuple(ablate), causes=causes, overrides=overrides)
-    return preflight(cfg, ranks_on_this_host(cfg))
+                    split_k=split_k, watchdog_s=float(watchdog_s), json=json_path,
+                    timing_only=timing_only, trace=trace,
+                    configs=_names(configs, "--configs"), hosts=_names(hosts, "--hosts"),
+                    same_machine=same_machine, system=system, params=_params(params),
+                    ablate=_names(ablate, "--ablate"), causes=causes, overrides=overrides,
+                    **hidden)
+    return preflight(cfg, ranks_on_this_host(cfg) if ranks_here is None else ranks_here)
 
 
 def execute(cfg: RunConfig, stdout=None, stderr=None) -> int:
@@ -216,7 +295,7 @@ def run(operation: str = "ar", *, echo: bool = False, **options) -> RunResult:
         return RunResult(json.loads(Path(path).read_text()), output)
 
 
-def sweep(scenario: str, out: str | Path, *, timing_only: bool = True,
+def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
           set: Mapping[str, Any] | None = None, causes: bool = False,  # noqa: A002
           ablate: Iterable[str] = (), configs: Iterable[str] = (),
           watchdog_s: float = 60.0) -> SweepResult:
@@ -229,10 +308,13 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = True,
     from emulator.app.sweep import load_results, run_sweep
     from emulator.model.ablation import AblationError, check
 
+    _typed(watchdog_s, "--watchdog-s", float, "seconds (a number)")
+    _typed(timing_only, "--timing-only", bool, "True or False")
+    _typed(causes, "--causes", bool, "True or False")
     if not 0 < watchdog_s <= MAX_WATCHDOG_S:
         raise ConfigError("--watchdog-s", watchdog_s,
                           f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}")
-    ablate = tuple(ablate)
+    ablate = _names(ablate, "--ablate")
     try:
         check(ablate)
     except AblationError as exc:
@@ -241,10 +323,10 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = True,
         raise ConfigError("--causes", "set", "--causes runs its own counterfactuals; drop "
                           "--ablate")
     out = Path(out)
-    configs = tuple(configs)
+    configs = _names(configs, "--configs")
     sc = load_scenario(scenario, configs)
     check_output_dir(out, "--out", len(sc.points) * (2 << 20))
-    rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes, _pairs(set))
+    rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes, _settings(set))
     return SweepResult(load_results(out), out, rc)
 
 

@@ -58,6 +58,26 @@ def test_a_run_returns_the_clis_numbers(api_env, tmp_path):
     assert plain["sequential"].modelled_time_s != res["sequential"].modelled_time_s
 
 
+@pytest.mark.parametrize("options,option", [
+    ({"ranks": 0}, "-n/--ranks"), ({"m": "abc"}, "--m"), ({"m": 1.5}, "--m"),
+    ({"params": {"tables": "abc"}}, "--param"), ({"set": ["gpu.cus"]}, "--set"),
+    ({"ablate": "launches,nope"}, "--ablate"), ({"timing_only": "yes"}, "--timing-only"),
+    ({"watchdog_s": "x"}, "--watchdog-s"), ({"modes": 3}, "--mode"),
+    ({"system": "mi210x4", "device": "mi210"}, "--device"),
+])
+def test_bad_arguments_name_their_option(options, option):
+    with pytest.raises(api.ConfigError, match=f"invalid value for {option}"):
+        api.config("gemm+rs", **options)
+
+
+def test_list_options_take_lists_or_comma_separated_text(api_env):
+    a = api.config("gemm+rs", system="mi210x4", modes="sequential,t3", ablate="launches",
+                   set=["gpu.cus=160"], timing_only=True)
+    b = api.config("gemm+rs", system="mi210x4", modes=["sequential", "t3"],
+                   ablate=["launches"], set={"gpu.cus": 160}, timing_only=True)
+    assert a == b and a.mode == "sequential,t3" and a.ablate == ("launches",)
+
+
 def test_bad_input_raises_config_error(api_env):
     with pytest.raises(api.ConfigError, match="--set"):
         api.config("gemm+rs", system="mi210x4", set={"gpu.cuz": 1})

@@ -33,7 +33,9 @@ def test_t3_paper_scenario_shapes_follow_the_rules():
     op = pts["GPT-3/OP/tp32/t3-sim"]
     assert (op.m, op.n, op.k) == (2048, 12288, 12288 // 32)
     big = load_scenario("t3-2x-cu")
-    assert {p.device for p in big.points} == {"t3-sim-2x-cu"}
+    # GPU-2X-CU: the t3-sim GPU with twice its CUs, one line of the scenario
+    assert {p.device for p in big.points} == {"t3-sim"}
+    assert {p.overrides for p in big.points} == {(("gpu.cus", 160),)}
     assert sorted((p.model, p.sublayer, p.tp) for p in big.points) == sorted(
         (p.model, p.sublayer, p.tp) for p in sc.points if p.tp == 32)
 

@@ -66,6 +66,9 @@ def test_an_override_is_the_same_as_the_file_saying_it():
     (["--set", "gpu.clock_ghz=fast"], ["--device", "clock_ghz must be a number"]),
     (["--system", "a100-sxm-2x8", "--set", "network.nics_per_node=3"],
      ["--system", "must divide gpus_per_node"]),
+    (["--set", "gpu.topology=switch"], ["--set", "the topology is --topology's"]),
+    (["--set", "gpu.cus=160", "--set", "gpu.compute.cus=170"],
+     ["--set", "given twice: gpu.cus and gpu.compute.cus"]),
 ])
 def test_bad_set_is_refused_before_launch(no_launch, args, words):
     env, marker = no_launch
@@ -85,6 +88,19 @@ def test_bad_set_in_a_sweep_or_a_scenario_is_refused(tmp_path, no_launch):
     proc = run_cli(["sweep", str(scen), "--timing-only", "--out", str(tmp_path / "b")],
                    timeout=60, env=env)
     assert proc.returncode == 2 and "set: unknown key gpu.cuz" in proc.stderr, proc.stderr
+    # a key the scenario's set gives, again on the command line: the points would be
+    # labelled with the scenario's values and run with the command line's
+    swept = tmp_path / "swept.toml"
+    swept.write_text((conftest.ROOT / "run" / "example.toml").read_text()
+                     .replace('dtype = "fp16"', 'dtype = "fp16"\nset = { gpu.cus = [80, 160] }'))
+    from emulator.app.scenario import load_scenario
+
+    assert {p.overrides for p in load_scenario(str(swept)).points} == {
+        (("gpu.cus", 80),), (("gpu.cus", 160),)}  # a dotted key is the --set key
+    proc = run_cli(["sweep", str(swept), "--timing-only", "--out", str(tmp_path / "d"),
+                    "--set", "gpu.compute.cus=200"], timeout=60, env=env)
+    assert proc.returncode == 2 and "given twice: gpu.cus and gpu.compute.cus" in proc.stderr \
+        and "the scenario's set gives gpu.cus=" in proc.stderr, proc.stderr
     anysize = tmp_path / "any.toml"
     anysize.write_text((conftest.ROOT / "run" / "example.toml").read_text()
                        .replace('systems = ["mi210x4"]', 'systems = ["t3-sim"]'))
@@ -166,3 +182,12 @@ def test_the_header_names_nodes_topology_and_network():
         "t3emu: EMB+A2A (direct) on 2 nodes x 1 mi210 (full-mesh in a node) over a fabric of "
         "1 NIC x 20 GB/s/dir per node (system mi210-2node), M=1024 N=256 K=70 fp16"), \
         proc.stderr
+
+
+def test_sweep_help_names_every_shipped_scenario():
+    from emulator.app.packaged import scenario_dir
+
+    proc = run_cli(["sweep", "--help"], timeout=60)
+    text = " ".join(proc.stdout.split())
+    for path in scenario_dir().glob("*.toml"):
+        assert path.stem in text, (path.stem, text)

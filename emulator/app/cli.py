@@ -16,7 +16,7 @@ import click
 from collectives import ALGORITHMS, TOPOLOGIES
 from emulator.app.catalog import registry
 from emulator.app.config import VALUES, ConfigError, RunConfig
-from emulator.app.launcher import preflight, ranks_on_this_host, under_mpi
+from emulator.app.launcher import under_mpi
 
 _DEFAULT = RunConfig()
 _REG = registry()
@@ -175,26 +175,29 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
 @_counterfactuals
 @click.option("--inject-fault", type=str, default=None, hidden=True,
               help="Test hook KIND@RANK, KIND one of: raise, raise-dma, kill, stall, drop-dma, "
-                   "double-dma, nan-input, overflow (see emulator/config.py FAULTS).")
+                   "double-dma, nan-input, overflow (see emulator/app/config.py FAULTS).")
 def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, system, split_k,
         seed, values, watchdog_s, json_path, timing_only, trace_path, record_wall,
         configs, hosts, same_machine, params, overrides, ablate, causes, inject_fault) -> None:
     """Run a GEMM fused (or not) with its collective; check numerics; report modelled time."""
-    overrides = _overrides(overrides)
-    ranks = _system_ranks(system, ranks, topology, device, overrides)
-    cfg = RunConfig(ranks=ranks, collective=collective, topology=topology, algorithm=algorithm,
-                    mode=mode, m=m, n=n, k=k, dtype=dtype, device=device, seed=seed,
-                    values=values, split_k=split_k, watchdog_s=watchdog_s, json=json_path,
-                    timing_only=timing_only, trace=trace_path, record_wall=record_wall,
-                    inject_fault=inject_fault, configs=tuple(configs),
-                    hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
-                    same_machine=same_machine, system=system, params=_params(params),
-                    ablate=_names(ablate), causes=causes, overrides=overrides)
+    from emulator import api
     from emulator.app.files import OutputError
 
+    ctx = click.get_current_context()
+    given = {p: ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
+             for p in ("ranks", "device")}
     mpi = under_mpi()
     try:  # under mpiexec every rank checks the same options; memory is checked per node
-        cfg = preflight(cfg, 0 if mpi else ranks_on_this_host(cfg))
+        cfg = api.config(
+            collective, ranks=ranks if given["ranks"] or not system else None, system=system,
+            device=device if given["device"] or not system else None, topology=topology,
+            algorithm=algorithm, modes=mode, m=m, n=n, k=k, dtype=dtype,
+            params=_params(params), set=_overrides(overrides), timing_only=timing_only,
+            seed=seed, values=values, split_k=split_k, causes=causes, ablate=ablate,
+            configs=configs, watchdog_s=watchdog_s, json_path=json_path, trace=trace_path,
+            hosts=tuple(h.strip() for h in hosts.split(",")) if hosts else (),
+            same_machine=same_machine, ranks_here=0 if mpi else None,
+            record_wall=record_wall, inject_fault=inject_fault)
     except (ConfigError, OutputError) as exc:
         if not mpi or os.environ.get("PMI_RANK", "0") == "0":
             _fail_usage(exc)
@@ -203,9 +206,7 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
         from emulator.app.worker import main as worker_main
 
         sys.exit(worker_main(cfg))
-    from emulator.api import execute
-
-    rc = execute(cfg)
+    rc = api.execute(cfg)
     sys.exit(rc if rc in (0, 2) else 1)  # 2: refused inside the job (memory of a node)
 
 
@@ -228,8 +229,8 @@ def _names(text: str) -> tuple[str, ...]:
 @_what_ifs
 @_counterfactuals
 def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate, causes) -> None:
-    """Run every point of SCENARIO (a shipped name, see run/, or a .toml path) in its
-    configurations."""
+    """Run every point of SCENARIO (a .toml path, or a shipped scenario's name: example,
+    t3-paper, t3-2x-cu, flux-paper, fused-ops-paper, ficco-paper) in its configurations."""
     from pathlib import Path
 
     from emulator.api import sweep as run_sweep
@@ -380,36 +381,6 @@ def configs(configs) -> None:
         click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}{algos}")
         for pname, prm in c.params.items():
             click.echo(f"  {'':<14} --param {pname}= (default {prm.default:g}): {prm.help}")
-
-
-def _system_ranks(system: str | None, ranks: int, topology: str, device: str,
-                  overrides: tuple = ()) -> int:
-    """-n of a run on ``system``: its GPU count unless -n is given; --device and --topology
-    belong to the system then."""
-    if not system:
-        return ranks
-    ctx = click.get_current_context()
-    given = {p: ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
-             for p in ("ranks", "topology", "device")}
-    for p, opt in (("topology", "--topology"), ("device", "--device")):
-        if given[p]:
-            _fail_usage(ConfigError(opt, topology if p == "topology" else device,
-                                    "--system gives the GPU and the topology; drop one"))
-    if given["ranks"]:
-        return ranks
-    from devices.spec import SpecError
-    from devices.system import load_system, system_size
-
-    try:
-        from devices.overrides import check
-
-        check(overrides, True)
-    except SpecError as exc:
-        _fail_usage(ConfigError("--set", " ".join(f"{k}={v}" for k, v in overrides), str(exc)))
-    try:
-        return system_size(load_system(system, overrides)) or ranks
-    except SpecError as exc:
-        _fail_usage(ConfigError("--system", system, str(exc)))
 
 
 @main.command()

@@ -337,9 +337,10 @@ def _set_grid(where: str, given: dict, system: bool) -> list[tuple[tuple[str, ob
     lists). Keys are checked here, values when each point's device loads."""
     import itertools
 
-    from devices.overrides import check
+    from devices.overrides import check, flatten
     from devices.spec import SpecError
 
+    given = flatten(given)
     names = sorted(given)
     try:
         check(tuple((n, None) for n in names), system)

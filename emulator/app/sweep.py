@@ -52,9 +52,17 @@ def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
                  watchdog_s: float, configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
                  causes: bool = False, overrides: tuple = ()) -> RunConfig:
     """The run of one point (on a system: in the system's own topology); ``overrides``:
-    the command line's ``--set``, over the scenario's ``[set]`` for the same key."""
-    given = dict(overrides)
-    merged = tuple((k, v) for k, v in p.overrides if k not in given) + tuple(overrides)
+    the command line's ``--set``, besides the scenario's ``set`` (a key in both is refused:
+    the point's label and key name the scenario's value)."""
+    from devices.overrides import check
+    from devices.spec import SpecError
+
+    merged = tuple(p.overrides) + tuple(overrides)
+    try:
+        check(merged, bool(p.system))
+    except SpecError as exc:
+        raise ScenarioError(f"--set: {exc} (the scenario's set gives {p.set_text}; drop the "
+                            f"--set of that key or change the scenario)") from None
     return RunConfig(ranks=p.tp, collective=p.collective, topology=p.topology,
                      mode=",".join(p.modes), m=p.m, n=p.n, k=p.k, dtype=sc.dtype,
                      device=p.device, watchdog_s=watchdog_s,

@@ -71,7 +71,7 @@ CU-driven collective step (baseline kernels): reads of its inputs at the HBM
 and the link transfer stream concurrently; a local result is written after
 the reads.
 How the communication stream shares the HBM with a running GEMM is the
-arbitration policy's (``emulator/arbitration.py``).
+arbitration policy's (``emulator/model/arbitration.py``).
 """
 
 from __future__ import annotations
