@@ -42,7 +42,8 @@ def test_t3_orderings_on_the_balanced_case(emulate):
 
 @pytest.mark.parametrize("args, message", [
     (["--algorithm", "direct"], "direct needs --topology full-mesh or switch"),
-    (["--collective", "a2a"], "--collective a2a needs --topology full-mesh or switch"),
+    (["--collective", "a2a", "--topology", "ring"],
+     "--collective a2a needs --topology full-mesh or switch"),
     (["--collective", "a2a", "--topology", "switch", "--algorithm", "ring"],
      "--collective a2a runs direct"),
     (["--collective", "ag", "--mode", "ideal-rs-nmc"], "reductions only"),
