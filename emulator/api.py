@@ -18,8 +18,8 @@ CLI's exit 2), a failed job ``RunError`` (exit 1) with the job's output.
 
 from __future__ import annotations
 
-import dataclasses
 import io
+import sys
 import json
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator.app.config import ConfigError, RunConfig
+from emulator.app.config import ConfigError, RunConfig, set_text
 
 __all__ = ["ConfigError", "RunError", "ModeResult", "RunResult", "PointResult",
            "SweepResult", "config", "execute", "run", "sweep", "load_sweep"]
@@ -252,8 +252,7 @@ def config(operation: str = "ar", *, ranks: int | None = None, system: str | Non
     try:
         check(overrides, bool(system))
     except SpecError as exc:
-        raise ConfigError("--set", " ".join(f"{k}={v}" for k, v in overrides), str(exc)) \
-            from None
+        raise ConfigError("--set", set_text(overrides), str(exc)) from None
     if system and ranks is None:
         try:
             ranks = system_size(load_system(system, overrides)) or None
@@ -350,21 +349,9 @@ class _Tee(io.StringIO):
 
     def write(self, text: str) -> int:
         if self.echo:
-            import sys
-
             sys.stdout.write(text)
         return super().write(text)
 
     def flush(self) -> None:
         if self.echo:
-            import sys
-
             sys.stdout.flush()
-
-
-def replace(cfg: RunConfig, **changes) -> RunConfig:
-    """A configuration with some options changed (re-checked)."""
-    from emulator.app.launcher import preflight, ranks_on_this_host
-
-    new = dataclasses.replace(cfg, **changes)
-    return preflight(new, ranks_on_this_host(new))

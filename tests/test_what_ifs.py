@@ -77,22 +77,28 @@ def test_bad_set_is_refused_before_launch(no_launch, args, words):
     assert not marker.exists()
 
 
+def _example(path, old: str, new: str):
+    """The shipped example scenario with one edit, written to ``path``."""
+    text = (conftest.ROOT / "run" / "example.toml").read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    return path
+
+
 def test_bad_set_in_a_sweep_or_a_scenario_is_refused(tmp_path, no_launch):
     env, marker = no_launch
     proc = run_cli(["sweep", "example", "--timing-only", "--out", str(tmp_path / "a"),
                     "--set", "gpu.cus=0"], timeout=60, env=env)
     assert proc.returncode == 2 and "cus = 0 is impossible hardware" in proc.stderr, proc.stderr
-    scen = tmp_path / "s.toml"
-    scen.write_text((conftest.ROOT / "run" / "example.toml").read_text()
-                    .replace('dtype = "fp16"', 'dtype = "fp16"\nset = { "gpu.cuz" = 1 }'))
+    scen = _example(tmp_path / "s.toml", 'dtype = "fp16"',
+                    'dtype = "fp16"\nset = { "gpu.cuz" = 1 }')
     proc = run_cli(["sweep", str(scen), "--timing-only", "--out", str(tmp_path / "b")],
                    timeout=60, env=env)
     assert proc.returncode == 2 and "set: unknown key gpu.cuz" in proc.stderr, proc.stderr
     # a key the scenario's set gives, again on the command line: the points would be
     # labelled with the scenario's values and run with the command line's
-    swept = tmp_path / "swept.toml"
-    swept.write_text((conftest.ROOT / "run" / "example.toml").read_text()
-                     .replace('dtype = "fp16"', 'dtype = "fp16"\nset = { gpu.cus = [80, 160] }'))
+    swept = _example(tmp_path / "swept.toml", 'dtype = "fp16"',
+                     'dtype = "fp16"\nset = { gpu.cus = [80, 160] }')
     from emulator.app.scenario import load_scenario
 
     assert {p.overrides for p in load_scenario(str(swept)).points} == {
@@ -101,9 +107,7 @@ def test_bad_set_in_a_sweep_or_a_scenario_is_refused(tmp_path, no_launch):
                     "--set", "gpu.compute.cus=200"], timeout=60, env=env)
     assert proc.returncode == 2 and "given twice: gpu.cus and gpu.compute.cus" in proc.stderr \
         and "the scenario's set gives gpu.cus=" in proc.stderr, proc.stderr
-    anysize = tmp_path / "any.toml"
-    anysize.write_text((conftest.ROOT / "run" / "example.toml").read_text()
-                       .replace('systems = ["mi210x4"]', 'systems = ["t3-sim"]'))
+    anysize = _example(tmp_path / "any.toml", 'systems = ["mi210x4"]', 'systems = ["t3-sim"]')
     proc = run_cli(["sweep", str(anysize), "--timing-only", "--out", str(tmp_path / "c")],
                    timeout=60, env=env)
     assert proc.returncode == 2 and "holds any number of GPUs" in proc.stderr, proc.stderr

@@ -15,7 +15,7 @@ MAX_DIM = 1 << 22  # FiCCO's largest GEMM has 1,607,680 rows
 MAX_SEED = 2**63 - 1
 MAX_WATCHDOG_S = 86400.0
 VALUES = ("int", "normal")
-# test hooks of --inject-fault KIND@RANK (the reliability tests and the table in docs/reliability.md)
+# test hooks of --inject-fault KIND@RANK (the reliability tests; table in docs/reliability.md)
 FAULTS = {
     "raise": "an exception in a GEMM stage",
     "raise-dma": "an exception in the DMA engine thread",
@@ -82,7 +82,7 @@ class RunConfig:
         try:
             check(self.overrides, bool(self.system))
         except SpecError as exc:
-            raise ConfigError("--set", _set_text(self.overrides), str(exc)) from None
+            raise ConfigError("--set", set_text(self.overrides), str(exc)) from None
         try:
             if self.system:
                 return load_system(self.system, self.overrides)
@@ -324,7 +324,7 @@ class RunConfig:
                               f"{hint}")
 
 
-def _set_text(overrides) -> str:
+def set_text(overrides) -> str:
     from devices.overrides import describe
 
     return describe(tuple(overrides)).replace(";", " ")
