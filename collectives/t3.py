@@ -8,6 +8,7 @@ and the DMA engine, with near-memory updates; an AR's AG then runs as a kernel.
 
 from __future__ import annotations
 
+from collectives.baselines import library_choice
 from collectives.common import Problem
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
 from emulator.engine.registry import Operation
@@ -21,7 +22,8 @@ def _fused(p: Problem, op: Operation, algorithm: str, arbitration: str) -> Plan:
                                 preload=preload)]
     if parts.then_ag and p.world > 1:
         steps, credit = parts.ag_after(p, slots, algorithm)
-        phases.append(StepsPhase("ag", steps, credit=credit))
+        phases.append(StepsPhase("ag", steps, credit=credit,  # the library's AG
+                                 library=library_choice(p, "ag", p.n, algorithm)))
     return Plan(layout, inputs, phases, slots, result, arbitration=arbitration)
 
 

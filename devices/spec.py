@@ -25,6 +25,8 @@ TOPOLOGIES = ("ring", "full-mesh", "switch", "pcie")  # the same names as collec
 NETWORKS = ("fabric", "torus2d")  # inter-node networks (systems of several nodes)
 DTYPES = ("fp16", "fp32")
 PARTIAL_STAGES = ("slots", "spread")
+# collective libraries with a tuning model (``emulator/model/library.py`` holds the tables)
+LIBRARIES = ("nccl-ampere", "nccl-hopper", "rccl-mi200", "rccl-mi300")
 
 
 class SpecError(ValueError):
@@ -57,6 +59,11 @@ class InterconnectSpec:
     # what a library collective (NCCL/RCCL) achieves of the link (and NIC) peak
     library_fraction: float = 1.0
     library_fraction_network: float = 1.0
+    # the collective library whose tuning model times the library collectives
+    # (``emulator/model/library.py``: "nccl-ampere", "nccl-hopper", "rccl-mi200",
+    # "rccl-mi300"; "": none, T3's simulator runs its own ring kernels at link rate)
+    library: str = ""
+    library_link: str = ""  # "pci": the library sees PCIe links (NCCL's PCI latencies)
 
     def gpus_on_node(self, world: int) -> int:
         return self.gpus_per_node or world
@@ -222,6 +229,8 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
     },
     "interconnect": {
         "library_fraction": (float, 1, "library_fraction", 1.0),
+        "library": (str, 1, "library", ""),
+        "library_link": (str, 1, "library_link", ""),
     },
     "nic": {
         "count": (int, 1, "nics", 0),
@@ -328,6 +337,12 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if not 0 < values["library_fraction"] <= 1:
         raise SpecError(f"{source}: [interconnect] library_fraction must be in (0, 1], got "
                         f"{values['library_fraction']}")
+    if values["library"] and values["library"] not in LIBRARIES:
+        raise SpecError(f"{source}: [interconnect] library = {values['library']!r}; "
+                        f"allowed: {sorted(LIBRARIES)} (or leave it out: no library model)")
+    if values["library_link"] not in ("", "pci"):
+        raise SpecError(f"{source}: [interconnect] library_link = {values['library_link']!r}; "
+                        f"allowed: 'pci' (or leave it out)")
     if values["dram_row_miss_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] dram_row_miss_cost must be >= 1 (a row miss "
                         f"costs at least a hit), got {values['dram_row_miss_cost']}")
@@ -355,6 +370,8 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
             link_latency_s=values["link_latency_s"],
             links=values["links"],
             library_fraction=values["library_fraction"],
+            library=values["library"],
+            library_link=values["library_link"],
         ),
         source=source,
         vector_flops_per_cycle_per_cu=(None if values["vfp16"] is None or values["vfp32"] is None

@@ -383,6 +383,67 @@ def configs(configs) -> None:
             click.echo(f"  {'':<14} --param {pname}= (default {prm.default:g}): {prm.help}")
 
 
+def _bytes(text: str) -> int:
+    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+             "G": 1 << 30, "GB": 1 << 30}
+    t = text.strip().upper()
+    num = t.rstrip("KMGB")
+    if not num.isdigit() or t[len(num):] not in units:
+        raise click.BadParameter(f"{text!r}: a size such as 1024, 64K, 1M or 1G")
+    return int(num) * units[t[len(num):]]
+
+
+@main.command("nccl-tests")
+@click.argument("system")
+@click.option("--collective", "collective", default="all-gather", show_default=True,
+              type=click.Choice(["all-gather", "reduce-scatter", "all-reduce"]))
+@click.option("-b", "--min-bytes", "lo", default="1K", show_default=True,
+              help="Smallest size (the whole buffer, as nccl-tests).")
+@click.option("-e", "--max-bytes", "hi", default="1G", show_default=True, help="Largest size.")
+@click.option("-f", "--factor", default=4, show_default=True, type=click.IntRange(2, 1024),
+              help="Size multiplier between rows.")
+@click.option("-n", "--ranks", type=int, default=None,
+              help="GPUs (default: the whole system; a system of any size: 8).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Change a key of the system or its GPU for this table (as t3emu run).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the rows as JSON.")
+def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path) -> None:
+    """The library collective of SYSTEM over sizes, as nccl-tests prints it: each row an
+    emulated timing-only run of the library's schedule (its algorithm, protocol and
+    channels from NCCL's or RCCL's tuning model, whose prediction is the last column)."""
+    import json
+
+    from devices.spec import SpecError
+    from devices.system import load_system, system_size
+    from emulator.app import nccl_tests as nt
+
+    sets = _overrides(overrides)
+    try:
+        spec = load_system(system, sets)
+    except SpecError as exc:
+        _fail_usage(exc)
+    if not spec.interconnect.library:
+        _fail_usage(ValueError(f"system {system!r} names no collective library ([interconnect] "
+                               f"library in its GPU file): its collectives are T3's own "
+                               f"ring kernels, not a library's"))
+    ranks = ranks or system_size(spec) or 8
+    lo_b, hi_b = _bytes(lo), _bytes(hi)
+    if lo_b > hi_b:
+        _fail_usage(ValueError(f"--min-bytes {lo} is larger than --max-bytes {hi}"))
+    try:
+        for s in nt.sizes(lo_b, hi_b, factor):
+            nt.shape(s, ranks)
+    except ValueError as exc:
+        _fail_usage(exc)
+    rows = nt.table(system, collective, ranks, nt.sizes(lo_b, hi_b, factor),
+                    tuple(sets), echo=click.echo)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"system": system, "collective": collective, "ranks": ranks,
+                       "rows": rows}, f, indent=1)
+
+
 @main.command()
 def devices() -> None:
     """List GPU presets (--device) and system presets (--system) with their key figures."""

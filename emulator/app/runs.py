@@ -66,7 +66,9 @@ def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
 def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[str, float]:
     """GEMM: its FLOPs at peak. Collective: the bytes a rank must send or receive over
     every link (or port) it has at once (ring: 2 directions, full mesh: N-1, switch: 1),
-    and on several nodes the bytes bound for other nodes through its share of the NICs."""
+    and on several nodes the bytes that must leave a node through its NICs: an
+    all-to-all's bytes bound for other nodes; a gather or reduction's (nodes-1)/nodes of
+    the buffer (reduced or gathered within the node first; twice for an all-reduce)."""
     from emulator.model.cost import DTYPE_BYTES
 
     op = cfg.operation
@@ -83,10 +85,16 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     g = min(world, ic.gpus_on_node(world))
     stay = (g - 1) / (world - 1) if world > 1 else 0.0  # of the bytes, to GPUs of the node
     link = moved * stay / (max(links, 1) * ic.link_bw) if world > 1 else 0.0
-    if world > g and ic.network:  # the bytes bound for other nodes, through the GPU's share
-        # of its node's NICs (a torus node: of its four links)
+    if world > g and ic.network:  # the bytes bound for other nodes, through the node's NICs
+        # (a torus node: its four links)
         ports = 4 if ic.network == "torus2d" else ic.nics_per_node
-        link = max(link, moved * (1 - stay) / (ic.nic_bw * ports / g))
+        if "a2a" in op.name:
+            out = moved * (1 - stay) * g
+        else:
+            nodes = world // g
+            out = (op.collective_bytes(cfg.m, cfg.n, cfg.k, e) * (nodes - 1) / nodes
+                   * (2 if "ar" in op.spans else 1))
+        link = max(link, out / (ic.nic_bw * ports))
     return {"gemm_compute": compute, "collective_link": link}
 
 

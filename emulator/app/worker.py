@@ -107,6 +107,18 @@ def summary_table(doc: dict) -> str:
                 f"{m} {t * 1e6:.1f} us" for m, t in pick["candidates_s"].items()))
         elif pick:
             lines.append(f"{run['mode']}: picked {pick['chosen']} ({pick['why']})")
+    libs: dict = {}  # one line per library call: its phases, and which configurations ran it
+    for run in doc["runs"]:
+        calls: dict = {}
+        for phase, c in (run.get("library") or {}).items():
+            key = (c["library"], c["collective"], c["algorithm"], c["protocol"], c["channels"],
+                   c["predicted_us"])
+            calls.setdefault(key, []).append(phase)
+        for key, phases in calls.items():
+            libs.setdefault((*key, ", ".join(phases)), []).append(run["mode"])
+    for (name, coll, algo, proto, ch, pred, phases), modes in libs.items():
+        lines.append(f"library {coll} ({phases}): {name} {algo}/{proto} on {ch} channel(s), "
+                     f"its model predicts {pred:.1f} us ({', '.join(modes)})")
     ov = [(run["mode"], run["ect_s"], run["overlap_efficiency"]) for run in doc["runs"]
           if run.get("ect_s") is not None]
     alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
@@ -303,6 +315,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "bandwidth": bandwidths(cfg, world, windows),
                 "stage_profile": res.profile,
                 "search": res.choice,  # a search configuration: its pick and the candidates
+                "library": res.library,  # phase -> the library's algorithm, protocol, channels
                 # the producer's kernel run alone (its longest rank), if the plan has one
                 "gemm_alone_s": (max(sum(t[n][1] - t[n][0] for n in res.alone) for t in times)
                                  if res.alone else None),

@@ -88,6 +88,9 @@ class StepsPhase:
     after: tuple[str, ...] = ()
     credit: Credit | None = None
     waits: tuple[Signal, ...] = ()  # signals the launch waits for
+    library: object = None  # the library's choice when a library runs this collective
+    # (``emulator/model/library.Choice``): protocol, channels, latencies
+    launch: bool = True  # False: the library's kernel goes on (an all-reduce's AG half)
 
 
 @dataclass
@@ -103,3 +106,9 @@ class Plan:
     # ports several GPUs send across ("ring", "direct"; "": the algorithm's)
     choice: dict = field(default_factory=dict)  # a heuristic configuration: what it picked
     # and why ({"chosen": configuration, "why": text}), reported with its run
+
+    @property
+    def library(self) -> dict:
+        """Phase name -> what the library chose for it (its algorithm and protocol)."""
+        return {ph.name: ph.library.to_dict() for ph in self.phases
+                if getattr(ph, "library", None) is not None}

@@ -58,6 +58,7 @@ class RankResult:
     profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
     alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
     choice: dict = field(default_factory=dict)  # a search configuration: what it chose
+    library: dict = field(default_factory=dict)  # phase -> the library's choice for it
     kernel_end: float = 0.0  # when its last kernel ended (a fused operator's kernel ends
     # when its exit polls have seen every incoming flag; executors may still be sending)
 
@@ -154,7 +155,8 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                               f"{ph.credit.region.name}", waiting=True)
                 start = max(start, tracker.wait(ph.credit.region, opts.watchdog_s))
             watchdog.post("compute", f"{mode} {ph.name}: CU kernel")
-            end = run_steps(ph.steps, hbm, tracker, clock, cost, opts.watchdog_s, start)
+            end = run_steps(ph.steps, hbm, tracker, clock, cost, opts.watchdog_s, start,
+                            ph.library, fixed=ph.launch)
         else:
             mine = fault_rank == rank and not any(  # the mode's first kernel phase
                 isinstance(q, KernelPhase) for q in plan.phases[:idx])
@@ -191,7 +193,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                       policy_info, events, wall_events if opts.record_wall else {}, profile,
                       tuple(dict.fromkeys(ph.name for ph in plan.phases
                                           if isinstance(ph, KernelPhase) and not ph.fused)),
-                      kernel_end=ready, choice=dict(plan.choice))
+                      kernel_end=ready, choice=dict(plan.choice), library=plan.library)
 
 
 PROFILE_BINS = 200

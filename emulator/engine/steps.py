@@ -43,11 +43,20 @@ class CuStep:
 
 
 def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
-              cost: CostModel, watchdog_s: float, start: float) -> float:
-    """Execute the steps functionally and in modelled time; return the kernel's end."""
+              cost: CostModel, watchdog_s: float, start: float, library=None,
+              fixed: bool = True) -> float:
+    """Execute the steps functionally and in modelled time; return the kernel's end.
+    ``library``: the library's choice for this collective (``emulator/model/library.py``):
+    its fixed latency first, each send at the chosen protocol's share of the route's
+    peak over the channels' route, arriving at least the protocol's per-step latency
+    after it left (``fixed``: a kernel of its own; False: the second half of the
+    library's one all-reduce kernel, whose fixed latency the first half paid)."""
     from emulator.runtime import watchdog
 
     t = group_start = max(start, clock.cu.free_at)
+    if library is not None and library.fixed_s and fixed:
+        clock.log("library", f"{library.protocol} base latency", t, t + library.fixed_s)
+        t = group_start = t + library.fixed_s
     for step in steps:
         if step.concurrent:
             ready = group_start
@@ -71,10 +80,15 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
                 dst = step.dst_rank  # a library's kernel: its achieved share of the peak
-                link_end = transfers.send(clock, dst, ready, nbytes, step.name,
-                                          transfers.cu_fraction(clock, dst))
+                fraction, lat = transfers.cu_fraction(clock, dst), clock.latency(dst)
+                if library is not None:
+                    fraction *= library.bw_ratio
+                    lat = max(lat, library.hw_lat_net_s if clock.topology.crosses_network(
+                        clock.rank, dst) else library.hw_lat_intra_s)
+                link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction,
+                                          channels=library is not None)
                 end = max(read_end, link_end)
-                arrival = end + clock.latency(dst)
+                arrival = end + lat
         clock.log(step.stream, step.name, ready, end)
         t = max(t, end) if step.concurrent else end
         # functional part

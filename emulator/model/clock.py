@@ -219,13 +219,15 @@ class RankClock:
         """Time from a byte leaving this rank towards ``dst`` to its arrival."""
         return self.route(dst).latency
 
-    def send(self, dst: int, ready: float, nbytes: float, fraction: float = 1.0) -> float:
+    def send(self, dst: int, ready: float, nbytes: float, fraction: float = 1.0,
+             channels: bool = False) -> float:
         """Reserve every port of the route to ``dst`` for ``nbytes`` from ``ready``, at most at
         the route's rate (its slowest port); return when the last byte has left (latency not
         included). ``fraction`` < 1: a sender that achieves only that share of the ports'
         peak (a library collective) holds them for ``nbytes / fraction`` bytes' time, so
-        its transfers together never exceed ``fraction`` of the peak."""
-        route = self.route(dst)
+        its transfers together never exceed ``fraction`` of the peak. ``channels``: a library
+        collective's send (``Topology.route``)."""
+        route = self.topology.route(self.rank, dst, channels)
         cap = route.rate
         if fraction != 1.0:
             nbytes = nbytes / fraction

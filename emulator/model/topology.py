@@ -95,11 +95,20 @@ class Topology:
     def crosses_network(self, src: int, dst: int) -> bool:
         return self.node(src) != self.node(dst)
 
-    def route(self, src: int, dst: int) -> Route:
-        key = (src, dst)
+    def route(self, src: int, dst: int, channels: bool = False) -> Route:
+        """The ports from ``src`` to ``dst``. ``channels``: a library collective's ring, whose
+        channels cross the network over every NIC of the node (NCCL's search.cc picks
+        the NICs round-robin over the channels; each channel's ring leaves a node from
+        another GPU), so its node-to-node step streams at the node's NICs together."""
+        key = (src, dst, channels)
         r = self._routes.get(key)
         if r is None:
             hops = self._hops(src, dst)
+            if channels and self.crosses_network(src, dst) and self.ic.network == "fabric":
+                ic = self.ic
+                hops = [h for h in hops if not h.port.startswith("nic-out")]
+                hops.append(Hop(f"nics-out[{self.node(src)}]",
+                                ic.nic_bw * max(1, ic.nics_per_node), ic.nic_latency_s))
             if any(h.shared for h in hops):
                 sharers = self.sharers()
                 hops = [Hop(h.port, h.rate / max(1, sharers.get(h.port, 1)), h.latency)

@@ -75,10 +75,11 @@ def cu_fraction(clock: RankClock, dst: int) -> float:
 
 
 def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
-         fraction: float = 1.0) -> float:
+         fraction: float = 1.0, channels: bool = False) -> float:
     """Reserve the route to ``dst`` for ``nbytes`` from ``ready`` (``fraction``: a library
-    collective's achieved share of its peak); return when the last byte has left."""
-    link_end = clock.send(dst, ready, nbytes, fraction)
+    collective's achieved share of its peak; ``channels``: its channels' route,
+    ``Topology.route``); return when the last byte has left."""
+    link_end = clock.send(dst, ready, nbytes, fraction, channels)
     clock.log(f"link->{dst}", what, ready, link_end, bytes=nbytes)
     return link_end
 
