@@ -444,6 +444,15 @@ def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path) 
                        "rows": rows}, f, indent=1)
 
 
+def _library(ic) -> str:
+    """The collective library a system's collectives are timed as."""
+    from emulator.model.library import LIBRARIES
+
+    if not ic.library:
+        return "collectives: own ring kernels (no library model) at"
+    return f"collectives: {LIBRARIES[ic.library].name}, Simple at"
+
+
 @main.command()
 def devices() -> None:
     """List GPU presets (--device) and system presets (--system) with their key figures."""
@@ -471,7 +480,7 @@ def devices() -> None:
                f"({ic.network}, {ic.nic_latency_s * 1e9:g} ns)" if ic.network else "")
         click.echo(f"  {name:<14} {size or 'any'} x {spec.name}: {topo.describe()}, "
                    f"{ic.link_bw / 1e9:g} GB/s/dir, {ic.link_latency_s * 1e9:g} ns{net}; "
-                   f"library {ic.library_fraction:g}"
+                   f"{_library(ic)} {ic.library_fraction:g}"
                    + (f"/{ic.library_fraction_network:g}" if ic.network else "") + " of peak")
         click.echo(f"  {'':<14} {spec.description}")
 
