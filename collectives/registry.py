@@ -53,11 +53,11 @@ REGISTRY.add_operation(Operation(
     "gemm+ar", "all-reduce = RS + AG (T3's tensor-parallel case)", "T3 sec. 1",
     BOTH, operations.ALL_REDUCE, _mpi_collective("all_reduce"),
     lambda m, n, k, rows, e: 2 * (m - rows) * e * n, aliases=("ar",), reducing=True,
-    bus_factors=AR, spans={"ar": ("rs", "ag")}))
+    bus_factors=AR, spans={"ar": ("rs", "ag")}, passes=2))
 REGISTRY.add_operation(Operation(
     "gemm+a2a", "all-to-all of the GEMM's output row chunks", "T3 sec. 1",
     ("direct",), operations.ALL_TO_ALL, _mpi_collective("all_to_all"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS))
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS, exchange=True))
 REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
     "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),
@@ -69,7 +69,7 @@ REGISTRY.add_operation(Operation(
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
     aliases=("gemv-ar",), reducing=True, split_k=False, bus_factors=AR, spans={"ar": ("rs", "ag")},
-    producer="gemv", shape=(4096, 1, 4096),  # Llama-2-7B's attention projection, TP 4
+    passes=2, producer="gemv", shape=(4096, 1, 4096),  # Llama-2-7B's attention projection, TP 4
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
@@ -77,7 +77,7 @@ REGISTRY.add_operation(Operation(
     operations.EMBEDDING_ALL_TO_ALL, _mpi_collective("all_to_all"),
     lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("embedding+a2a",),
     params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
-    check_reference=embedding.reference, bounds=embedding.bounds, split_k=False,
+    check_reference=embedding.reference, bounds=embedding.bounds, split_k=False, exchange=True,
     host_memory=embedding.host_memory, producer="embedding",
     shape=(1024, 256, 70),  # the fused operators' DLRM: batch 1024, D = 256, L = 70
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
@@ -86,7 +86,7 @@ REGISTRY.add_operation(Operation(
     "GEMM (EP; FiCCO sec. 4)", "FiCCO sec. 4", ("direct",), operations.A2A_GEMM,
     _mpi_collective("all_to_all"), lambda m, n, k, rows, e: (m - rows) * e * k,
     aliases=("a2a-gemm",), collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS,
-    inputs=ficco.dispatch_inputs, check_reference=ficco.dispatch_reference,
+    exchange=True, inputs=ficco.dispatch_inputs, check_reference=ficco.dispatch_reference,
     dims="M = rows every GPU's expert receives (tokens), N = the expert's columns, K = "
     "hidden size; rank r sends its chunk's rows to every GPU"))
 

@@ -18,7 +18,7 @@ import pytest
 from emulator.model import library
 
 
-def _ag(nbytes, ranks=8, nodes=1, bus=240.0, name="nccl-ampere", kind="ag"):
+def _ag(nbytes, ranks=8, nodes=1, bus=240.0, name="nccl-ampere", kind="AllGather"):
     return library.choose(name, kind, nbytes, ranks, nodes, bus, pci=False)
 
 
@@ -66,7 +66,7 @@ def test_small_messages_run_on_fewer_channels():
 def test_multi_node_latency_counts_network_steps():
     # all-reduce, 16 GPUs on 2 nodes, Simple: 2(n-1) = 30 steps, 2 of them across the
     # network; intra steps cost max(3.4, 3 x 1 us net overhead); x1.4 (multi-node Simple AR)
-    c = _ag(1 << 30, ranks=16, nodes=2, bus=90.0, kind="ar")
+    c = _ag(1 << 30, ranks=16, nodes=2, bus=90.0, kind="AllReduce")
     assert c.protocol == "Simple"
     assert c.latency_us == pytest.approx((8.4 + 28 * 3.4 + 2 * 14.0) * 1.4)
 

@@ -88,12 +88,12 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     if world > g and ic.network:  # the bytes bound for other nodes, through the node's NICs
         # (a torus node: its four links)
         ports = 4 if ic.network == "torus2d" else ic.nics_per_node
-        if "a2a" in op.name:
+        if op.exchange:
             out = moved * (1 - stay) * g
         else:
             nodes = world // g
             out = (op.collective_bytes(cfg.m, cfg.n, cfg.k, e) * (nodes - 1) / nodes
-                   * (2 if "ar" in op.spans else 1))
+                   * op.passes)
         link = max(link, out / (ic.nic_bw * ports))
     return {"gemm_compute": compute, "collective_link": link}
 

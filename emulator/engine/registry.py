@@ -93,6 +93,9 @@ class Operation:
     # nccl-tests' busbw factor f(n) (busbw = algbw x f(n))
     spans: dict = field(default_factory=dict)  # name -> (first phase, last phase): a
     # collective timed from the first's start to the last's end (AR = RS then AG)
+    passes: int = 1  # times the collective's buffer crosses the network (AR: RS then AG)
+    exchange: bool = False  # an all-to-all: every rank's rows go to their GPU as they are
+    # (nothing is gathered or reduced within a node before it leaves)
     params: dict = field(default_factory=dict)  # name -> Param: its shapes beyond M, N, K
     # Operations whose inputs are not a GEMM's A and B give their own (``cfg``: the run's
     # configuration, with ``param(name)``):

@@ -34,7 +34,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-KINDS = {"rs": "reduce-scatter", "ag": "all-gather", "ar": "all-reduce"}
+# NCCL's collectives (ncclFunc...): the name a Choice shows, passes over the ring (an
+# all-reduce: a reduce-scatter then an all-gather, 2 x (n-1) steps)
+KINDS = {"ReduceScatter": ("reduce-scatter", 1), "AllGather": ("all-gather", 1),
+         "AllReduce": ("all-reduce", 2)}
+# the emulator's collective phases (or spans) by the NCCL collective they run
+PHASES = {"rs": "ReduceScatter", "ag": "AllGather", "ar": "AllReduce"}
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,7 @@ def _channels(tables: Tables, busbw: float) -> tuple[int, int, float]:
 def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
            busbw_simple: float, pci: bool, launch_s: float = 0.0,
            schedule_steps: int | None = None) -> Choice:
-    """NCCL's (RCCL's) ring choice for a ``kind`` ("rs", "ag", "ar") of ``nbytes`` (NCCL's
+    """NCCL's (RCCL's) ring choice for a ``kind`` (a key of ``KINDS``) of ``nbytes`` (NCCL's
     count: the whole gathered or scattered buffer) over ``ranks`` GPUs on ``nodes``
     nodes; ``busbw_simple``: GB/s the Simple protocol reaches with every channel (the
     bottleneck of the ring's ports, x ``library_fraction``); ``pci``: the intra-node
@@ -148,8 +153,9 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     itself (default: the ring's)."""
     t = LIBRARIES[tables_name]
     n = max(1, ranks)
-    nsteps = 2 * (n - 1) if kind == "ar" else n - 1
-    inter_steps = (2 if kind == "ar" else 1) * (nodes - 1)
+    shown, passes = KINDS[kind]
+    nsteps = passes * (n - 1)
+    inter_steps = passes * (nodes - 1)
     search_ch, comm_ch, _ = _channels(t, busbw_simple)
     hw_intra = t.hw_lat_pci if pci else t.hw_lat_intra
     node_row = 0 if nodes == 1 else (1 if nodes == 2 else 2)
@@ -167,7 +173,7 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
         overhead = t.net_overhead * (3 if proto == "Simple" else 1) if nodes > 1 else 0.0
         lat = (t.base_lat[p] + (nsteps - inter_steps) * max(hw_intra[p], overhead)
                + inter_steps * t.hw_lat_net[p])
-        if kind == "ar" and proto == "Simple" and nodes > 1 and \
+        if kind == "AllReduce" and proto == "Simple" and nodes > 1 and \
                 nbytes / (comm_ch * n) >= 64:
             lat *= 1.4  # tuning.cc: multi-node ring Simple all-reduce
         algbw = bus * n / max(1, nsteps)
@@ -182,9 +188,9 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     call_bus = bus * nc / comm_ch
     own = n - 1 if schedule_steps is None else schedule_steps
     hw_intra_s, hw_net_s = hw_intra[p] * 1e-6, t.hw_lat_net[p] * 1e-6
-    fixed = max(0.0, t.base_lat[p] * 1e-6 - launch_s) + max(0, nsteps - own * (
-        2 if kind == "ar" else 1)) * hw_intra_s
-    return Choice(t.name, KINDS[kind], "ring", proto, nc, comm_ch, int(nbytes),
+    fixed = max(0.0, t.base_lat[p] * 1e-6 - launch_s) + max(0, nsteps - own * passes
+                                                             ) * hw_intra_s
+    return Choice(t.name, shown, "ring", proto, nc, comm_ch, int(nbytes),
                   round(call_bus, 3), round(time_us, 3), round(lat, 3),
                   call_bus / busbw_simple, hw_intra_s, hw_net_s, fixed)
 
@@ -209,11 +215,13 @@ def simple_busbw(ic, per_node: int, nodes: int, world: int) -> float:
     return min(rates) / 1e9 if rates else 0.0
 
 
-def for_problem(spec, topology, kind: str, nbytes: int, schedule: str) -> Choice | None:
-    """The library's choice for a collective of the run (None: the preset names no
-    library; T3's simulator runs its own ring kernels at the links' rates)."""
+def for_problem(spec, topology, phase: str, nbytes: int, schedule: str) -> Choice | None:
+    """The library's choice for the run's collective ``phase`` (a key of ``PHASES``; None:
+    the preset names no library, T3's simulator runs its own ring kernels at the links'
+    rates; or the phase is no ring collective of the tuning model)."""
     ic = spec.interconnect
-    if not ic.library or kind not in KINDS or topology.world < 2:
+    kind = PHASES.get(phase)
+    if not ic.library or kind is None or topology.world < 2:
         return None
     busbw = simple_busbw(ic, topology.per_node, topology.nodes, topology.world)
     pci = ic.library_link == "pci" or ic.topology == "pcie"
