@@ -206,7 +206,8 @@ class _Setup:
         E = p.spec.dma_engines
         s = (d - p.rank - 1) % p.world
         if self.executor == "cu":
-            return Executor("cu", s, self.cu_share / max(1, p.world - 1), streams=True)
+            return Executor("cu", s, self.cu_share / max(1, p.world - 1), streams=True,
+                            library=True)  # FiCCO's CU-driven transfers: RCCL's kernels
         return Executor("dma", s % max(1, E - 1), streams=True)
 
     @property

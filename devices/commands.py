@@ -36,6 +36,8 @@ class Executor:
     share: float = 0.0  # cu only: fraction of the CUs the concurrent kernel holds
     streams: bool = False  # its HBM traffic is a steady stream at its transfer's rate (a
     # copy engine paced by its link; ``Dram.stream``) rather than offered all at once
+    library: bool = False  # cu only: the collective library's kernel (its sends achieve the
+    # library's fraction of the link); else a kernel's own stores (``store_fraction``)
 
     def __post_init__(self):
         if self.kind not in ("dma", "nic", "cu"):

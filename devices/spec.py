@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,42 @@ class InterconnectSpec:
             return 0
         return {"ring": min(2, local - 1), "full-mesh": local - 1, "switch": 1,
                 "pcie": 1}[self.topology]
+
+
+# the ways a GPU moves data to a peer (``ExecutorSpec``; ``t3emu devices`` lists them)
+EXECUTORS = {
+    "store": "SM/CU stores into a peer's HBM (a producing kernel's epilogue, a fused or "
+             "persistent kernel's puts over the link)",
+    "copy": "copy engine / SDMA transfer (push or pull) over the link",
+    "put": "NIC RDMA write (GPU-initiated put; any transfer but the library's that "
+           "crosses nodes), of the NIC's line rate",
+    "library": "the collective library's kernel (NCCL/RCCL: [interconnect] and [network] "
+               "library_fraction, with its protocol's share from its tuning model)",
+}
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """What each way of moving data achieves of its port's peak, and its fixed costs
+    (``emulator/model/transfers.py`` charges them; the library's fractions are the
+    interconnect's ``library_fraction``). A device file states every one with its source
+    (``[executors]``): none moves at the port's peak by omission. The defaults are for
+    specs built in code only."""
+
+    store_fraction: float = 1.0  # a kernel's stores into a peer's HBM, of the link's peak
+    copy_fraction: float = 1.0  # a copy engine's transfer, of the link's peak
+    put_fraction: float = 1.0  # a NIC's RDMA write, of the NIC's line rate
+    put_fence_s: float = 0.0  # a WG's fence between a put and its flag put (ordering)
+    sources: dict = field(default_factory=dict)  # executor -> where its figures come from
+
+    def fraction(self, executor: str, library: float, crosses_network: bool,
+                 library_network: float) -> float:
+        """The share of the route's peak ``executor`` (a key of ``EXECUTORS``) achieves;
+        ``library``/``library_network``: the library's own fractions."""
+        if crosses_network:  # every byte leaving the node goes through a NIC
+            return library_network if executor == "library" else self.put_fraction
+        return {"store": self.store_fraction, "copy": self.copy_fraction,
+                "put": self.put_fraction, "library": library}[executor]
 
 
 @dataclass(frozen=True)
@@ -143,11 +179,17 @@ class DeviceSpec:
     dram_banks: int = 0  # DRAM banks of the whole HBM (0: row locality not modelled)
     dram_row_miss_cost: float = 1.0  # channel time of a DRAM access that misses the open
     # row, relative to a row hit
+    executors: ExecutorSpec = ExecutorSpec()  # each data mover's share of peak and fixed costs
 
     @property
     def max_resident_wgs(self) -> int:
         """Resident WGs of a light memory-bound kernel: the persistent grid's maximum."""
         return self.cus * (self.max_wgs_per_cu or self.wgs_per_cu)
+
+    @property
+    def put_issue_s(self) -> float:
+        """A WG's cost of one GPU-initiated put: issue it, fence, issue its flag put."""
+        return 2 * self.nic_issue_s + self.executors.put_fence_s
 
     @property
     def wgs_per_stage(self) -> int:
@@ -193,6 +235,18 @@ _SCHEMA: dict[str, dict[str, tuple[type, float, str]]] = {
         "link_gb_per_s_per_direction": (float, 1e9, "link_bw"),
         "link_latency_ns": (float, 1e-9, "link_latency_s"),
         "links": (int, 1, "links"),
+    },
+    # every data mover's achieved share of its port's peak, its fixed costs and the source
+    # of each (``ExecutorSpec``)
+    "executors": {
+        "store_fraction": (float, 1, "store_fraction"),
+        "store_source": (str, 1, "store_source"),
+        "copy_fraction": (float, 1, "copy_fraction"),
+        "copy_source": (str, 1, "copy_source"),
+        "put_fraction": (float, 1, "put_fraction"),
+        "put_fence_ns": (float, 1e-9, "put_fence_s"),
+        "put_source": (str, 1, "put_source"),
+        "library_source": (str, 1, "library_source"),
     },
 }
 # optional keys: section -> key -> (type, unit scale to SI, attribute name, default)
@@ -240,7 +294,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
     },
 }
 _TOP_KEYS = {"name", "description"}
-_MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "launch_us", "count", "gb_per_s", "latency_ns",
+_MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "put_fence_ns", "launch_us", "count", "gb_per_s", "latency_ns",
                 "issue_ns", "dram_channels", "dram_turnaround_ns", "max_wgs_per_cu",
                 "wg_inflight_bytes", "dram_banks"}
 
@@ -343,6 +397,10 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if values["library_link"] not in ("", "pci"):
         raise SpecError(f"{source}: [interconnect] library_link = {values['library_link']!r}; "
                         f"allowed: 'pci' (or leave it out)")
+    for key in ("store_fraction", "copy_fraction", "put_fraction"):
+        if not 0 < values[key] <= 1:
+            raise SpecError(f"{source}: [executors] {key} must be in (0, 1] (the share of the "
+                            f"port's peak it achieves), got {values[key]}")
     if values["dram_row_miss_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] dram_row_miss_cost must be >= 1 (a row miss "
                         f"costs at least a hit), got {values['dram_row_miss_cost']}")
@@ -385,6 +443,10 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         wg_inflight_bytes=values["wg_inflight_bytes"],
         dram_banks=values["dram_banks"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
+        executors=ExecutorSpec(
+            store_fraction=values["store_fraction"], copy_fraction=values["copy_fraction"],
+            put_fraction=values["put_fraction"], put_fence_s=values["put_fence_s"],
+            sources={e: values[f"{e}_source"] for e in EXECUTORS}),
         nics=values["nics"],
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],

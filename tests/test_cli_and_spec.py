@@ -36,6 +36,42 @@ def test_bad_usage_exits_2_with_one_line(args, option):
 def test_devices_lists_presets():
     proc = run_cli(["devices"], timeout=60)
     assert proc.returncode == 0 and "t3-sim" in proc.stdout and "t3-sim-2x-cu" in proc.stdout
+    # every GPU's four data movers with their fraction and source (a100-sxm's copy engine)
+    for name in ("SM stores", "copy engine", "NIC put", "library"):
+        assert proc.stdout.count(name) >= len(list_presets()), name
+    assert "0.9 of the link's peak; 2 us set-up per copy or flag write [p2pBandwidthLatency" \
+        in proc.stdout
+
+
+def test_every_preset_states_each_executor_with_a_source():
+    for name in list_presets():
+        spec = load_device(name)
+        ex = spec.executors
+        for f in (ex.store_fraction, ex.copy_fraction, ex.put_fraction,
+                  spec.interconnect.library_fraction):
+            assert 0 < f <= 1, name
+        assert set(ex.sources) == {"store", "copy", "put", "library"}, name
+        assert all(len(v) > 20 for v in ex.sources.values()), (name, ex.sources)
+    # the NVIDIA and AMD GPUs: no executor at the link's peak
+    for name in ("a100-sxm", "a100-pcie", "h800", "mi210", "mi300x"):
+        ex = load_device(name).executors
+        assert max(ex.store_fraction, ex.copy_fraction, ex.put_fraction) < 1, name
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("copy_fraction", None, "missing key 'copy_fraction'"),
+    ("store_fraction", 1.5, r"store_fraction must be in \(0, 1\]"),
+    ("put_fraction", 0, "put_fraction = 0 is impossible"),
+    ("store_source", 3, "must be a string"),
+])
+def test_an_executor_without_its_figure_is_refused(key, value, match):
+    doc = _doc()
+    if value is None:
+        del doc["executors"][key]
+    else:
+        doc["executors"][key] = value
+    with pytest.raises(SpecError, match=match):
+        parse_spec(doc, "x.toml")
 
 
 def test_default_preset_is_the_t3_system():

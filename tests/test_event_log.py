@@ -72,7 +72,7 @@ def _same(got: list, want: list) -> None:
         assert g[:2] == w[:2] and _close(g[2], w[2]) and _close(g[3], w[3]), (g, w)
 
 
-def _clock(switched: bool = False):
+def _clock(switched: bool = False, library: float = 1.0, **fractions):
     from devices.spec import load_device
     from emulator.model.clock import RankClock
     from emulator.model.cost import CostModel
@@ -80,7 +80,10 @@ def _clock(switched: bool = False):
     from emulator.model.topology import Topology
 
     spec = load_device(str(DEVICE))
-    ic = dataclasses.replace(spec.interconnect, topology="switch" if switched else "full-mesh")
+    spec = dataclasses.replace(spec, executors=dataclasses.replace(spec.executors, **fractions))
+    ic = dataclasses.replace(spec.interconnect, topology="switch" if switched else "full-mesh",
+                             library_fraction=library)
+    spec = dataclasses.replace(spec, interconnect=ic)
     clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0,
                       nics=spec.nics, nic_bw=spec.nic_bw)
     return clock, CostModel(spec, "fp32")
@@ -156,3 +159,35 @@ def test_a_cu_kernel_update_written_locally_after_its_adds():
     local = read_end + UPD * B / BW  # a local update after the reads: u B
     assert _close(end, local) and _close(arrival, local) and _close(cu.free_at, local)
     _same(_log(clock), [("cu-kernel", "z -> 0", t0, local)])
+
+
+def test_each_executor_holds_the_link_for_its_bytes_over_its_own_fraction():
+    """Equal footing: copy engine at copy_fraction, SM stores at store_fraction, the
+    library's CU kernel at library_fraction, a NIC put at put_fraction of its rate, each
+    on the toy device's 100 GB/s link (50 GB/s NIC)."""
+    from emulator.model import transfers
+
+    clock, cost = _clock(copy_fraction=0.5, store_fraction=0.25, put_fraction=0.8,
+                         library=0.4)
+    engine = clock.executor("dma", 0)
+    end, arr = transfers.dma_push(clock, cost, engine, 0.0, 1, B, "c")
+    t0 = SETUP
+    copy_end = t0 + B / (0.5 * L)  # the link at half its peak; the HBM read is faster
+    assert _close(end, copy_end) and _close(arr, copy_end + LAT)
+    share = transfers.fraction(clock, cost, 1, "store")
+    stores_end = transfers.send(clock, 1, copy_end, B, "s", share)
+    assert share == 0.25 and _close(stores_end, copy_end + B / (0.25 * L))
+    cu = clock.executor("cu", 0, 0.25)
+    e_lib, _ = transfers.cu_send(clock, cost, cu, stores_end, 1, 1, B, "store", "l",
+                                 share=0.25, executor="library")
+    lib_end = stores_end + B / (0.4 * L)  # after the stores on the same link
+    assert _close(e_lib, max(lib_end, stores_end + B / BW))
+    nic = clock.executor("nic", 0)
+    e_put, a_put = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "p")
+    put_end = max(B / BW, B / (0.8 * NIC_BW))
+    assert _close(e_put, put_end) and _close(a_put, put_end + NIC_LAT)
+    _same(_log(clock), [("dma", "c -> 1", t0, copy_end), ("link->1", "dma c", t0, copy_end),
+                        ("link->1", "s", copy_end, stores_end),
+                        ("link->1", "cu l", stores_end, lib_end),
+                        ("cu-kernel", "l -> 1", stores_end, lib_end),
+                        ("nic", "put p -> 1", 0.0, put_end)])

@@ -453,9 +453,31 @@ def _library(ic) -> str:
     return f"collectives: {LIBRARIES[ic.library].name}, Simple at"
 
 
+def _executors(spec) -> list[str]:
+    """Each way a GPU moves data: its share of the port's peak, fixed costs and source."""
+    ex, ic = spec.executors, spec.interconnect
+    lib = (f"{ic.library_fraction:g} of the link's peak x its protocol's share; base and "
+           f"per-step latencies from its tuning model" if ic.library else
+           f"{ic.library_fraction:g} of the link's peak (own ring kernels, no fixed cost)")
+    rows = [
+        ("SM stores", f"{ex.store_fraction:g} of the link's peak; no fixed cost beyond the "
+                      f"link latency", "store"),
+        ("copy engine", f"{ex.copy_fraction:g} of the link's peak; {spec.dma_setup_s * 1e6:g} "
+                        f"us set-up per copy or flag write", "copy"),
+        ("NIC put", f"{ex.put_fraction:g} of the NIC's line rate; {spec.nic_issue_s * 1e9:g} "
+                    f"ns issue per put and per flag put, {ex.put_fence_s * 1e9:g} ns fence",
+         "put"),
+        ("library", lib, "library"),
+    ]
+    return [f"{name:<12} {what} [{ex.sources.get(key) or 'no source given'}]"
+            for name, what, key in rows]
+
+
 @main.command()
 def devices() -> None:
-    """List GPU presets (--device) and system presets (--system) with their key figures."""
+    """List GPU presets (--device) and system presets (--system) with their key figures, and
+    each GPU's data movers (SM stores, copy engine, NIC put, library kernel): the share of
+    the port's peak each achieves, its fixed costs and their sources."""
     from devices.spec import list_presets, load_device
     from devices.system import list_systems, load_system
     from emulator.model.topology import Topology
@@ -470,6 +492,8 @@ def devices() -> None:
                    f"{spec.dma_engines} DMA, launch {spec.launch_s * 1e6:g} us; "
                    f"{ic.links} x {ic.link_bw / 1e9:g} GB/s/dir links ({ic.topology})")
         click.echo(f"  {'':<14} {spec.description}")
+        for line in _executors(spec):
+            click.echo(f"  {'':<14} {line}")
     click.echo("systems (--system NAME or FILE):")
     for name in list_systems():
         spec = load_system(name)

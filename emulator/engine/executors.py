@@ -93,7 +93,8 @@ class ExecutorTiming:
             elif ex.kind == "cu":
                 end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,
                                                  1 + len(cmd.adds), nbytes, cmd.op, name, pol,
-                                                 window, ex.share, ex.streams)
+                                                 window, ex.share, ex.streams,
+                                                 "library" if ex.library else "store")
             else:
                 end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes,
                                                   name, pol, window, ex.streams)

@@ -104,9 +104,11 @@ class KernelRunner:
         arrivals = {self.hbm.rank: end}
         queue = k.store_queue
         for dst, nbytes in sorted(sc.remote_bytes.items()):
-            link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores")
+            share = transfers.fraction(clock, self.cost, dst, "store")
+            link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores", share)
             arrivals[dst] = link_end + clock.latency(dst)
-            end = max(end, link_end - queue / clock.route(dst).rate if queue else link_end)
+            end = max(end, link_end - queue / (clock.route(dst).rate * share) if queue
+                      else link_end)
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, sc
 
@@ -116,7 +118,7 @@ class KernelRunner:
         clock = self.clock
         stage_start = clock.cu.free_at
         ends, arrivals, stage_end = [], [], stage_start
-        issue = 2 * self.cost.spec.nic_issue_s
+        issue = self.cost.spec.put_issue_s
         launch = 0.0
         if s in self.launch_stages:  # another launch of the stream: its inputs are not in
             self.cost.l2_reset()  # the L2 yet; it starts once its waits are over
@@ -190,13 +192,13 @@ class KernelRunner:
         timeline."""
         clock, k = self.clock, self.kernel
         ends, arrivals, starts = [], [], []
-        issue = self.cost.spec.nic_issue_s
+        issue = self.cost.spec.put_issue_s
         for j, w in enumerate(ids):
             one = ids[j : j + 1]
             start = max(float(self.wg_free[j]), self._gate_time(k.gates_of(one)))
             starts.append(start)
             end, arr, sc = self._time_items(s, one, start, k.stage_size)
-            end += 2 * issue * self._issues(one)
+            end += issue * self._issues(one)
             self.wg_free[j] = end
             clock.log(f"wg{j}", f"task {int(w)}", start, end, flops=sc.flops,
                       read_bytes=sc.read_bytes, write_bytes=sc.write_bytes)
@@ -212,7 +214,7 @@ class KernelRunner:
         fairly); each WG ends at the later of that and its own start plus its compute, plus
         its NIC issues."""
         clock, k = self.clock, self.kernel
-        issue = 2 * self.cost.spec.nic_issue_s
+        issue = self.cost.spec.put_issue_s
         pos = {int(w): j for j, w in enumerate(ids)}
         ends: list[float] = [0.0] * len(ids)
         arrivals: list[dict] = [{}] * len(ids)

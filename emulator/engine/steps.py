@@ -80,11 +80,7 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
             else:
                 dst = step.dst_rank  # a library's kernel: its achieved share of the peak
-                fraction, lat = transfers.cu_fraction(clock, dst), clock.latency(dst)
-                if library is not None:
-                    fraction *= library.bw_ratio
-                    lat = max(lat, library.hw_lat_net_s if clock.topology.crosses_network(
-                        clock.rank, dst) else library.hw_lat_intra_s)
+                fraction, lat = transfers.library_send(clock, cost, dst, library)
                 link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction,
                                           channels=library is not None)
                 end = max(read_end, link_end)

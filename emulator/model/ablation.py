@@ -17,8 +17,9 @@ plugins included, gets the same counterfactuals. What each removes:
   launch of every phase and of every further launch of a multi-launch kernel.
 - ``link-efficiency``: every executor achieves the link's (and NIC's) peak:
   library collectives' ``library_fraction`` (and ``[network]
-  library_fraction``) = 1, as the GPU's own stores, copy engines and NIC puts
-  already do. What remains of link time is bytes over peak bandwidth.
+  library_fraction``) = 1, and the ``[executors]`` fractions of the GPU's own
+  stores, copy engines and NIC puts = 1 (the library protocols' shares from its
+  tuning model stay). What remains of link time is bytes over peak bandwidth.
 - ``contention``: communication has a DRAM of its own (``DramSpec.shared`` =
   False): DMA, copy-engine and NIC reads, data landing from peers and
   CU-driven collective traffic are served beside the compute stream instead of
@@ -37,7 +38,8 @@ import dataclasses
 ORDER = ("launches", "link-efficiency", "contention", "dram-traffic")
 HELP = {
     "launches": "kernel launches cost nothing",
-    "link-efficiency": "every executor at the link's peak (library fraction 1)",
+    "link-efficiency": "every executor at the link's peak (library, store, copy and put "
+                       "fractions 1)",
     "contention": "communication's DRAM traffic served beside compute's, not sharing its "
                   "queues",
     "dram-traffic": "DRAM bytes cost nothing (HBM bandwidth x 1e6)",
@@ -71,7 +73,9 @@ def ablate(spec, names: tuple[str, ...]):
         spec = dataclasses.replace(spec, launch_s=0.0)
     if "link-efficiency" in names:
         spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
-            spec.interconnect, library_fraction=1.0, library_fraction_network=1.0))
+            spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),
+            executors=dataclasses.replace(spec.executors, store_fraction=1.0,
+                                          copy_fraction=1.0, put_fraction=1.0))
     if "contention" in names:
         spec = dataclasses.replace(spec, dram=dataclasses.replace(spec.dram, shared=False))
     if "dram-traffic" in names:

@@ -10,9 +10,10 @@ usable at its destination).
   or a switch's up port, an inter-socket link, a NIC share; every port of the
   route is busy streaming them at the slowest one's rate) from ``ready`` until
   ``link_end``; the last byte arrives at ``link_end + lat`` (lat: the route's
-  latency, the sum of its hops'). A library collective's step achieves
-  ``library_fraction`` of the route's peak (``run_steps``): it holds the ports
-  for B / fraction bytes' time.
+  latency, the sum of its hops'). Every executor achieves its own share of the
+  route's peak (``fraction``: the preset's ``[executors]`` figures, the library's
+  ``library_fraction`` x its protocol's share): it holds the ports for
+  B / fraction bytes' time.
 - ``land``: B bytes whose last byte arrived at ``t_arrival`` pass the
   receiver's down port (switch; from ``since`` on when producers' stores sent
   them over a whole kernel, see ``RankClock.receive``), and land in its HBM as they stream in, from
@@ -22,25 +23,27 @@ usable at its destination).
 - ``dma_push``: the source read is issued to the DRAM as soon as the command is
   triggered (T3: "RS reads of a stage's regions, issued as soon as both copies
   have landed"; commands in issue order), while the link transfer starts after
-  ``dma_setup_s`` when the engine's previous transfer is done; the engine is busy
-  until both end.
+  ``dma_setup_s`` when the engine's previous transfer is done, at ``copy_fraction``
+  of the route's peak; the engine is busy until both end.
 - ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
-  the link (lat), the data crosses the peer->reader direction, lands in the
+  the link (lat), the data crosses the peer->reader direction (at
+  ``copy_fraction`` of its peak), lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
 - ``dma_copy``: a device-local copy (gather, scatter) on an engine: ``dma_setup_s``
   when the engine is free, then the source read and the destination write stream
   through the HBM together (2 B under the arbitration policy); usable when written.
 - ``flag_put``: a signal with no data: ``dma_setup_s`` on the engine, then lat.
 - ``nic_put`` (GPU-initiated, ROC_SHMEM style): the issuing WG has paid
-  ``nic_issue_s`` per put (charged by the kernel); the NIC reads the source at
-  the HBM while it sends at its own rate; the flag put, ordered behind the data
+  ``nic_issue_s`` per put and per flag put and ``put_fence_s`` between them
+  (charged by the kernel); the NIC reads the source at the HBM while it sends at
+  ``put_fraction`` of its line rate; the flag put, ordered behind the data
   by the fence, arrives with it: usable at end + ``nic_latency_s``.
 - ``cu_send``: a CU-driven kernel step on ``share`` of the CUs: read the local
   copies (each B) at the HBM, add them (vector FLOPs at ``share`` of the
   vector rate), then write the sum locally (B, or ``nmc_update_cost`` x B) or
-  send it on the link while the reads stream, at the share of the route's peak a
-  CU-driven sender achieves (``cu_fraction``: the preset's ``library_fraction``,
-  stated for the library's kernels).
+  send it on the link while the reads stream, at the share of the route's peak its
+  kind achieves (``fraction``: the library's kernels' ``library_fraction``, or
+  another CU kernel's stores' ``store_fraction``).
 """
 
 from __future__ import annotations
@@ -65,20 +68,36 @@ def _absorb(clock: RankClock, cost: CostModel, first: float, last: float, nbytes
     return serve(policy, first, cost_bytes, window, f"landing {op}s", rate)
 
 
-def cu_fraction(clock: RankClock, dst: int) -> float:
-    """The share of the route's peak a CU-driven transfer to ``dst`` achieves: the
-    preset's ``library_fraction`` (``[network] library_fraction`` across nodes), stated
-    for the library's CU-driven kernels and taken for every CU-driven sender."""
+def fraction(clock: RankClock, cost: CostModel, dst: int, executor: str) -> float:
+    """The share of the route's peak ``executor`` (``devices.spec.EXECUTORS``: "store",
+    "copy", "put", "library") achieves to ``dst``: the preset's ``[executors]`` fractions,
+    the library's ``library_fraction`` (``[network] library_fraction`` across nodes);
+    every other transfer that leaves the node goes through a NIC at ``put_fraction``."""
     ic = clock.topology.ic
-    return (ic.library_fraction_network if clock.topology.crosses_network(clock.rank, dst)
-            else ic.library_fraction)
+    return cost.spec.executors.fraction(
+        executor, ic.library_fraction, clock.topology.crosses_network(clock.rank, dst),
+        ic.library_fraction_network)
+
+
+def library_send(clock: RankClock, cost: CostModel, dst: int, choice=None) -> tuple[float,
+                                                                                   float]:
+    """(share of the route's peak, latency to ``dst``) of a step of a library collective:
+    ``library_fraction`` x its protocol's share (``choice``: the library's ``Choice``,
+    ``emulator/model/library.py``; None: no library model, the preset's own ring
+    kernels), arriving no sooner than the protocol's per-step hardware latency."""
+    share, lat = fraction(clock, cost, dst, "library"), clock.latency(dst)
+    if choice is not None:
+        share *= choice.bw_ratio
+        lat = max(lat, choice.hw_lat_net_s if clock.topology.crosses_network(clock.rank, dst)
+                  else choice.hw_lat_intra_s)
+    return share, lat
 
 
 def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
          fraction: float = 1.0, channels: bool = False) -> float:
-    """Reserve the route to ``dst`` for ``nbytes`` from ``ready`` (``fraction``: a library
-    collective's achieved share of its peak; ``channels``: its channels' route,
-    ``Topology.route``); return when the last byte has left."""
+    """Reserve the route to ``dst`` for ``nbytes`` from ``ready`` (``fraction``: the sender's
+    achieved share of its peak, see ``fraction()``; ``channels``: a library collective's
+    channels' route, ``Topology.route``); return when the last byte has left."""
     link_end = clock.send(dst, ready, nbytes, fraction, channels)
     clock.log(f"link->{dst}", what, ready, link_end, bytes=nbytes)
     return link_end
@@ -109,12 +128,13 @@ def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, n
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     issue = max(done + cost.spec.dma_setup_s, engine.issued_at)  # reads issued when triggered
     engine.issued_at = issue
+    share = fraction(clock, cost, dst, "copy")
     if steady:
         read_end = clock.hbm.stream(policy, t0, nbytes, window, "dma reads",
-                                    clock.route(dst).rate)
+                                    clock.route(dst).rate * share)
     else:
         read_end = clock.hbm.comm(policy, issue, nbytes, window, "dma reads")
-    link_end = clock.send(dst, t0, nbytes)
+    link_end = clock.send(dst, t0, nbytes, share)
     end = max(read_end, link_end)
     engine.free_at = end
     clock.log("dma", f"{what} -> {dst}", t0, end, bytes=nbytes)
@@ -129,10 +149,11 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
     link_start = t0 + lat  # the read request reaches the peer
     link = clock.link_in(src)
-    link_end = link.reserve(link_start, nbytes)[1]
+    share = fraction(clock, cost, src, "copy")  # (the same route, the other direction)
+    link_end = link.reserve(link_start, nbytes / share)[1]
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
-    first = max(link_start + lat, arrived - nbytes / link.rate)
+    first = max(link_start + lat, arrived - nbytes / (link.rate * share))
     landed = max(arrived, _absorb(clock, cost, first, arrived, nbytes, "store", policy, window))
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)
@@ -163,7 +184,7 @@ def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbyte
             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives."""
     read_end = clock.hbm.comm(policy, done, nbytes, window, "nic reads")
-    nic_end = nic.reserve(done, nbytes)[1]
+    nic_end = nic.reserve(done, nbytes / cost.spec.executors.put_fraction)[1]
     end = max(read_end, nic_end)
     clock.log("nic", f"put {what} -> {dst}", done, end, bytes=nbytes)
     return end, end + cost.spec.nic_latency_s
@@ -172,14 +193,16 @@ def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbyte
 def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies: int,
             nbytes: float, op: str, what: str, policy=_EXCLUSIVE,
             window: CommWindow = _ALONE, share: float = 1.0,
-            steady: bool = False) -> tuple[float, float]:
+            steady: bool = False, executor: str = "store") -> tuple[float, float]:
     """A CU kernel step: read ``copies`` local copies of ``nbytes``, add, write locally
     (``dst`` = this rank) or send to ``dst``; when the result is usable there (``steady``:
-    a send's reads stream at its link rate)."""
+    a send's reads stream at its link rate; ``executor``: "library", the library's
+    kernel, or "store", another kernel's stores)."""
     t0 = max(done, cu.free_at)
     if steady and dst != clock.rank:
         read_end = clock.hbm.stream(policy, t0, copies * nbytes, window, "cu-kernel reads",
-                                    clock.route(dst).rate * cu_fraction(clock, dst))
+                                    clock.route(dst).rate * fraction(clock, cost, dst,
+                                                                     executor))
     else:
         read_end = clock.hbm.comm(policy, t0, copies * nbytes, window, "cu-kernel reads")
     vec = cost.spec.vector_flops(cost.dtype)
@@ -189,7 +212,8 @@ def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies
         end = arrival = clock.hbm.comm(policy, read_end, cost.update_cost_bytes(nbytes, op),
                                        window, "cu-kernel writes")
     else:
-        link_end = send(clock, dst, t0, nbytes, f"cu {what}", cu_fraction(clock, dst))
+        link_end = send(clock, dst, t0, nbytes, f"cu {what}",
+                        fraction(clock, cost, dst, executor))
         end = max(read_end, link_end)
         arrival = end + clock.latency(dst)
     cu.free_at = end
