@@ -177,13 +177,34 @@ REGISTRY.add_configuration(Configuration(
     "algorithm run in timing-only mode, the fastest kept (RS-W vs RS-A, ring 1D vs 2D, push "
     "vs pull, communication tile, swizzle)", "Flux", _flux_default,
     applies=lambda op: _gemm_rs(op) or _ag_gemm(op), search=True, color="#e377c2"))
+TE = "TransformerEngine"
 REGISTRY.add_configuration(Configuration(
-    "te-overlap", "TransformerEngine-style medium-grained overlap (Flux's baseline): N chunk "
-    "GEMMs, each its own launch, pipelined with P2P chunk transfers on a ring",
-    "TransformerEngine", lambda p, op, algorithm: (
-        transformer_engine.te_ag_gemm if _ag_gemm(op) else
-        transformer_engine.te_gemm_rs)(p, op, algorithm),
-    applies=lambda op: _ag_gemm(op) or _gemm_rs(op), baseline=True, color="#8c564b"))
+    "te-ring", "TransformerEngine's ring exchange (AG + GEMM): N chunk GEMMs, each chunk sent "
+    "on by the copy engine while it is computed", TE, transformer_engine.te_ring_ag,
+    applies=_ag_gemm, refuses=transformer_engine.refusal, color="#8c564b"))
+REGISTRY.add_configuration(Configuration(
+    "te-ring-aggregate", "TransformerEngine's aggregate ring exchange (AG + GEMM): pairs swap "
+    "their chunks, then N/2 GEMMs over two-chunk blocks on stride-2 rings", TE,
+    transformer_engine.te_ring_aggregate_ag, applies=_ag_gemm,
+    refuses=transformer_engine.aggregate_refusal, color="#8c564b"))
+REGISTRY.add_configuration(Configuration(
+    "te-pipeline", "TransformerEngine's pipelined split GEMM + RS: 4 column splits, each "
+    "split's reduce-scatter on 16 SMs beside the next split's GEMM", TE,
+    transformer_engine.te_pipeline_rs, applies=_gemm_rs, refuses=transformer_engine.refusal,
+    color="#8c564b"))
+REGISTRY.add_configuration(Configuration(
+    "te-p2p", "TransformerEngine's ring-exchange GEMM + RS: N chunk GEMMs, each partial sent "
+    "to its owner by the copy engine beside the next, summed at the end", TE,
+    transformer_engine.te_p2p_rs, applies=_gemm_rs, refuses=transformer_engine.refusal,
+    color="#8c564b"))
+REGISTRY.add_configuration(Configuration(
+    "te-best", "TransformerEngine tuned (Flux's baseline, 'the best of all TransformerEngine "
+    "configurations'): every TE configuration of the operation run in timing-only mode, the "
+    "fastest kept", TE, lambda p, op, algorithm: (
+        transformer_engine.te_ring_ag if _ag_gemm(op) else
+        transformer_engine.te_pipeline_rs)(p, op, algorithm),
+    applies=lambda op: _ag_gemm(op) or _gemm_rs(op), refuses=transformer_engine.refusal,
+    baseline=True, search=True, color="#8c564b"))
 
 
 def _is(name: str):

@@ -1,82 +1,228 @@
-"""The medium-grained overlap Flux compares against (TransformerEngine with userbuffers):
-the operator split into N chunk GEMMs, each its own kernel launch, pipelined with P2P
-chunk transfers on a ring (Flux, "Baselines")."""
+"""TransformerEngine's comm+GEMM overlap (userbuffers) as TE runs it: the baselines Flux
+compares against ("the best of all TransformerEngine configurations").
+
+From TE's own code (NVIDIA/TransformerEngine, ``common/comm_gemm_overlap/
+comm_gemm_overlap.cpp``, ``userbuffers/userbuffers.cu``, ``pytorch/module/base.py``):
+
+- ``te_ring_ag`` (``te-ring``; TE's ``ring_exchange`` AG, the default of qkv/fc1
+  fprop): N = TP chunk GEMMs, each its own launch on all the SMs; step i computes
+  the chunk it holds (its own first, then the one received last) while the copy
+  engine (``use_ce``, the default: ``cudaMemcpyAsync`` into the peer's mapped buffer)
+  sends that chunk on to the next rank of the ring; GEMM i+1 waits for the chunk
+  received during step i.
+- ``te_ring_aggregate_ag`` (``te-ring-aggregate``; ``aggregate=True``): ranks 2q and
+  2q+1 first swap their chunks (the first GEMM waits for it: not overlapped), then
+  N/2 GEMMs over two-chunk blocks, each block sent on to rank + 2 while it is
+  computed (two one-way rings of stride 2, twice the bytes per message).
+- ``te_pipeline_rs`` (``te-pipeline``; TE's ``pipeline`` RS, the default of proj/fc2
+  fprop): the GEMM split in ``TE_SPLITS`` = 4 along the output columns, each split
+  its own launch on the SMs less ``TE_RS_SMS`` = 16 (``set_sm_margin``); after GEMM
+  i, the reduce-scatter of its columns runs on 16 SMs (the last on 32,
+  ``UB_MAX_SM``) beside GEMM i + 1: one-shot, each rank's block summed from every
+  rank's partial.
+- ``te_p2p_rs`` (``te-p2p``; TE's ``ring_exchange`` RS): N chunk GEMMs, chunk
+  rank + 1 first, its own last; each finished partial goes straight to its owner by
+  the copy engine while the next chunk computes; the owner sums the N partials at
+  the end (``reduce_bf16`` on the main stream, not overlapped).
+
+Not run here: TE's bulk overlap (a whole collective beside an *unrelated* GEMM: a
+dgrad or wgrad, which a single dependent AG + GEMM or GEMM + RS does not have) and
+its atomic GEMM (FP8 with delayed scaling only; the emulator computes fp16/fp32).
+TE runs tensor parallelism within one NVLink node (``userbuffers.h``: "for
+TP-parallelism, only single node is implemented"; its send and receive assert an
+intra-node peer): every TE configuration refuses a job across nodes.
+
+ASSUMPTION (one-shot RS): TE's RS kernel reads each rank's block of every peer's
+partial over the links; here each rank's RS kernel sends its partial blocks to their
+owners, who add them as they land: the same bytes on the same link directions,
+without the read requests' latency, on the same SMs.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from collectives import consumer
 from collectives.common import Problem
 from collectives.flux_rs import ARBITRATION
-from emulator.engine.addrmap import AddressMap
+from devices.commands import Executor
+from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
 from emulator.engine.registry import Operation
 from emulator.engine.steps import CuStep
 
+TE_SPLITS = 4  # pytorch/module/base.py: num_splits of a "pipeline" overlap
+TE_RS_SMS = 16  # num_sm of a "pipeline" overlap's reduce-scatter kernel (the GEMM's margin)
+TE_RS_LAST_SMS = 32  # UB_MAX_SM: the last split's reduce-scatter, with no GEMM beside it
 
-def te_ag_gemm(p: Problem, op: Operation, algorithm: str) -> Plan:
-    """Flux's medium-grained baseline for AG + GEMM (TransformerEngine with userbuffers):
-    N chunk GEMMs, each its own kernel launch, pipelined with P2P chunk transfers on a
-    ring. Step s computes the chunk ``ring_at(s)`` (its own rows first) while the copy
-    engine forwards that chunk to the left neighbour; step s waits for its chunk's
-    arrival from the right, and a step ends when both its GEMM and its transfer have."""
+
+def refusal(spec, ranks: int) -> str:
+    """Why TE's userbuffers cannot run a job of ``ranks`` GPUs on ``spec`` ("" : it can)."""
+    per_node = spec.interconnect.gpus_on_node(ranks)
+    if ranks > per_node:
+        return (f"TransformerEngine's userbuffers run tensor parallelism within one node "
+                f"(its send and receive assert an intra-node peer); {ranks} GPUs span "
+                f"{-(-ranks // per_node)} nodes of {per_node}")
+    return ""
+
+
+def aggregate_refusal(spec, ranks: int) -> str:
+    return refusal(spec, ranks) or ("" if ranks % 2 == 0 else
+                                    f"TE's aggregate ring exchange pairs ranks (2q, 2q+1); "
+                                    f"{ranks} GPUs is odd")
+
+
+def _held(space: TileSpace, tiles) -> tuple[np.ndarray, list]:
+    """Local writes and preload signals of ``tiles`` of ``space`` written before a phase
+    (a previous phase's GEMM output or a resident input): complete at the phase's start."""
+    tiles = list(tiles)
+    writes = np.zeros(len(space), np.int64)
+    writes[tiles] = 1
+    return writes, [([space.slot(t) for t in tiles], [space.elems(t) for t in tiles])]
+
+
+def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]],
+              send_to: int, swap: int = -1) -> Plan:
+    """AG + GEMM as TE's ring exchange: step j's GEMM over the chunks ``blocks[j]`` (the
+    rank's own in the first) once they are here, while the copy engine sends them on to
+    ``send_to`` (but for the last block). ``swap``: a peer the rank first exchanges its
+    own chunk with (the aggregate form; the first GEMM waits for it)."""
     slots = Slots()
     layout, inputs, result = op.parts.layout(p, algorithm)
     n, i = p.world, p.rank
     aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
     cspace = p.space(slots, "C", p.chunks, tile_n=p.spec.wg_tile_n)  # chunk GEMMs: own tiles
     own = aspace.tiles_in(p.chunk_region(i, p.k))
-    phases = []
-    for s in range(n):
-        c = p.ring_at(s)
-        region = p.chunk_region(c, p.k)
-        writes = np.zeros(len(aspace), np.int64)
-        if s == 0:
-            writes[own] = 1  # resident: written before the operation
-        amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store", local_ok=True)
-        arrived = (amap.dma_map(region, p.left, op="store", after=1) if s < n - 1
-                   else amap.track(region, after=1))
-        kernel = p.gemm(cspace, cspace.tiles_in(p.chunk_region(c)), a="AG")
-        cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
-        preload = consumer.resident(p, aspace, own) if s == 0 else []
-        phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
-                                  fused=True, preload=preload,
-                                  waits=(arrived,) if s > 0 else ()))
-    return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+    writes, preload = _held(aspace, own)  # resident before the operation
 
+    def rows(chunks: list[int]) -> tuple[int, int, int, int]:
+        return (p.chunk(min(chunks))[0], p.chunk(max(chunks))[1], 0, p.k)
 
-def te_gemm_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
-    """Flux's medium-grained baseline for GEMM + RS (TransformerEngine): N chunk GEMMs on
-    a ring, each its own kernel launch; step s computes the partial of chunk
-    ``ring_at(s + 1)``, adds the partial of the same chunk received from the right and
-    sends the sum to the left (the last step keeps its own chunk): each step's add
-    needs the previous step's send, so the steps serialise."""
-    slots = Slots()
-    layout, inputs, result = op.parts.layout(p, algorithm, recv_buffer=True)
-    n, i = p.world, p.rank
-    cspace = p.space(slots, "C", p.chunks, tile_n=p.spec.wg_tile_n)  # chunk GEMMs: own tiles
-    base = slots.alloc("te rs partial", n)  # one slot per chunk: its partial from the right
     phases: list = []
-    for s in range(n):
-        c = p.ring_at(s + 1)
-        region = p.chunk_region(c)
-        kernel = p.gemm(cspace, cspace.tiles_in(region))
+    if swap >= 0:  # the pair's exchange: a copy and its arrival, before any GEMM
+        amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store", local_ok=True)
+        amap.dma_map(p.chunk_region(i, p.k), swap, op="store", after=1)
+        phases.append(KernelPhase("swap", p.gemm(cspace, [], a="AG"), [amap], op.parts.stream,
+                                  fused=True, preload=preload))
+    for s, block in enumerate(blocks):
+        amap = AddressMap(aspace, i, n, "store",
+                          writes if s == 0 else np.zeros(len(aspace), np.int64),
+                          incoming_op="store", local_ok=True)
+        # the block's parts held alike (the aggregate's first block: its own chunk and
+        # the partner's, sent as two copies), each sent on but for the last block
+        parts = ([[i], [c for c in block if c != i]] if s == 0 and swap >= 0 else [block])
+        for part in parts:
+            here = (amap.dma_map(rows(part), send_to, op="store", after=1)
+                    if s < len(blocks) - 1 else amap.track(rows(part), after=1))
+        kernel = p.gemm(cspace, [t for c in block for t in cspace.tiles_in(p.chunk_region(c))],
+                        a="AG")
         cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
-        phases.append(KernelPhase(f"gemm {s}", kernel, [cmap], op.parts.stream))
-        parts = [("C", region)]
-        wait, nbytes = None, 0
-        if s > 0:  # the right neighbour's partial of this chunk
-            parts.append(("R", region))
-            wait = slots.region(f"te rs chunk {c} partial", [base + c], [p.chunk_elems(c)],
-                                "from the right neighbour")
-            nbytes = p.chunk_elems(c) * p.dtype.itemsize
-        last = s == n - 1
-        if last and s == 0:  # one rank: its GEMM's chunk is the result
-            break
-        step = CuStep(f"{'keep' if last else 'send'} chunk {c}", op.parts.stream, parts,
-                      ("C", region) if last else ("R", region), i if last else p.left,
-                      wait, nbytes, signal_slots=[] if last else [base + c],
-                      signal_elems=[] if last else [p.chunk_elems(c)])
-        phases.append(StepsPhase(f"rs {s}", [step]))
+        phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
+                                  fused=True, preload=preload if s == 0 and swap < 0 else [],
+                                  waits=(here,) if s > 0 or swap >= 0 else ()))
     return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def te_ring_ag(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """TE's ring exchange: the chunk GEMMs in the order own, then each one received from
+    the ring's previous rank, each sent on to the next rank while it is computed."""
+    return _ag_steps(p, op, algorithm, [[p.ring_at(-s)] for s in range(p.world)],
+                     p.ring_at(1))
+
+
+def te_ring_aggregate_ag(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """TE's aggregate ring exchange: the pair (2q, 2q+1) swaps its chunks, then the pair's
+    two-chunk blocks travel the stride-2 rings (to rank + 2), one GEMM per block."""
+    n, i = p.world, p.rank
+    half = n // 2
+    blocks = [[2 * ((i // 2 - j) % half), 2 * ((i // 2 - j) % half) + 1] for j in range(half)]
+    return _ag_steps(p, op, algorithm, blocks, (i + 2) % n, i + 1 if i % 2 == 0 else i - 1)
+
+
+def _rs_layout(p: Problem, op: Operation, algorithm: str, slots: Slots):
+    """The RS forms' buffers: C (the partials), R<s> (rank s's partial blocks landing
+    here; their arrivals count at C's tiles) and O (the reduced chunk, the result)."""
+    layout, inputs, _ = op.parts.layout(p, algorithm)
+    layout = layout + [(f"R{s}", (p.m, p.n), p.dtype) for s in range(p.world)]
+    layout.append(("O", (p.m, p.n), p.dtype))
+    cspace = p.space(slots, "C", p.chunks, tile_n=p.spec.wg_tile_n)
+    recv = [TileSpace(f"R{s}", cspace.tiles, cspace.slot_base) for s in range(p.world)]
+    ospace = TileSpace("O", cspace.tiles, slots.alloc("O tile", len(cspace)))
+    return layout, inputs, cspace, recv, ospace
+
+
+def _cmap(p: Problem, cspace: TileSpace, kernel, held) -> tuple[AddressMap, list]:
+    """A chunk GEMM's map, with the tiles ``held`` (a previous GEMM's output) complete at
+    the phase's start."""
+    writes = kernel.local_writes().copy()
+    _, preload = _held(cspace, held)
+    writes[list(held)] = 1
+    return (AddressMap(cspace, p.rank, p.world, p.producer_op(), writes, incoming_op="store",
+                       local_ok=True), preload if len(held) else [])
+
+
+def _share(p: Problem, sms: int) -> float:
+    return min(0.5, sms / p.spec.cus)
+
+
+def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """TE's pipelined split GEMM + RS: ``TE_SPLITS`` column splits, the RS of split j on
+    its own SMs beside GEMM j + 1 (module docstring)."""
+    slots = Slots()
+    layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
+    n, i = p.world, p.rank
+    cols = np.unique(cspace.tiles[:, 2:4], axis=0)  # the tile columns (c0, c1)
+    nsplit = min(TE_SPLITS, len(cols))
+    edges = [cols[len(cols) * j // nsplit][0] for j in range(nsplit)] + [p.n]
+    splits = [(edges[j], edges[j + 1]) for j in range(nsplit)]
+
+    def block(c: int, j: int) -> tuple[int, int, int, int]:
+        r0, r1 = p.chunk(c)
+        return (r0, r1, *splits[j])
+
+    margin = _share(p, TE_RS_SMS)
+    phases: list = []
+    for j in range(nsplit + 1):
+        tiles = [t for c in range(n) for t in cspace.tiles_in(block(c, j))] if j < nsplit \
+            else []
+        kernel = p.gemm(cspace, tiles)
+        held = [t for c in range(n) for t in cspace.tiles_in(block(c, j - 1))] if j else []
+        cmap, preload = _cmap(p, cspace, kernel, held)
+        if j:  # the reduce-scatter of the previous split, beside this GEMM
+            cu = Executor("cu", 0, margin if j < nsplit else _share(p, TE_RS_LAST_SMS))
+            for c in p.others:
+                cmap.dma_map(block(c, j - 1), c, op="store", after=1, to=recv[i], executor=cu)
+            cmap.dma_map(block(i, j - 1), i, op="store", after=n, to=ospace, executor=cu,
+                         adds=[(f"R{s}", block(i, j - 1)) for s in p.others])
+        phases.append(KernelPhase(f"split {j}" if j < nsplit else "rs last", kernel, [cmap],
+                                  op.parts.stream, fused=True, preload=preload,
+                                  margin=margin if j < nsplit else 0.0))
+    return Plan(layout, inputs, phases, slots, [("O", p.chunk_region(i))],
+                arbitration=ARBITRATION)
+
+
+def te_p2p_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
+    """TE's ring-exchange RS: chunk GEMMs (rank + 1 first, its own last), each partial
+    sent to its owner by the copy engine beside the next GEMM; the N partials summed at
+    the end (module docstring)."""
+    slots = Slots()
+    layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
+    n, i = p.world, p.rank
+    order = [(i + s + 1) % n for s in range(n)]
+    phases: list = []
+    done = None
+    for s, c in enumerate(order):
+        kernel = p.gemm(cspace, cspace.tiles_in(p.chunk_region(c)))
+        held = cspace.tiles_in(p.chunk_region(order[s - 1])) if s else []
+        cmap, preload = _cmap(p, cspace, kernel, held)
+        if s:  # the previous chunk's partial to its owner, beside this GEMM
+            cmap.dma_map(p.chunk_region(order[s - 1]), order[s - 1], op="store", after=1,
+                         to=recv[i])
+        if c == i:  # its own partial and the peers' land here
+            done = cmap.track(p.chunk_region(i), after=p.split + n - 1)
+        phases.append(KernelPhase(f"gemm {s}", kernel, [cmap], op.parts.stream, fused=True,
+                                  preload=preload))
+    own = p.chunk_region(i)
+    reduce = CuStep("te reduce", op.parts.stream,
+                    [("C", own)] + [(f"R{s}", own) for s in p.others], ("O", own), i)
+    phases.append(StepsPhase("reduce", [reduce], waits=(done,)))
+    return Plan(layout, inputs, phases, slots, [("O", own)], arbitration=ARBITRATION)

@@ -86,7 +86,7 @@ def flux_doc() -> dict:
         runs = [_run("sequential", seq, {"ag" if op == "ag+gemm" else "gemm": (0, 40),
                                          "gemm" if op == "ag+gemm" else "rs": (40, 100)}, 8,
                      **_ect(seq, 60, seq)),
-                _run("te-overlap", 90.0, {"step 0": (0, 45), "step 1": (45, 90)} if
+                _run("te-best", 90.0, {"step 0": (0, 45), "step 1": (45, 90)} if
                      op == "ag+gemm" else {"gemm 0": (0, 45), "rs 0": (20, 70),
                                            "gemm 1": (45, 90), "rs 1": (70, 90)}, 8,
                      **_ect(90.0, 60, seq))]
@@ -334,7 +334,7 @@ def test_timeline_draws_the_configurations_that_matter():
     ag = flux["points"][0]
     # 8 configurations ran: the baselines, the tuner and the fastest of the rest
     assert [r["mode"] for r in report.timeline_runs(ag)] == [
-        "sequential", "te-overlap", "flux-ag", "flux-best"]
+        "sequential", "te-best", "flux-ag", "flux-best"]
     assert [r["mode"] for r in report.timeline_runs(ag, ["flux-ag-pull", "sequential"])] == [
         "flux-ag-pull", "sequential"]
     with pytest.raises(ScenarioError, match="flux-rs-w did not run"):
@@ -348,7 +348,7 @@ def test_timeline_draws_the_configurations_that_matter():
 
 def test_search_configuration_stands_for_its_candidates_in_the_speedup_figure():
     doc = flux_doc()
-    assert report.drawn_modes(doc, doc["points"]) == ["flux-best", "te-overlap"]
+    assert report.drawn_modes(doc, doc["points"]) == ["flux-best", "te-best"]
     doc = ficco_doc()
     assert "ficco-dil" not in report.drawn_modes(doc, doc["points"])
 

@@ -321,7 +321,7 @@ def test_cases_sweep_and_report_give_flux_views(tmp_path):
     assert rep.returncode == 0, rep.stderr
     text = rep.stdout
     for needle in ("Flux's views per cluster", "AG-GEMM on pcie-2s2 (TP 4)",
-                   "GEMM-RS on sxm-2x2 (TP 4)", "flux-best vs te-overlap",
+                   "GEMM-RS on sxm-2x2 (TP 4)", "flux-best vs te-best",
                    "flux-best vs sequential", "flux-best chose",
                    "Overlap efficiency of every configuration"):
         assert needle in text, needle

@@ -264,7 +264,7 @@ class RunConfig:
                               f"{ic.gpus_per_node}); leave -n out or give -n {size}")
         reg = registry(self.configs)
         for mode in self.modes if self.mode != "all" else ():
-            why = reg.refusal(mode, spec, self.dtype)
+            why = reg.refusal(mode, spec, self.dtype, self.ranks)
             if why:
                 raise ConfigError("--mode", self.mode, why)
         if size:
@@ -283,7 +283,7 @@ class RunConfig:
         if self.mode != "all":
             return self
         reg = registry(self.configs)
-        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype)]
+        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, self.ranks)]
         return self if len(keep) == len(self.modes) else dataclasses.replace(
             self, mode=",".join(keep))
 

@@ -296,7 +296,10 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
                 raise ScenarioError(f"{where}: modes {bad} (allowed: "
                                     f"{', '.join(reg.configurations)}; a configuration of "
                                     f"one's own needs --configs FILE)")
-            modes = tuple(m for m in case["modes"] if m in applies)
+            # the modes its algorithm runs that the system can run at its size in the
+            # scenario's dtype (TransformerEngine refuses a job across nodes)
+            modes = tuple(m for m in case["modes"] if m in applies
+                          and not reg.refusal(m, spec, doc["dtype"], tp))
             if not modes:
                 raise ScenarioError(f"{where}: none of the modes applies to {op.name} on "
                                     f"{name} (its algorithm {algo} runs {', '.join(applies)})")

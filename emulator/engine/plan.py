@@ -70,6 +70,8 @@ class KernelPhase:
     # task list (no launch of its own; it starts when that kernel's WGs are done)
     parts: bool = False  # also report the kernel's and its executors' own windows, as
     # phases "<name>.kernel" and "<name>.executors" (a concurrent run measured for losses)
+    margin: float = 0.0  # share of the CUs kept from the kernel for a concurrent one (TE's
+    # ``set_sm_margin``) even when none runs beside it in this phase
 
 
 @dataclass

@@ -127,6 +127,8 @@ class Configuration:
     # plan of its default candidate
     atomics: bool = False  # reduces by atomic adds: refused for a dtype without native
     # atomics on the device (``DeviceSpec.atomic_dtypes``), as on the real hardware
+    refuses: Callable | None = None  # (spec, ranks) -> why it cannot run a job of ``ranks``
+    # GPUs on that device or system ("": it can), as the real software refuses it
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
     params: dict = field(default_factory=dict)  # name -> Param: its knobs
@@ -185,10 +187,13 @@ class Registry:
         return tuple(n for n, c in self.configurations.items() if c.applies(op)
                      and (algorithm is None or not c.algorithms or algorithm in c.algorithms))
 
-    def refusal(self, name: str, spec, dtype: str) -> str:
-        """Why configuration ``name`` cannot run on device ``spec`` in ``dtype`` ("" : it
-        can)."""
-        if self.configuration(name).atomics and dtype not in spec.atomic_dtypes:
+    def refusal(self, name: str, spec, dtype: str, ranks: int = 0) -> str:
+        """Why configuration ``name`` cannot run on device ``spec`` in ``dtype`` with
+        ``ranks`` GPUs ("" : it can)."""
+        cfg = self.configuration(name)
+        if cfg.refuses is not None and ranks and (why := cfg.refuses(spec, ranks)):
+            return f"{name}: {why}"
+        if cfg.atomics and dtype not in spec.atomic_dtypes:
             return (f"{name} reduces by atomic adds and device {spec.name} has no native "
                     f"{dtype} atomics (it has {', '.join(spec.atomic_dtypes) or 'none'})")
         return ""

@@ -224,7 +224,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
     policy = policy_named(arbitration) if ph.fused else Alone()
     groups = {(c.executor.index, c.executor.share) for c in commands if c.executor.kind == "cu"}
-    cu_share = sum(share for _, share in groups)  # the CU kernel's thread-block groups
+    cu_share = max(ph.margin, sum(share for _, share in groups))  # the CU kernel's thread-
+    # block groups, or the CUs the kernel leaves to one
     if cu_share >= 1.0:
         raise ValueError(f"{ph.name}: the concurrent CU kernel's groups {sorted(groups)} hold "
                          f"{cu_share:.2f} of the CUs; they must leave the producer some")

@@ -25,7 +25,7 @@ PAPER = Paper(
     "arXiv:2406.06858, 2024.",
     ("flux-paper",), "sections 2, 5 and 6")
 SWEEP = "flux-paper"
-BASE, TE, FLUX = "sequential", "te-overlap", "flux-best"
+BASE, TE, FLUX = "sequential", "te-best", "flux-best"
 # Flux's clusters -> the scenario's systems (one node of 8; run/flux-paper.toml)
 CLUSTERS = {"A100 PCIe": "a100-pcie-x8", "A100 NVLink": "a100-sxm-x8",
             "H800 NVLink": "h800-x8"}
@@ -302,16 +302,21 @@ def _notes(sw: Sweeps) -> list[str]:
              "RS kernel on 6 CUs runs beside the GEMM, and AG chunks are pushed along the "
              "ring (1D, or inter-socket first). `flux-best` times every form of the "
              "operation and algorithm and keeps the fastest, as Flux's tuner does.",
-             "- TransformerEngine (`collectives/transformer_engine.py`): N chunk GEMMs, each "
-             "its own launch, pipelined with ring P2P chunk transfers; the RS chunks must "
-             "add the received partial before sending, so they serialise behind each "
-             "transfer. A chunk GEMM of m/N rows runs the GPU poorly (wave quantisation: a "
-             "stage of few tiles) and pays a launch, the cause Flux gives for TE's E below "
-             "0.",
-             "- The baseline's collective is the library's: CU-driven steps at the "
-             "preset's `library_fraction` of the link rate (nccl-tests' bus bandwidth, a "
-             "stated assumption per interconnect); Flux's DMA and epilogue stores run at "
-             "the link rate."]
+             "- TransformerEngine (`collectives/transformer_engine.py`, from TE's "
+             "userbuffers code): `te-best` is the fastest of TE's forms of the operation: "
+             "for AG + GEMM the ring exchange (N chunk GEMMs, each chunk sent on by the copy "
+             "engine while it is computed) and its aggregate form (a pair swap, then N/2 "
+             "GEMMs of two-chunk blocks); for GEMM + RS the pipeline (4 column splits on the "
+             "SMs less 16, each split's RS on 16 SMs beside the next GEMM) and the P2P form "
+             "(N chunk GEMMs, each partial sent to its owner beside the next, summed at the "
+             "end). Chunk GEMMs of few rows run the GPU poorly (wave quantisation, B read "
+             "again per chunk) and each pays a launch, the cause Flux gives for TE's E "
+             "below 0. TE runs within one node: no TE figure at TP 16.",
+             "- The baseline's collective is the library's (NCCL's tuning model, "
+             "[library collectives](../library.md)); every executor moves data at its own "
+             "share of the link's peak (`[executors]`: Flux's epilogue stores at "
+             "`store_fraction`, its and TE's copy engines at `copy_fraction`, the library at "
+             "`library_fraction` x its protocol's share)."]
     split = [(p["m"], r / gemm_alone(p)) for s in CLUSTERS.values() for p in
              (cases(sw, s, tuple(sorted({q["m"] for q in sw[SWEEP]["points"]})))
               if SWEEP in sw else [])
@@ -320,11 +325,11 @@ def _notes(sw: Sweeps) -> list[str]:
         ms = sorted({m for m, _ in split})
         at = lambda m: [x for mm, x in split if mm == m]  # noqa: E731
         lines.append(
-            f"- TE's chunk GEMMs alone (recorded by its GEMM-RS runs) take "
+            f"- TE's chunk GEMMs alone (recorded by its runs of the chosen form) take "
             f"{min(at(M_TABLE[0])):.2f}x to {max(at(M_TABLE[0])):.2f}x the whole GEMM's time "
             f"at m = {M_TABLE[0]}, {min(at(ms[-1])):.2f}x to {max(at(ms[-1])):.2f}x at m = "
-            f"{ms[-1]} and up to {max(at(ms[0])):.2f}x at m = {ms[0]}: with the RS chunks "
-            f"serialised behind their transfers, this is where its E turns negative.")
+            f"{ms[-1]} and up to {max(at(ms[0])):.2f}x at m = {ms[0]}: this is where its E "
+            f"turns negative.")
     gains = swizzle_gains(sw) if SWEEP in sw else []
     ag = [g for op, _, g in gains if "AG" in op]
     rs = [g for op, _, g in gains if "RS" in op]
