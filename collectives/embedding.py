@@ -292,12 +292,14 @@ def bounds(cfg, spec, world: int) -> tuple[float, float]:
 def host_memory(cfg, spec) -> int:
     """One rank's host memory: its plan (a work item per bag, a tracker slot per slice) and,
     in a numeric run, its tables, ids, pooled output, received output and reference."""
+    from emulator.model.cost import DTYPE_BYTES
+
     T, W = int(cfg.param("tables")), cfg.ranks
     bags = cfg.m * T
     plan = (64 << 20) + 160 * bags
     if cfg.timing_only:
         return plan
-    e = 2 if cfg.dtype == "fp16" else 4
+    e = DTYPE_BYTES[cfg.dtype]
     table = T * int(cfg.param("rows")) * cfg.n
     pooled = cfg.m * T * cfg.n
     out = -(-cfg.m // W) * W * T * cfg.n

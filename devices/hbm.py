@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
@@ -41,8 +42,17 @@ _ALIGN = 64
 _N_LOCKS = 4096
 _LOCK_ROWS = 64  # fp16 update locks cover stripes of this many rows of an array
 WIN_INFO = {"alloc_shared_noncontig": "true"}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+# MPI has no bfloat16: its arrays move as 16-bit words (puts and gets only; its updates,
+# like fp16's, are locked get-add-put)
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float16): MPI.FLOAT16_T,
-              np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.int64): MPI.INT64_T}
+              _BF16: MPI.UINT16_T, np.dtype(np.float64): MPI.DOUBLE,
+              np.dtype(np.int64): MPI.INT64_T}
+
+
+def _buf(data: np.ndarray) -> np.ndarray:
+    """A buffer MPI can describe (bfloat16 as its 16-bit words)."""
+    return data.view(np.uint16) if data.dtype == _BF16 else data
 
 
 @dataclass(frozen=True)
@@ -219,7 +229,7 @@ class Hbm:
             return None
         spec = self.specs[name]
         data = np.empty(region_shape(region), spec.dtype)
-        self.win.Get(data, rank, target=self._target(name, region))
+        self.win.Get(_buf(data), rank, target=self._target(name, region))
         self.win.Flush(rank)
         self.count(rank, stream, "read", data.nbytes)
         return data
@@ -232,7 +242,7 @@ class Hbm:
             self.count(rank, stream, "write", self.region_bytes(name, region))
             return
         data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
-        self.win.Put(data, rank, target=self._target(name, region))
+        self.win.Put(_buf(data), rank, target=self._target(name, region))
         self.win.Flush(rank)
         self.count(rank, stream, "write", data.nbytes)
 
@@ -246,7 +256,7 @@ class Hbm:
         spec = self.specs[name]
         data = np.ascontiguousarray(data, dtype=spec.dtype)
         target = self._target(name, region)
-        if spec.dtype == np.float16:
+        if spec.dtype.itemsize == 2:  # fp16, bf16: no MPI sum of their own
             self._locked_f16_update(rank, target, region, data, spec.offset)
         else:
             self.win.Accumulate(data, rank, target=target, op=MPI.SUM)
@@ -265,12 +275,12 @@ class Hbm:
                 self._acquire(rank, self._lock_base + 8 * lock)
                 held.append(self._lock_base + 8 * lock)
             cur = np.empty_like(data)
-            self.win.Get(cur, rank, target=target)
+            self.win.Get(_buf(cur), rank, target=target)
             self.win.Flush(rank)
             from devices import kernels  # numba: imported only by runs that move data
 
             new = kernels.add(cur, data)  # referenced until the flush: a Put to another
-            self.win.Put(new, rank, target=target)  # node may read it only then
+            self.win.Put(_buf(new), rank, target=target)  # node may read it only then
             self.win.Flush(rank)
         finally:
             zero, got = np.zeros(1, np.int64), np.empty(1, np.int64)

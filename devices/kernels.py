@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import warnings
 
+import ml_dtypes
 import numpy as np
 from numba import njit
 from numba.core.errors import NumbaPerformanceWarning
@@ -28,6 +29,7 @@ from numba.core.errors import NumbaPerformanceWarning
 warnings.filterwarnings("ignore", category=NumbaPerformanceWarning)
 
 _JIT = dict(cache=True, nogil=True)
+BF16 = np.dtype(ml_dtypes.bfloat16)  # stored as 2 bytes; widened exactly, rounded by ml_dtypes
 
 
 @njit(**_JIT)
@@ -252,10 +254,34 @@ def f32_to_f16(f: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
+def _is_bf16(x: np.ndarray) -> bool:
+    return x.dtype == BF16
+
+
+def bf16_to_f32(h: np.ndarray) -> np.ndarray:
+    """bfloat16 -> float32, exact (a bf16 is the top half of an fp32's bits)."""
+    _need(_is_bf16(h), f"bf16_to_f32 needs bfloat16, got {h.dtype}")
+    bits = np.ascontiguousarray(h).view(np.uint16).astype(np.uint32) << 16
+    return bits.view(np.float32)
+
+
+def narrow(f: np.ndarray, dtype) -> np.ndarray:
+    """fp32 results as the storage dtype: rounded once, to nearest even (fp16: this
+    module's kernel; bf16: ``ml_dtypes``' cast); fp32 as is."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float16:
+        return f32_to_f16(np.ascontiguousarray(f, np.float32))
+    if dtype == BF16:
+        return np.ascontiguousarray(f, np.float32).astype(BF16)
+    return f
+
+
 def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """x + y in the storage dtype; fp16 adds in fp32 and rounds once (RNE)."""
+    """x + y in the storage dtype; fp16 and bf16 add in fp32 and round once (RNE)."""
     _need(x.shape == y.shape and x.dtype == y.dtype, f"add needs equal arrays, got "
           f"{x.dtype}{x.shape} and {y.dtype}{y.shape}")
+    if _is_bf16(x):
+        return (bf16_to_f32(x) + bf16_to_f32(y)).astype(BF16)
     if x.dtype == np.float16:
         out = np.empty(x.shape, np.float16)
         _add_f16(np.ascontiguousarray(x).view(np.uint16).ravel(),
@@ -273,7 +299,9 @@ def widen(x: np.ndarray) -> np.ndarray:
     _need(x.ndim == 2, f"operand must be a matrix, got {x.shape}")
     if x.dtype == np.float32:
         return np.ascontiguousarray(x)
-    _need(x.dtype == np.float16, f"operand must be float16 or float32, got {x.dtype}")
+    if _is_bf16(x):
+        return bf16_to_f32(x)
+    _need(x.dtype == np.float16, f"operand must be float16, bfloat16 or float32, got {x.dtype}")
     out = np.empty(x.shape, np.float32)
     _widen_f16(np.ascontiguousarray(x).view(np.uint16), out)
     return out

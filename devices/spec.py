@@ -23,7 +23,7 @@ PRESET_DIR = Path(__file__).parent / "presets"
 DEFAULT_PRESET = "t3-sim"
 TOPOLOGIES = ("ring", "full-mesh", "switch", "pcie")  # the same names as collectives.TOPOLOGIES
 NETWORKS = ("fabric", "torus2d")  # inter-node networks (systems of several nodes)
-DTYPES = ("fp16", "fp32")
+DTYPES = ("fp16", "bf16", "fp32")
 PARTIAL_STAGES = ("slots", "spread")
 # collective libraries with a tuning model (``emulator/model/library.py`` holds the tables)
 LIBRARIES = ("nccl-ampere", "nccl-hopper", "rccl-mi200", "rccl-mi300")
@@ -201,10 +201,19 @@ class DeviceSpec:
         return self.cus * self.clock_hz * self.flops_per_cycle_per_cu[dtype]
 
     def vector_flops(self, dtype: str) -> float | None:
-        """Vector-ALU FLOP/s of the whole device, None if the spec does not give it."""
+        """Vector-ALU FLOP/s of the whole device, None if the spec does not give it. bf16
+        elementwise work (adds of partials) is widened to fp32: the fp32 rate."""
         if self.vector_flops_per_cycle_per_cu is None:
             return None
-        return self.cus * self.clock_hz * self.vector_flops_per_cycle_per_cu[dtype]
+        rates = self.vector_flops_per_cycle_per_cu
+        return self.cus * self.clock_hz * rates.get(dtype, rates["fp32"])
+
+    def dtype_refusal(self, dtype: str) -> str:
+        """Why this device cannot compute in ``dtype`` ("" : it can)."""
+        if dtype not in self.flops_per_cycle_per_cu:
+            return (f"device {self.name} gives no {dtype} matrix rate ([compute] "
+                    f"{dtype}_flops_per_cycle_per_cu)")
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -354,9 +363,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if isinstance(data.get("compute"), dict) and "atomic_dtypes" in data["compute"]:
         compute = dict(data["compute"])  # a list, not a number: checked here
         atomics = compute.pop("atomic_dtypes")
-        if not (isinstance(atomics, list) and all(a in (*DTYPES, "bf16") for a in atomics)):
+        if not (isinstance(atomics, list) and all(a in DTYPES for a in atomics)):
             raise SpecError(f"{source}: [compute] atomic_dtypes = {atomics!r} must be a list "
-                            f"of {', '.join((*DTYPES, 'bf16'))}")
+                            f"of {', '.join(DTYPES)}")
         data = {**data, "compute": compute}
         values["atomic_dtypes"] = tuple(atomics)
     for section in dict.fromkeys([*_SCHEMA, *_OPTIONAL]):

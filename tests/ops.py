@@ -13,8 +13,17 @@ def splits(collective: str) -> bool:
     return REG.operation(collective).split_k
 
 
-def modes_for(collective: str, algorithm: str | None = None) -> tuple[str, ...]:
-    return REG.configurations_for(REG.operation(collective), algorithm)
+def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
+              device: str = "t3-sim") -> tuple[str, ...]:
+    """The configurations of the operation (with ``algorithm``); with ``ranks``: those
+    ``device`` runs at that size in fp16 (as ``--mode all`` keeps them)."""
+    modes = REG.configurations_for(REG.operation(collective), algorithm)
+    if not ranks:
+        return modes
+    from devices.spec import load_device
+
+    spec = load_device(device)
+    return tuple(m for m in modes if not REG.refusal(m, spec, "fp16", ranks))
 
 
 def supported(collective: str, algorithm: str, topology: str) -> bool:

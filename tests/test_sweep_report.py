@@ -279,6 +279,11 @@ def test_cases_scenario_shapes_and_modes_follow_the_systems():
     assert len(flux.points) == 2 * 3 * 6 + 2 * 3
     big = {p.key: p for p in flux.points}["GPT-3 175B/GEMM-RS/m8192/tp16/h800-2x8"]
     assert (big.m, big.n, big.k) == (8192, 12288, 49152 // 16)
+    # bf16 (as Flux ran): no RS-A (no native bf16 atomics); TransformerEngine within a node
+    assert flux.dtype == "bf16" and "flux-rs-a" not in big.modes and "flux-rs-w" in big.modes
+    assert not any(m.startswith("te-") for m in big.modes)
+    one = {p.key: p for p in flux.points}["GPT-3 175B/GEMM-RS/m8192/tp8/h800-x8"]
+    assert "te-best" in one.modes and "flux-rs-a" not in one.modes
 
 
 @pytest.mark.parametrize("change, message", [

@@ -135,7 +135,8 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help="Each device's slice of the dot-product dimension; default: the "
                    "operation's (768).")
 @click.option("--dtype", type=str, default=_DEFAULT.dtype, show_default=True,
-              help="fp16 (stored fp16, fp32 accumulate) or fp32.")
+              help="fp16 or bf16 (stored 2 bytes, fp32 accumulate, rounded once per write "
+                   "or add) or fp32.")
 @click.option("--device", type=str, default=_DEFAULT.device, show_default=True,
               help="Device preset name (see `t3emu devices`) or a TOML file.")
 @click.option("--system", type=str, default=None,

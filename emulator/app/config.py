@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from collectives import (ALGORITHMS, TOPOLOGIES, TOPOLOGY_ALGORITHMS, default_algorithm,
                          default_topology)
 from devices.spec import DTYPES
+from emulator.model.cost import DTYPE_BYTES
 from emulator.app.catalog import registry
 from emulator.engine.registry import RegistryError, param_conflict
 
@@ -258,6 +259,8 @@ class RunConfig:
         a system's GPU count."""
         ic = spec.interconnect
         size = ic.gpus_per_node * ic.nodes
+        if spec.dtype_refusal(self.dtype):
+            raise ConfigError("--dtype", self.dtype, spec.dtype_refusal(self.dtype))
         if size and self.ranks != size:
             raise ConfigError("-n/--ranks", self.ranks,
                               f"system {spec.system} has {size} GPUs ({ic.nodes} node(s) x "
@@ -301,7 +304,7 @@ class RunConfig:
             per_tile = max((c.tile_bytes * c.tiles for c in
                             (reg.configuration(m) for m in self.modes)), default=8192)
             return (64 << 20) + int(per_tile * tiles)
-        e = 2 if self.dtype == "fp16" else 4
+        e = DTYPE_BYTES[self.dtype]
         op = self.operation
         out = self.m * self.n + (self.m * self.k if op.parts.consumer else 0)
         rows = -(-self.m // self.ranks) if op.a_rows == "own" else self.m

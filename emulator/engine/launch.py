@@ -502,10 +502,10 @@ class _Writes:
             data = self.canvas[src[0] : src[1], src[2] : src[3]]
         elif self.buf is not None:
             data = self.buf[j, : src[1] - src[0], : src[3] - src[2]]
-        if data is not None and self.hbm.specs[buffer].dtype == np.float16:
+        if data is not None and self.hbm.specs[buffer].dtype != np.float32:
             from devices import kernels
 
-            data = kernels.f32_to_f16(np.ascontiguousarray(data))
+            data = kernels.narrow(data, self.hbm.specs[buffer].dtype)
         if op == "update":
             self.hbm.update(buffer, dst, data, stream, rank)
         else:

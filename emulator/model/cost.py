@@ -82,7 +82,7 @@ import numpy as np
 
 from devices.spec import DeviceSpec
 
-DTYPE_BYTES = {"fp16": 2, "fp32": 4}
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 # ASSUMPTION: a WG's K loop steps 64 elements at a time (Tensile's DepthU 64, CUTLASS's
 # 32-64 K tiles) and prefetches one step ahead, so the L2 holds two steps per panel.
 K_STEP = 64
