@@ -30,7 +30,8 @@ dgrad or wgrad, which a single dependent AG + GEMM or GEMM + RS does not have) a
 its atomic GEMM (FP8 with delayed scaling only; the emulator computes fp16/fp32).
 TE runs tensor parallelism within one NVLink node (``userbuffers.h``: "for
 TP-parallelism, only single node is implemented"; its send and receive assert an
-intra-node peer): every TE configuration refuses a job across nodes.
+intra-node peer): every TE configuration refuses a job across nodes, and a ring
+topology of more than 3 GPUs (its buffers are mapped peer to peer among all ranks).
 
 ASSUMPTION (one-shot RS): TE's RS kernel reads each rank's block of every peer's
 partial over the links; here each rank's RS kernel sends its partial blocks to their
@@ -57,11 +58,15 @@ TE_RS_LAST_SMS = 32  # UB_MAX_SM: the last split's reduce-scatter, with no GEMM 
 
 def refusal(spec, ranks: int) -> str:
     """Why TE's userbuffers cannot run a job of ``ranks`` GPUs on ``spec`` ("" : it can)."""
-    per_node = spec.interconnect.gpus_on_node(ranks)
+    ic = spec.interconnect
+    per_node = ic.gpus_on_node(ranks)
     if ranks > per_node:
         return (f"TransformerEngine's userbuffers run tensor parallelism within one node "
                 f"(its send and receive assert an intra-node peer); {ranks} GPUs span "
                 f"{-(-ranks // per_node)} nodes of {per_node}")
+    if ic.topology == "ring" and ranks > 3:
+        return (f"TransformerEngine's userbuffers map every peer's buffer (its RS reads "
+                f"every peer); a ring of {ranks} GPUs links neighbours only")
     return ""
 
 

@@ -159,7 +159,7 @@ def _toml(doc: dict) -> str:
     out = []
     for key in ("name", "description"):
         out.append(f"{key} = {json.dumps(doc[key])}")
-    for section in ("compute", "memory", "dma", "interconnect"):
+    for section in ("compute", "memory", "dma", "interconnect", "executors"):
         out.append(f"[{section}]")
         for k, v in doc[section].items():
             out.append(f"{k} = {json.dumps(v)}")

@@ -281,12 +281,14 @@ class RunConfig:
                               f"GPUs (use --topology switch or ring, or a device file with "
                               f"more links)")
 
-    def runnable(self, spec) -> RunConfig:
-        """``--mode all`` as the configurations the device can run in this dtype."""
+    def runnable(self, spec, ranks: int | None = None) -> RunConfig:
+        """``--mode all`` as the configurations the device can run in this dtype with
+        ``ranks`` GPUs (default: ``--ranks``)."""
         if self.mode != "all":
             return self
         reg = registry(self.configs)
-        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, self.ranks)]
+        ranks = self.ranks if ranks is None else ranks
+        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, ranks)]
         return self if len(keep) == len(self.modes) else dataclasses.replace(
             self, mode=",".join(keep))
 

@@ -443,6 +443,7 @@ def _main(cfg: RunConfig) -> int:
         return 2
     if _memory_refused(comm, cfg, device):
         return 2
+    cfg = cfg.runnable(device, world)  # --mode all: what this job can run (every entry point)
     if rank == 0 and not os.environ.get("T3EMU_PID_DIR"):  # else the launcher printed it
         sys.stderr.write(header(cfg, device, world) + "\n")
         sys.stderr.flush()
