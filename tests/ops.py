@@ -14,15 +14,16 @@ def splits(collective: str) -> bool:
 
 
 def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
-              device: str = "t3-sim") -> tuple[str, ...]:
+              topology: str = "", device: str = "t3-sim") -> tuple[str, ...]:
     """The configurations of the operation (with ``algorithm``); with ``ranks``: those
-    ``device`` runs at that size in fp16 (as ``--mode all`` keeps them)."""
+    ``device`` (in ``topology``) runs at that size in fp16 (as ``--mode all`` keeps them)."""
     modes = REG.configurations_for(REG.operation(collective), algorithm)
     if not ranks:
         return modes
-    from devices.spec import load_device
+    from devices.spec import load_device, with_topology
 
     spec = load_device(device)
+    spec = with_topology(spec, topology) if topology else spec
     return tuple(m for m in modes if not REG.refusal(m, spec, "fp16", ranks))
 
 

@@ -10,7 +10,7 @@ from tests.conftest import run_mpi_script
 def test_timing_only_equals_numeric_for_every_combination(ranks, tmp_path):
     proc = run_mpi_script("timing_only.py", ranks, str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    runs = sum(len(modes_for(c, a, ranks)) for c in COLLECTIVES for t in TOPOLOGIES
+    runs = sum(len(modes_for(c, a, ranks, t)) for c in COLLECTIVES for t in TOPOLOGIES
                for a in ("ring", "direct") if supported(c, a, t))
     assert f"TIMING SAME {runs} runs on {ranks} ranks" in proc.stdout
 

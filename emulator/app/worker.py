@@ -223,7 +223,7 @@ def main(cfg: RunConfig) -> int:
 def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     """Every mode of ``cfg`` on ``comm``, checked against the reference. Rank 0 gets the
     results document and the trace events; the other ranks get ``{}`` (None if a
-    numerics check failed)."""
+    numerics check failed). ``--mode all`` runs what the device runs at this job's size."""
     from mpi4py import MPI
 
     from collectives.common import ring_chunks
@@ -236,6 +236,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 
     world, rank = comm.size, comm.rank
     spec = with_topology(device, cfg.topology)  # a system's own (preflight set it) or --topology
+    cfg = cfg.runnable(spec, world)
     chunks = ring_chunks(cfg.m, world)
     inputs = ref = tol = None
     bad_input = ""
@@ -443,7 +444,6 @@ def _main(cfg: RunConfig) -> int:
         return 2
     if _memory_refused(comm, cfg, device):
         return 2
-    cfg = cfg.runnable(device, world)  # --mode all: what this job can run (every entry point)
     if rank == 0 and not os.environ.get("T3EMU_PID_DIR"):  # else the launcher printed it
         sys.stderr.write(header(cfg, device, world) + "\n")
         sys.stderr.flush()
