@@ -156,6 +156,11 @@ class Problem:
     def producer_op(self) -> str:
         return "update" if self.split > 1 else "store"
 
+    def sm_share(self, sms: int) -> float:
+        """The share of the CUs a concurrent CU kernel of ``sms`` thread blocks (one per
+        CU) holds, at most half (the producer keeps the rest)."""
+        return min(0.5, sms / self.spec.cus)
+
 
 def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[Kernel, AddressMap]:
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""

@@ -171,7 +171,7 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
                       incoming_op="store")
     ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
     across = any(partner >= 0 for *_, partner in steps)  # and across the sockets
-    share = min(0.5, RS_CTAS / p.spec.cus)
+    share = p.sm_share(RS_CTAS)
     # 2D: half the thread blocks send across the sockets while the rest work the ring
     cu = Executor("cu", 0, share / 2 if across else share)
     cross = Executor("cu", 1, share / 2) if across else cu

@@ -82,7 +82,8 @@ def _held(space: TileSpace, tiles) -> tuple[np.ndarray, list]:
     tiles = list(tiles)
     writes = np.zeros(len(space), np.int64)
     writes[tiles] = 1
-    return writes, [([space.slot(t) for t in tiles], [space.elems(t) for t in tiles])]
+    return writes, ([([space.slot(t) for t in tiles], [space.elems(t) for t in tiles])]
+                    if tiles else [])
 
 
 def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]],
@@ -158,15 +159,10 @@ def _rs_layout(p: Problem, op: Operation, algorithm: str, slots: Slots):
 def _cmap(p: Problem, cspace: TileSpace, kernel, held) -> tuple[AddressMap, list]:
     """A chunk GEMM's map, with the tiles ``held`` (a previous GEMM's output) complete at
     the phase's start."""
-    writes = kernel.local_writes().copy()
-    _, preload = _held(cspace, held)
-    writes[list(held)] = 1
+    before, preload = _held(cspace, held)
+    writes = np.where(before > 0, before, kernel.local_writes())
     return (AddressMap(cspace, p.rank, p.world, p.producer_op(), writes, incoming_op="store",
-                       local_ok=True), preload if len(held) else [])
-
-
-def _share(p: Problem, sms: int) -> float:
-    return min(0.5, sms / p.spec.cus)
+                       local_ok=True), preload)
 
 
 def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
@@ -184,7 +180,7 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
         r0, r1 = p.chunk(c)
         return (r0, r1, *splits[j])
 
-    margin = _share(p, TE_RS_SMS)
+    margin = p.sm_share(TE_RS_SMS)
     phases: list = []
     for j in range(nsplit + 1):
         tiles = [t for c in range(n) for t in cspace.tiles_in(block(c, j))] if j < nsplit \
@@ -193,7 +189,7 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
         held = [t for c in range(n) for t in cspace.tiles_in(block(c, j - 1))] if j else []
         cmap, preload = _cmap(p, cspace, kernel, held)
         if j:  # the reduce-scatter of the previous split, beside this GEMM
-            cu = Executor("cu", 0, margin if j < nsplit else _share(p, TE_RS_LAST_SMS))
+            cu = Executor("cu", 0, margin if j < nsplit else p.sm_share(TE_RS_LAST_SMS))
             for c in p.others:
                 cmap.dma_map(block(c, j - 1), c, op="store", after=1, to=recv[i], executor=cu)
             cmap.dma_map(block(i, j - 1), i, op="store", after=n, to=ospace, executor=cu,

@@ -9,10 +9,10 @@ nodes it is an RMA window (``Win.Allocate``). Accesses:
 - ``store``: a plain write (``MPI_Put``), local or remote;
 - ``update``: an op-and-store add (near-memory compute), local or remote. fp32
   uses ``MPI_Accumulate(SUM)``. MPICH 5.0.2's shared-memory accumulate adds
-  ``MPI_FLOAT16_T`` bit patterns as integers (MPICH's accumulate on shared memory),
-  so fp16 updates are made atomic the way a memory controller serialises them:
-  MPI compare-and-swap locks on every 64-row stripe of the array the region
-  touches, get, add in fp32, round once, put, release.
+  ``MPI_FLOAT16_T`` bit patterns as integers (MPICH's accumulate on shared memory), and
+  MPI has no bfloat16, so fp16 and bf16 updates are made atomic the way a memory
+  controller serialises them: MPI compare-and-swap locks on every 64-row stripe of the
+  array the region touches, get, add in fp32, round once, put, release.
 
 Every byte is counted by the HBM it lands in (target rank), stream (producer
 or collective) and kind (read, write, update), so data movement is measured
@@ -257,13 +257,13 @@ class Hbm:
         data = np.ascontiguousarray(data, dtype=spec.dtype)
         target = self._target(name, region)
         if spec.dtype.itemsize == 2:  # fp16, bf16: no MPI sum of their own
-            self._locked_f16_update(rank, target, region, data, spec.offset)
+            self._locked_update(rank, target, region, data, spec.offset)
         else:
             self.win.Accumulate(data, rank, target=target, op=MPI.SUM)
             self.win.Flush(rank)
         self.count(rank, stream, "update", data.nbytes)
 
-    def _locked_f16_update(self, rank: int, target: tuple, region: Region,
+    def _locked_update(self, rank: int, target: tuple, region: Region,
                            data: np.ndarray, offset: int) -> None:
         """Lock every row stripe the region touches (ascending lock ids: no deadlock), so
         overlapping updates of different shapes (a tile, a DMA chunk) still serialise."""
