@@ -204,13 +204,12 @@ def test_fused_direct_collectives_beat_sequential_on_every_link(tmp_path, collec
 
 
 def test_an_outside_mpiexec_with_another_rank_count_than_the_system_is_refused():
-    import subprocess
     import sys
 
-    from tests.conftest import mpiexec, test_env as env
+    from tests.conftest import mpiexec, run_group
 
-    proc = subprocess.run([mpiexec(), "-n", "4", sys.executable, "-m", "emulator.app.cli", "run",
-                           "--system", "a100-sxm-x8", "--m", "256", "--n", "128", "--k", "64"],
-                          env=env(), capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = run_group([mpiexec(), "-n", "4", sys.executable, "-m", "emulator.app.cli", "run",
+                      "--system", "a100-sxm-x8", "--m", "256", "--n", "128", "--k", "64"],
+                     timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "system a100-sxm-x8 has 8 GPUs" in proc.stderr

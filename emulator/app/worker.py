@@ -207,9 +207,14 @@ def _memory_refused(comm, cfg: RunConfig, device) -> bool:
 
 
 def main(cfg: RunConfig) -> int:
+    from emulator.runtime import watchdog
+
     install_abort_handlers()
     try:
         rc = _main(cfg)
+        # a refusal returns on every rank alike before the board is closed: free its window
+        # (collective) so that MPI_Finalize never meets a window in a passive-target epoch
+        watchdog.close_board()
         mark_rank("end", str(rc))
         return rc
     except SystemExit as exc:
