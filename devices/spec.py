@@ -159,7 +159,8 @@ class DeviceSpec:
     # optional keys (absent from a device file: the defaults below)
     vector_flops_per_cycle_per_cu: dict[str, int] | None = None  # dtype -> FLOP/cycle/CU of
     # the vector ALUs (GEMV, reductions); None: their FLOPs are not timed (memory-bound)
-    launch_s: float = 0.0  # cost of each kernel launch
+    launch_s: float = 0.0  # cost of each kernel launch (the GPU-side gap between kernels)
+    launch_source: str = ""  # where launch_s comes from
     nics: int = 0  # GPU-initiated network interfaces (0: none)
     nic_bw: float = 0.0  # bytes/s per NIC per direction
     nic_latency_s: float = 0.0
@@ -264,6 +265,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "fp16_vector_flops_per_cycle_per_cu": (int, 1, "vfp16", None),
         "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
         "launch_us": (float, 1e-6, "launch_s", 0.0),
+        "launch_source": (str, 1, "launch_source", ""),
         "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
         # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
@@ -444,6 +446,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         vector_flops_per_cycle_per_cu=(None if values["vfp16"] is None or values["vfp32"] is None
                                        else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
         launch_s=values["launch_s"],
+        launch_source=values["launch_source"],
         wg_raster_group=values["wg_raster_group"],
         atomic_dtypes=values.get("atomic_dtypes", DeviceSpec.atomic_dtypes),
         partial_stage=values["partial_stage"],

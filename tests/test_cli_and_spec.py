@@ -41,6 +41,17 @@ def test_devices_lists_presets():
         assert proc.stdout.count(name) >= len(list_presets()), name
     assert "0.9 of the link's peak; 2 us set-up per copy or flag write [p2pBandwidthLatency" \
         in proc.stdout
+    assert proc.stdout.count("us per kernel, before it starts on the GPU [") == len(list_presets())
+    assert "3.55 us per kernel, before it starts on the GPU [Accel-Sim SM80_A100" in proc.stdout
+
+
+def test_every_preset_states_its_launch_cost_with_a_source():
+    for name in list_presets():
+        spec = load_device(name)
+        assert len(spec.launch_source) > 20, name
+    # the vendors' GPUs: a GPU-side gap of 1 to 4 us, never the zero of T3's simulator
+    for name in ("a100-sxm", "a100-pcie", "h800", "mi210", "mi300x"):
+        assert 1e-6 <= load_device(name).launch_s <= 4e-6, name
 
 
 def test_every_preset_states_each_executor_with_a_source():

@@ -495,6 +495,8 @@ def devices() -> None:
         click.echo(f"  {'':<14} {spec.description}")
         for line in _executors(spec):
             click.echo(f"  {'':<14} {line}")
+        click.echo(f"  {'':<14} {'launch':<12} {spec.launch_s * 1e6:g} us per kernel, before it "
+                   f"starts on the GPU [{spec.launch_source or 'no source given'}]")
     click.echo("systems (--system NAME or FILE):")
     for name in list_systems():
         spec = load_system(name)
