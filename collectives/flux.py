@@ -4,7 +4,8 @@ reduce-scatter in the epilogue) and ``flux_ag.py`` (AllGather + GEMM in the prol
 this module names the knob settings the registry exposes (Flux's tuning space):
 
 - GEMM + RS: RS-W vs RS-A (switch or full mesh; on several nodes RS-A is Flux's
-  two-node form), tile swizzle on/off; the PCIe ring forms, 1D or 2D over the
+  two-node form), the Hopper variant (sm90 only: local stores, fetch and reduce warps;
+  on several nodes with the fused all-to-all across nodes), tile swizzle on/off; the PCIe ring forms, 1D or 2D over the
   sockets (``algorithm="ring"``);
 - AG + GEMM: push vs pull, communication tile m/N, m/2N, m/4N, swizzle on/off (switch
   or full mesh; on several nodes the two-node form); ring pushes with forwarding, 1D
@@ -21,6 +22,7 @@ rs_write = flux_rs.rs_write
 rs_atomic = flux_rs.rs_atomic
 rs_write_unswizzled = partial(flux_rs.rs_write, swizzle=False)
 rs_atomic_unswizzled = partial(flux_rs.rs_atomic, swizzle=False)
+rs_pull = flux_rs.rs_pull
 rs_ring = flux_rs.rs_ring
 rs_ring2d = partial(flux_rs.rs_ring, two_d=True)
 
@@ -39,3 +41,10 @@ def ag_ring(p, op, algorithm):
 
 def ag_ring2d(p, op, algorithm):
     return flux_ag.ring_push(p, op, algorithm, p.max_chunk, two_d=True)
+
+
+def hopper_refusal(spec, ranks: int) -> str:
+    """Flux's Hopper RS variant runs on sm90 (its kernel is the TMA warp-specialized one)."""
+    return "" if spec.arch == "sm90" else (
+        f"Flux's Hopper RS variant is an sm90 kernel (TMA, warp-specialized); device "
+        f"{spec.name} is {spec.arch or 'of no vendor architecture'}")

@@ -17,6 +17,17 @@ output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each ti
   owner's final reduction adds the other nodes' blocks to its chunk. Tiles of
   the chunks that end on the rank's own local index come last (Flux's
   inter-node swizzle), other nodes' before its own node's.
+- ``rs_pull`` (Flux's Hopper variant, ``sm90_gemm_tma_warpspecialized_cooperative_
+  reduce_scatter.hpp``): the GEMM stores every tile locally and flags it; in each thread
+  block of the persistent kernel a fetch warp of the load warp group brings the peers'
+  matching tiles of the rank's own chunk (after their flags) and a reduce warp adds them
+  to its own partial tile by tile, into the output O: no remote store in the epilogue,
+  no atomics, no reduction kernel. On several nodes (Flux's two-node RS on sm90: its
+  reduce buffer [nodes, nodes, m/N, n] and ``bsr_reduce``): the rank with local index j
+  reduces, with its node's peers' tiles, every node's chunk of local index j; its own
+  node's into O, the others' into Y, put from there by NIC (NVSHMEM) into the owner's
+  receive buffer X2 at its node's block (the all-to-all across nodes, fused); then a
+  reduction kernel adds the other nodes' blocks to O (the discrete reduction).
 - ``rs_ring`` (Flux on PCIe): the GEMM writes its tiles locally, each tracked
   (per-tile flags), while a ring reduce-scatter kernel on a few CUs
   (``Executor("cu", share)``, Flux's default 6 thread blocks on a
@@ -31,12 +42,21 @@ output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each ti
   adds R and R2 to its partial. Fewer bytes cross the CPU link: 1/2 of the
   output per direction instead of (N-1)/N.
 
+ASSUMPTION (``rs_pull``): the fetch warp's remote read of a peer's tile is modelled as the
+peer's own warp sending it into this rank's receive buffer once it is written: the same
+bytes on the same link direction, at the SM-driven ``store_fraction``, without the read
+request's latency. The fetch and reduce warps take no CUs from the GEMM (they are idle
+warps of its load warp group); the reduce warp's adds run at ``HOPPER_REDUCE_SHARE`` of
+the CUs' vector issue.
+
 ASSUMPTION (ring forms): Flux's RS kernel pulls from the right neighbour; a CU
 step here sends to the left: the same bytes on the same link direction, without
 the read request's latency.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from collectives import direct
 from collectives.common import Problem
@@ -47,6 +67,8 @@ from emulator.engine.registry import Operation
 from emulator.engine.steps import CuStep
 
 ARBITRATION = "fr-fcfs"  # a stock GPU's HBM: no T3-style memory-controller policy
+HOPPER_REDUCE_SHARE = 0.25  # ASSUMPTION: one warp of four per SM sub-partition scheduler:
+# a reduce warp issues at most a quarter of an SM's vector instructions
 RS_CTAS = 6  # Flux's PCIe reduce-scatter kernel: 6 thread blocks by default (its source,
 # ths_op/gemm_reduce_scatter.cc: num_blocks = 6), one per SM
 
@@ -125,6 +147,81 @@ def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True)
     phases = [KernelPhase("gemm+rs-a", job, [amap, xmap], op.parts.stream, fused=True),
               StepsPhase("reduce", [final], waits=(own, *arrived))]
     return _plan(p, layout, inputs, result, phases, slots)
+
+
+def _moved(space: TileSpace, name: str, rows: int) -> TileSpace:
+    """``space``'s tiles ``rows`` further down buffer ``name``, on the same tracker slots:
+    what lands there counts at the matching tile of ``space`` (a receive buffer whose
+    arrivals a tile of the output waits for)."""
+    tiles = np.asarray(space.tiles).copy()
+    tiles[:, :2] += rows
+    return TileSpace(name, tiles, space.slot_base)
+
+
+def _shift(region, rows: int):
+    return (region[0] + rows, region[1] + rows, region[2], region[3])
+
+
+def rs_pull(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+    """Flux's Hopper GEMM + RS (module docstring): local stores with per-tile flags, the
+    peers' tiles fetched and reduced by warps of the persistent kernel; across nodes the
+    intra-node reduction, a fused NIC all-to-all of the node sums and a final reduction."""
+    topo = p.topology
+    g, nodes = topo.per_node, topo.nodes
+    node, local = divmod(p.rank, g)
+    slots = Slots()
+    layout, inputs, _ = op.parts.layout(p, algorithm)
+    shape = (p.m, p.n)
+    layout = layout + [("X", (g * p.max_chunk, p.n), p.dtype), ("O", shape, p.dtype)]
+    if nodes > 1:
+        layout += [("Y", shape, p.dtype), ("X2", (nodes * p.max_chunk, p.n), p.dtype)]
+    space = p.space(slots, "C", p.chunks)
+    ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
+    job = p.gemm(space, flux_order(p, space, swizzle))
+    amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
+                      incoming_op="store")
+    fetch = Executor("cu", 0, HOPPER_REDUCE_SHARE, resident=True)
+    reduce = Executor("cu", 1, HOPPER_REDUCE_SHARE, resident=True)
+    peers = [node * g + (local + s) % g for s in range(1, g)]  # the node's other ranks
+    if nodes > 1:  # Y: the node sums this rank puts; their arrivals at the owner count on
+        # its Y slots of its own chunk's tiles
+        yspace = TileSpace("Y", space.tiles, slots.alloc("Y tile", len(space)))
+        ymap = AddressMap(yspace, p.rank, p.world, "store", np.zeros(len(yspace), np.int64),
+                          incoming_op="store", local_ok=True)
+        nic = Executor("nic", 0)
+    for c in range(p.world):
+        b, j = divmod(c, g)
+        reducer = node * g + j
+        row0 = p.chunk(c)[0]
+        for t in space.tiles_in(p.chunk_region(c)):
+            tile = space.region(t)
+            if reducer != p.rank:  # fetched by the reducer into its X, block = local index
+                rows = local * p.max_chunk - row0
+                amap.dma_map(tile, reducer, op="store", after=p.split,
+                             to=_moved(space, "X", rows), to_region=_shift(tile, rows),
+                             executor=fetch)
+                continue
+            adds = [("X", _shift(tile, (q % g) * p.max_chunk - row0)) for q in peers]
+            mine = b == node  # this rank's own chunk, else another node's: put its sum
+            amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds),
+                         to=ospace if mine else yspace, executor=reduce, adds=adds)
+            if not mine:
+                rows = node * p.max_chunk - row0
+                ymap.dma_map(tile, c, op="store", after=1, to=_moved(yspace, "X2", rows),
+                             to_region=_shift(tile, rows), executor=nic)
+    phases = [KernelPhase("gemm+rs-pull", job, [amap], op.parts.stream, fused=True)]
+    if nodes > 1:
+        region = p.chunk_region(p.rank)
+        omap = AddressMap(ospace, p.rank, p.world, "store", np.zeros(len(ospace), np.int64),
+                          incoming_op="store", local_ok=True)
+        summed = omap.track(region, after=1)  # the node's sum of its own chunk, in O
+        arrived = ymap.track(region, after=nodes - 1)  # the other nodes' sums, in X2
+        phases[0].maps += [ymap, omap]
+        blocks = [("X2", p.slot_region(b, p.rank)) for b in range(nodes) if b != node]
+        final = CuStep("rs final over nodes", op.parts.stream, [("O", region)] + blocks,
+                       ("O", region), p.rank)
+        phases.append(StepsPhase("reduce", [final], waits=(summed, arrived)))
+    return _plan(p, layout, inputs, [("O", p.chunk_region(p.rank))], phases, slots)
 
 
 def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int]]:

@@ -134,6 +134,10 @@ FLUX = (
      "tile swizzle: every rank writes the same owner at once", "#9edae5"),
     ("flux-rs-a-noswizzle", flux.rs_atomic_unswizzled, _gemm_rs, DIRECT, "flux-rs-a without "
      "the tile swizzle", "#dbdb8d"),
+    ("flux-rs-pull", flux.rs_pull, _gemm_rs, DIRECT, "Flux GEMM-RS, Hopper variant (sm90): "
+     "tiles stored locally with flags, the peers' tiles fetched and reduced by warps of the "
+     "persistent kernel; on several nodes the node sums put by NIC, then a reduction",
+     "#7f7f7f"),
     ("flux-rs-ring", flux.rs_ring, _gemm_rs, RING, "Flux GEMM-RS on PCIe: the GEMM writes "
      "locally with per-tile flags beside a ring RS kernel on 6 CUs that forwards and reduces "
      "tile by tile (1D ring)", "#17becf"),
@@ -160,9 +164,10 @@ FLUX = (
      "transfers first, then a ring within each socket", "#bcbd22"),
 )
 for _name, _build, _op, _algos, _help, _color in FLUX:
-    REGISTRY.add_configuration(Configuration(_name, _help, "Flux", _build, applies=_op,
-                                             algorithms=_algos, color=_color,
-                                             atomics=_name.startswith("flux-rs-a")))
+    REGISTRY.add_configuration(Configuration(
+        _name, _help, "Flux", _build, applies=_op, algorithms=_algos, color=_color,
+        atomics=_name.startswith("flux-rs-a"),
+        refuses=flux.hopper_refusal if _name == "flux-rs-pull" else None))
 
 
 def _flux_default(p, op, algorithm):

@@ -38,6 +38,9 @@ class Executor:
     # copy engine paced by its link; ``Dram.stream``) rather than offered all at once
     library: bool = False  # cu only: the collective library's kernel (its sends achieve the
     # library's fraction of the link); else a kernel's own stores (``store_fraction``)
+    resident: bool = False  # cu only: warps inside the producer's own thread blocks (Flux's
+    # Hopper fetch and reduce warps): they hold no CUs of the producer; ``share`` is then
+    # their share of the CUs' vector issue (what their adds run at)
 
     def __post_init__(self):
         if self.kind not in ("dma", "nic", "cu"):

@@ -161,6 +161,7 @@ class DeviceSpec:
     # the vector ALUs (GEMV, reductions); None: their FLOPs are not timed (memory-bound)
     launch_s: float = 0.0  # cost of each kernel launch (the GPU-side gap between kernels)
     launch_source: str = ""  # where launch_s comes from
+    arch: str = ""  # "sm80", "sm90", "gfx90a", "gfx942" ("" : not a vendor's GPU)
     nics: int = 0  # GPU-initiated network interfaces (0: none)
     nic_bw: float = 0.0  # bytes/s per NIC per direction
     nic_latency_s: float = 0.0
@@ -266,6 +267,9 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
         "launch_us": (float, 1e-6, "launch_s", 0.0),
         "launch_source": (str, 1, "launch_source", ""),
+        # the GPU's architecture (CUDA compute capability "sm80", "sm90"; AMD "gfx90a", ...):
+        # forms that exist on one architecture only (Flux's Hopper RS) check it
+        "arch": (str, 1, "arch", ""),
         "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
         # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
@@ -447,6 +451,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                                        else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
         launch_s=values["launch_s"],
         launch_source=values["launch_source"],
+        arch=values["arch"],
         wg_raster_group=values["wg_raster_group"],
         atomic_dtypes=values.get("atomic_dtypes", DeviceSpec.atomic_dtypes),
         partial_stage=values["partial_stage"],

@@ -13,6 +13,7 @@ from tests.conftest import ROOT, run_cli
 from tests.ops import modes_for
 
 FLUX = ("flux-rs-w", "flux-rs-a", "flux-rs-w-noswizzle", "flux-rs-a-noswizzle")
+HOPPER = ("flux-rs-pull",)  # sm90 only
 FLUX_RING = ("flux-rs-ring", "flux-rs-ring2d")
 FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-pull", "flux-ag-pull-tile2",
            "flux-ag-pull-tile4", "flux-ag-noswizzle")
@@ -24,7 +25,8 @@ SAME = ("modelled_time_s", "phases", "rank_phases_s", "dram_bytes_per_rank")
 def test_flux_configurations_run_on_their_algorithms():
     """Direct forms on a switch or mesh, ring forms (PCIe) on a ring algorithm; GEMM + RS
     and AG + GEMM only."""
-    assert set(FLUX) | {"flux-best", "te-best"} <= set(modes_for("rs", "direct"))
+    assert set(FLUX) | set(HOPPER) | {"flux-best", "te-best"} <= set(modes_for("rs", "direct"))
+    assert not set(HOPPER) & set(modes_for("rs", "ring"))
     assert set(FLUX_RING) | {"flux-best", "te-best"} <= set(modes_for("rs", "ring"))
     assert not set(FLUX) & set(modes_for("rs", "ring"))
     assert not set(FLUX_RING) & set(modes_for("rs", "direct"))
@@ -39,8 +41,9 @@ def test_flux_configurations_run_on_their_algorithms():
 
 
 def _system(tmp_path, kind: str, per: int) -> str:
-    """A system file: one PCIe node of two sockets of ``per`` GPUs, or two NVSwitch nodes
-    of ``per`` GPUs (the shapes of Flux's platforms at 2, 4 and 8 GPUs)."""
+    """A system file: one PCIe node of two sockets of ``per`` A100s, or two NVSwitch nodes
+    of ``per`` H800s (the shapes of Flux's platforms at 2, 4 and 8 GPUs; sm90, so that
+    the Hopper RS variant runs too)."""
     path = tmp_path / f"{kind}-{per}.toml"
     if kind == "pcie":
         path.write_text(f"""name = "pcie-{per}"\ndescription = "test"\ngpu = "a100-pcie"\nnodes = 1\n"""
@@ -48,7 +51,7 @@ def _system(tmp_path, kind: str, per: int) -> str:
                         f"""sockets = 2\nsocket_gb_per_s_per_direction = 32\n"""
                         f"""socket_latency_ns = 500\n""")
     else:
-        path.write_text(f"""name = "nodes-{per}"\ndescription = "test"\ngpu = "a100-sxm"\nnodes = 2\n"""
+        path.write_text(f"""name = "nodes-{per}"\ndescription = "test"\ngpu = "h800"\nnodes = 2\n"""
                         f"""gpus_per_node = {per}\n[intra]\ntopology = "switch"\n"""
                         f"""[network]\nkind = "fabric"\nnics_per_node = 1\n"""
                         f"""nic_gb_per_s_per_direction = 25\nlatency_ns = 3000\n""")
@@ -69,7 +72,7 @@ def test_flux_platform_forms_pass_numerics_and_time_alike(tmp_path, emulate, kin
     numeric = emulate(args)
     modes = {r["mode"] for r in numeric["runs"]}
     want = (FLUX_RING if collective == "rs" else FLUX_AG_RING) if kind == "pcie" else (
-        FLUX if collective == "rs" else FLUX_AG)
+        FLUX + HOPPER if collective == "rs" else FLUX_AG)
     # TransformerEngine runs within one node only (refused across nodes: left out of all)
     te = {"te-best"} if kind == "pcie" else set()
     assert set(want) | {"flux-best", "sequential"} | te <= modes
@@ -99,6 +102,28 @@ def test_two_node_forms_on_sixteen_ranks_across_two_emulated_hosts(tmp_path, col
         assert a["numerics"] == b["numerics"] == "pass", a["mode"]
         for key in SAME:
             assert a[key] == b[key], (a["mode"], key)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_the_hopper_rs_variant_passes_numerics_and_times_alike_on_an_h800_switch(emulate, ranks):
+    """Flux's Hopper RS (local stores with flags, fetch and reduce warps) on 2, 3, 4 and 8
+    H800s: numerics against numpy + MPI in fp32, fp16 and bf16 (split-K 2), timing-only
+    equal to numeric."""
+    from tests.ops import check_numerics_and_timing_only
+
+    base = ["--device", "h800", "-n", str(ranks), "--topology", "switch", "--collective",
+            "rs", "--algorithm", "direct", "--mode", "flux-rs-pull", *SMALL]
+    check_numerics_and_timing_only(emulate, base)
+    doc = emulate(base + ["--dtype", "bf16", "--values", "normal", "--split-k", "2"])
+    assert doc["runs"][0]["numerics"] == "pass"
+
+
+def test_the_hopper_rs_variant_is_refused_off_hopper():
+    proc = run_cli(["run", "--device", "a100-sxm", "-n", "2", "--topology", "switch",
+                    "--collective", "rs", "--mode", "flux-rs-pull"], timeout=60)
+    assert proc.returncode == 2
+    assert "Hopper RS variant is an sm90 kernel" in proc.stderr and "a100-sxm is sm80" in \
+        proc.stderr
 
 
 def test_two_d_rings_win_when_the_cpu_link_is_the_bottleneck(tmp_path, emulate):

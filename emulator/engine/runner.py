@@ -223,7 +223,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     commands = [c for cm in compiled for c in cm.commands]
     incoming = {k: v for cm in compiled for k, v in cm.incoming.items()}
     policy = policy_named(arbitration) if ph.fused else Alone()
-    groups = {(c.executor.index, c.executor.share) for c in commands if c.executor.kind == "cu"}
+    groups = {(c.executor.index, c.executor.share) for c in commands
+              if c.executor.kind == "cu" and not c.executor.resident}
     cu_share = max(ph.margin, sum(share for _, share in groups))  # the CU kernel's thread-
     # block groups, or the CUs the kernel leaves to one
     if cu_share >= 1.0:
