@@ -37,6 +37,7 @@ class Problem:
     dtype: object  # numpy dtype of the stored data
     split: int = 1  # WGs per output tile (split-K)
     params: tuple[tuple[str, float], ...] = ()  # the run's parameters (--param), resolved
+    seed: int = 0  # the run's --seed (inputs a plan depends on: embedding bag lengths)
 
     def param(self, name: str, default: float | None = None) -> float:
         """The run's value of parameter ``name`` (``default``: a plan built without a run's

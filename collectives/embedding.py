@@ -2,8 +2,13 @@
 embedding tables feeding a data-parallel MLP.
 
 Shapes: global batch B = ``--m`` (rank c's samples: ring chunk c of B), embedding
-dimension D = ``--n``, pooling factor L = ``--k`` (rows summed per bag), ``tables``
-T per GPU, ``rows`` per table. Rank r pools every sample's bags of its own T tables
+dimension D = ``--n``, indices per lookup L = ``--k``, ``tables`` T per GPU, ``rows``
+per table. Bag lengths as the public DLRM code's random data generator draws them
+(``dlrm_data_pytorch.py``): each lookup pools round(max(1, r min(rows, L))) rows, r
+uniform in [0, 1) (``fixed_lookups`` = 1: exactly L, its ``--num-indices-per-lookup-
+fixed``); drawn per (sample, table) from the run's seed and the rank, so numeric and
+timing-only runs pool the same rows. The generator also drops duplicate ids within a
+bag; here they are kept (with rows >> L they are rare). Rank r pools every sample's bags of its own T tables
 into P (B x T D: row = sample, table t at columns t D ..), and each rank's output O
 holds {its samples, all W T tables x D} (source s's tables at columns s T D ..).
 
@@ -47,7 +52,20 @@ ROWS = Param(1024, "rows per embedding table (sizes the numeric check's tables; 
              "the L2)", 1, 1 << 24, integer=True)
 SLICE = Param(32, "samples per slice: the unit a fused kernel's last WG sends across nodes "
               "(the study's S)", 1, 1 << 20, integer=True)
+FIXED = Param(0, "1: every bag pools exactly --k rows (DLRM's --num-indices-per-lookup-fixed); "
+              "0: a random count in 1..k per bag, as DLRM's random data generator draws by "
+              "default", 0, 1, integer=True)
 INDEX_BYTES = 8  # int64 row ids
+
+
+def bag_lengths(seed: int, rank: int, samples: int, tables: int, rows: int, L: int,
+                fixed: bool) -> np.ndarray:
+    """Rows pooled per (sample, table) of rank ``rank``'s tables: DLRM's generator's
+    round(max(1, r min(rows, L))), r uniform in [0, 1); ``fixed``: L (int64)."""
+    if fixed:
+        return np.full((samples, tables), L, np.int64)
+    r = np.random.default_rng([seed, rank, 19]).random((samples, tables))
+    return np.rint(np.maximum(1.0, r * min(rows, L))).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,13 @@ class Bags:
     @property
     def out_width(self) -> int:  # W x T x D: the output's columns
         return self.p.world * self.width
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(samples, tables): the rows each bag of this rank's tables pools."""
+        p = self.p
+        return bag_lengths(p.seed, p.rank, p.m, self.tables, self.rows, p.k,
+                           bool(p.param("fixed_lookups", FIXED.default)))
 
     def producer(self) -> EmbeddingBag:
         return EmbeddingBag("E", "I", self.rows, self.p.n, INDEX_BYTES)
@@ -106,8 +131,9 @@ class Bags:
         s = t[tile_of, 0] + np.arange(len(tile_of)) - first
         table = t[tile_of, 2] // self.p.n
         L = self.p.k
-        items = np.stack([s, s + 1, t[tile_of, 2], t[tile_of, 3], table * L, (table + 1) * L],
-                         axis=1).astype(np.int64)
+        pooled = self.lengths[s, table]
+        items = np.stack([s, s + 1, t[tile_of, 2], t[tile_of, 3], table * L,
+                          table * L + pooled], axis=1).astype(np.int64)
         return items, tile_of.astype(np.int64)
 
     def index_key(self, items: np.ndarray) -> np.ndarray:
@@ -234,14 +260,21 @@ def inputs(cfg, rank: int, world: int) -> dict[str, np.ndarray]:
     return {"E": table, "I": ids}
 
 
-def _pool(table: np.ndarray, ids: np.ndarray, T: int, rows: int, L: int) -> np.ndarray:
-    """numpy's sum pooling: (B, T x D) in fp32."""
+def _pool(table: np.ndarray, ids: np.ndarray, T: int, rows: int, L: int,
+          lengths: np.ndarray) -> np.ndarray:
+    """numpy's sum pooling of each bag's first ``lengths`` ids: (B, T x D) in fp32."""
     B, D = ids.shape[0], table.shape[1]
     out = np.empty((B, T, D), np.float32)
     for t in range(T):
         looked = table[t * rows + ids[:, t * L:(t + 1) * L]]  # (B, L, D)
-        out[:, t] = looked.sum(axis=1, dtype=np.float32)
+        used = np.arange(L)[None, :] < lengths[:, t:t + 1]  # (B, L)
+        out[:, t] = (looked * used[:, :, None]).sum(axis=1, dtype=np.float32)
     return out.reshape(B, T * D)
+
+
+def _lengths(cfg, rank: int) -> np.ndarray:
+    return bag_lengths(cfg.seed, rank, cfg.m, int(cfg.param("tables")), int(cfg.param("rows")),
+                       cfg.k, bool(cfg.param("fixed_lookups")))
 
 
 def reference(comm, cfg, x: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -267,13 +300,14 @@ def reference(comm, cfg, x: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
                        [got, [(r1 - r0) * width] * comm.size, None, MPI.FLOAT])
         return got.transpose(1, 0, 2).reshape(r1 - r0, comm.size * width)
 
-    ref = a2a(_pool(table, x["I"], T, rows, L))
+    lengths = _lengths(cfg, comm.rank)
+    ref = a2a(_pool(table, x["I"], T, rows, L, lengths))
     u = UNIT_ROUNDOFF[cfg.dtype]
     if cfg.values == "int":
         if cfg.dtype == "fp32":
             return ref, np.zeros_like(ref)
         return ref, u * np.abs(ref)
-    mag = a2a(_pool(np.abs(table), x["I"], T, rows, L))
+    mag = a2a(_pool(np.abs(table), x["I"], T, rows, L, lengths))
     return ref, (L * UNIT_ROUNDOFF["fp32"] + 2 * u) * mag * 1.01
 
 
@@ -284,7 +318,8 @@ def bounds(cfg, spec, world: int) -> tuple[float, float]:
 
     e = DTYPE_BYTES[cfg.dtype]
     T = int(cfg.param("tables"))
-    reads = cfg.m * T * cfg.k * (cfg.n * e + INDEX_BYTES)
+    # rank 0's pooled rows (each rank pools its own bags: its bound is one of the job's)
+    reads = int(_lengths(cfg, 0).sum()) * (cfg.n * e + INDEX_BYTES)
     own = cfg.m // world  # the smallest chunk
     return reads / spec.hbm_bw, (cfg.m - own) * T * cfg.n * e
 

@@ -76,10 +76,12 @@ REGISTRY.add_operation(Operation(
     "to the samples' GPUs (DLRM)", "fused ops sec. 3", ("direct",),
     operations.EMBEDDING_ALL_TO_ALL, _mpi_collective("all_to_all"),
     lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("embedding+a2a",),
-    params={"tables": embedding.TABLES, "rows": embedding.ROWS}, inputs=embedding.inputs,
+    params={"tables": embedding.TABLES, "rows": embedding.ROWS,
+            "fixed_lookups": embedding.FIXED}, inputs=embedding.inputs,
     check_reference=embedding.reference, bounds=embedding.bounds, split_k=False, exchange=True,
     host_memory=embedding.host_memory, producer="embedding",
-    shape=(1024, 256, 70),  # the fused operators' DLRM: batch 1024, D = 256, L = 70
+    shape=(1024, 256, 10),  # the fused operators' DLRM: batch 1024, D = 256, and DLRM's data
+    # generator's default of up to 10 indices per lookup
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
 REGISTRY.add_operation(Operation(
     "a2a+gemm", "all-to-all dispatch of tokens to the experts' GPUs feeding each expert's "

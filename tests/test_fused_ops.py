@@ -80,6 +80,7 @@ def test_time_falls_then_rises_with_occupancy(emulate):
     for occ in (0.05, 0.3, 1.0):
         doc = emulate(["--system", "mi210x4", "--collective", "emb+a2a", "--m", "512",
                        "--n", "256", "--k", "70", "--param", "tables=8", "--param",
+                       "fixed_lookups=1", "--param",
                        f"occupancy={occ}", "--mode", "fused", "--timing-only"])
         times[occ] = doc["runs"][0]["modelled_time_s"]
     assert times[0.3] < times[0.05] and times[0.3] < times[1.0], times
@@ -182,3 +183,26 @@ def test_a_batch_smaller_than_a_slice_across_nodes(emulate):
                    "--mode", "sequential,fused,fused-oblivious"])
     for run in doc["runs"]:
         assert run["numerics"] == "pass" and run["max_abs_error"] == 0.0, run["mode"]
+
+
+def test_bag_lengths_follow_dlrm_s_random_data_generator(emulate):
+    """Each lookup pools round(max(1, r min(rows, L))) rows (DLRM's dlrm_data_pytorch.py),
+    drawn from the seed and the rank; fixed_lookups=1 pools exactly L. The pooled rows
+    are what the kernels read: fewer DRAM bytes than L per bag."""
+    from collectives.embedding import bag_lengths
+
+    got = bag_lengths(1, 0, 20000, 4, 1000, 10, False)
+    assert got.min() == 1 and got.max() == 10
+    # r L uniform on [0, 10): P(1) = P(r L < 1.5) = 0.15, P(k) = 0.1 for k = 2..9,
+    # P(10) = P(r L >= 9.5) = 0.05: mean 0.15 + 0.1 x 44 + 0.05 x 10 = 5.05
+    assert abs((got == 1).mean() - 0.15) < 0.01 and abs((got == 10).mean() - 0.05) < 0.01
+    assert abs(got.mean() - 5.05) < 0.05
+    assert (bag_lengths(1, 0, 5, 2, 1000, 10, True) == 10).all()
+    assert not np.array_equal(got, bag_lengths(1, 1, 20000, 4, 1000, 10, False))  # per rank
+    assert not np.array_equal(got, bag_lengths(2, 0, 20000, 4, 1000, 10, False))  # per seed
+    assert (bag_lengths(1, 0, 100, 2, 3, 10, False) <= 3).all()  # min(rows, L)
+    base = [*_where(2), "--collective", "emb+a2a", *SHAPES["emb+a2a"], "--mode",
+            "sequential,fused", "--timing-only"]
+    random = emulate(base)["runs"][0]["dram_bytes_per_rank"]
+    fixed = emulate(base + ["--param", "fixed_lookups=1"])["runs"][0]["dram_bytes_per_rank"]
+    assert all(r["gemm_read"] < f["gemm_read"] for r, f in zip(random, fixed)), (random, fixed)

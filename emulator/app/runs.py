@@ -17,7 +17,7 @@ from emulator.runtime import watchdog
 
 def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
     return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
-                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params())
+                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed)
 
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,
