@@ -42,7 +42,11 @@ output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each ti
   adds R and R2 to its partial. Fewer bytes cross the CPU link: 1/2 of the
   output per direction instead of (N-1)/N.
 
-ASSUMPTION (``rs_pull``): the fetch warp's remote read of a peer's tile is modelled as the
+ASSUMPTION (``rs_pull``): the GEMM walks the chunks from rank + 1, the ones it reduces
+last and its own chunk at the very end (Flux's Hopper swizzle starts on the own segment):
+the peers' tiles of a chunk are in by the time its reduction's turn comes, and the
+engine, which serves a kernel's executors in program order, never has a reduction wait
+ahead of the fetches the peers wait for. The fetch warp's remote read of a peer's tile is modelled as the
 peer's own warp sending it into this rank's receive buffer once it is written: the same
 bytes on the same link direction, at the SM-driven ``store_fraction``, without the read
 request's latency. The fetch and reduce warps take no CUs from the GEMM (they are idle
@@ -162,7 +166,7 @@ def _shift(region, rows: int):
     return (region[0] + rows, region[1] + rows, region[2], region[3])
 
 
-def rs_pull(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
+def rs_pull(p: Problem, op: Operation, algorithm: str) -> Plan:
     """Flux's Hopper GEMM + RS (module docstring): local stores with per-tile flags, the
     peers' tiles fetched and reduced by warps of the persistent kernel; across nodes the
     intra-node reduction, a fused NIC all-to-all of the node sums and a final reduction."""
@@ -177,7 +181,12 @@ def rs_pull(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> 
         layout += [("Y", shape, p.dtype), ("X2", (nodes * p.max_chunk, p.n), p.dtype)]
     space = p.space(slots, "C", p.chunks)
     ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
-    job = p.gemm(space, flux_order(p, space, swizzle))
+    # the chunks others reduce first (their tiles only wait for this GEMM), then those this
+    # rank reduces (another node's, then its own): each rotated from rank + 1
+    turn = [(p.rank + s) % p.world for s in range(1, p.world + 1)]
+    chunks = ([c for c in turn if c % g != local] + [c for c in turn if c % g == local
+                                                     and c // g != node] + [p.rank])
+    job = p.gemm(space, [t for c in chunks for t in space.tiles_in(p.chunk_region(c))])
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       incoming_op="store")
     fetch = Executor("cu", 0, HOPPER_REDUCE_SHARE, resident=True)
@@ -193,22 +202,23 @@ def rs_pull(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> 
         b, j = divmod(c, g)
         reducer = node * g + j
         row0 = p.chunk(c)[0]
+        rows = local * p.max_chunk - row0  # where this rank's block of X is at the reducer
+        to_x = _moved(space, "X", rows) if reducer != p.rank else None  # one per chunk
+        x2_rows = node * p.max_chunk - row0  # this node's block of the owner's X2
+        to_x2 = _moved(yspace, "X2", x2_rows) if reducer == p.rank and b != node else None
         for t in space.tiles_in(p.chunk_region(c)):
             tile = space.region(t)
             if reducer != p.rank:  # fetched by the reducer into its X, block = local index
-                rows = local * p.max_chunk - row0
-                amap.dma_map(tile, reducer, op="store", after=p.split,
-                             to=_moved(space, "X", rows), to_region=_shift(tile, rows),
-                             executor=fetch)
+                amap.dma_map(tile, reducer, op="store", after=p.split, to=to_x,
+                             to_region=_shift(tile, rows), executor=fetch)
                 continue
             adds = [("X", _shift(tile, (q % g) * p.max_chunk - row0)) for q in peers]
             mine = b == node  # this rank's own chunk, else another node's: put its sum
             amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds),
                          to=ospace if mine else yspace, executor=reduce, adds=adds)
             if not mine:
-                rows = node * p.max_chunk - row0
-                ymap.dma_map(tile, c, op="store", after=1, to=_moved(yspace, "X2", rows),
-                             to_region=_shift(tile, rows), executor=nic)
+                ymap.dma_map(tile, c, op="store", after=1, to=to_x2,
+                             to_region=_shift(tile, x2_rows), executor=nic)
     phases = [KernelPhase("gemm+rs-pull", job, [amap], op.parts.stream, fused=True)]
     if nodes > 1:
         region = p.chunk_region(p.rank)
