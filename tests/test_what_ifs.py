@@ -184,7 +184,7 @@ def test_the_header_names_nodes_topology_and_network():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith(
         "t3emu: EMB+A2A (direct) on 2 nodes x 1 mi210 (full-mesh in a node) over a fabric of "
-        "1 NIC x 20 GB/s/dir per node (system mi210-2node), M=1024 N=256 K=70 fp16"), \
+        "1 NIC x 20 GB/s/dir per node (system mi210-2node), M=1024 N=256 K=10 fp16"), \
         proc.stderr
 
 
