@@ -65,6 +65,7 @@ import numpy as np
 from collectives import direct
 from collectives.common import Problem
 from devices.commands import Executor
+from devices.regions import shift_rows
 from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
 from emulator.engine.registry import Operation
@@ -162,10 +163,6 @@ def _moved(space: TileSpace, name: str, rows: int) -> TileSpace:
     return TileSpace(name, tiles, space.slot_base)
 
 
-def _shift(region, rows: int):
-    return (region[0] + rows, region[1] + rows, region[2], region[3])
-
-
 def rs_pull(p: Problem, op: Operation, algorithm: str) -> Plan:
     """Flux's Hopper GEMM + RS (module docstring): local stores with per-tile flags, the
     peers' tiles fetched and reduced by warps of the persistent kernel; across nodes the
@@ -210,15 +207,15 @@ def rs_pull(p: Problem, op: Operation, algorithm: str) -> Plan:
             tile = space.region(t)
             if reducer != p.rank:  # fetched by the reducer into its X, block = local index
                 amap.dma_map(tile, reducer, op="store", after=p.split, to=to_x,
-                             to_region=_shift(tile, rows), executor=fetch)
+                             to_region=shift_rows(tile, rows), executor=fetch)
                 continue
-            adds = [("X", _shift(tile, (q % g) * p.max_chunk - row0)) for q in peers]
+            adds = [("X", shift_rows(tile, (q % g) * p.max_chunk - row0)) for q in peers]
             mine = b == node  # this rank's own chunk, else another node's: put its sum
             amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds),
                          to=ospace if mine else yspace, executor=reduce, adds=adds)
             if not mine:
                 ymap.dma_map(tile, c, op="store", after=1, to=to_x2,
-                             to_region=_shift(tile, x2_rows), executor=nic)
+                             to_region=shift_rows(tile, x2_rows), executor=nic)
     phases = [KernelPhase("gemm+rs-pull", job, [amap], op.parts.stream, fused=True)]
     if nodes > 1:
         region = p.chunk_region(p.rank)

@@ -27,7 +27,7 @@ import numpy as np
 
 from collectives.common import Problem
 from collectives.persistent import grid, remote_first, rounds, staggered
-from devices.regions import tile_grid
+from devices.regions import shift_rows, tile_grid
 from devices.signals import TrackedRegion
 from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.kernel import Kernel, make_wgs
@@ -96,7 +96,7 @@ def gemv_ar(p: Problem) -> Plan:
     for i in {t % P for t in mine}:
         ts = [t for t in mine if t % P == i]
         for s in p.others:
-            xt = [xmine.tile_at(_shift(yspace.region(t), s * p.max_chunk - r0)) for t in ts]
+            xt = [xmine.tile_at(shift_rows(yspace.region(t), s * p.max_chunk - r0)) for t in ts]
             if xt:
                 flags[(i, s)] = TrackedRegion(
                     f"X flag WG {i} from {s}", np.array([xmine.slot(x) for x in xt]),
@@ -130,9 +130,6 @@ def gemv_ar(p: Problem) -> Plan:
                              launch=False)],
                 slots, [("Y", (0, p.m, 0, p.n))])
 
-
-def _shift(region, dr: int):
-    return (region[0] + dr, region[1] + dr, region[2], region[3])
 
 
 def gemm_a2a(p: Problem) -> Plan:

@@ -30,6 +30,11 @@ def join(a: Region, b: Region, width: int) -> Region | None:
     return None
 
 
+def shift_rows(region, rows: int) -> tuple:
+    """``region`` moved ``rows`` rows down (same columns)."""
+    return (region[0] + rows, region[1] + rows, region[2], region[3])
+
+
 def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n: int,
               group: int = 1) -> np.ndarray:
     """Tiles (row0, row1, col0, col1): each row block (a ring chunk) tiled on its own, in
