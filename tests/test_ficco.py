@@ -15,7 +15,7 @@ from tests.ops import SAME_AS_NUMERIC, check_numerics_and_timing_only
 
 MODES = ("ficco-uniform-fused-1d,ficco-hetero-fused-1d,ficco-hetero-unfused-1d,"
          "ficco-uniform-fused-2d,ficco-shard,ficco-ideal,ficco-auto,ficco-cu,sequential,"
-         "ficco-serial,ficco-dil,ficco-cil")
+         "ficco-serial,ficco-dil,ficco-cil," + ",".join(f"ficco-cu-{s}" for s in ficco.SCHEDULES))
 # uneven: M = 203 rows over W ranks, pieces of M / W^2 rows, K not a multiple of W
 SHAPE = ["--m", "203", "--n", "40", "--k", "37"]
 
@@ -46,6 +46,21 @@ def test_the_coalesced_path_times_as_the_tile_level_path(emulate, operation):
         assert c["numerics"] == "pass", c["mode"]
         for key in SAME_AS_NUMERIC:
             assert a[key] == b[key] == c[key], (a["mode"], key)
+
+
+def test_every_schedule_runs_with_cu_driven_transfers_and_ficco_cu_is_the_picked_one(emulate):
+    """FiCCO-CU for all four schedules: each moves its pieces by CU-driven transfers on a
+    share of the CUs instead of DMA engines (another time than the DMA form's); ficco-cu
+    is the heuristic's schedule run so, to the picosecond."""
+    modes = [f"ficco-{s}" for s in ficco.SCHEDULES] + [f"ficco-cu-{s}" for s in ficco.SCHEDULES]
+    doc = emulate(["--system", "mi300x-x8", "--collective", "ag+gemm", "--m", "8192",
+                   "--n", "1024", "--k", "8192", "--timing-only", "--mode",
+                   ",".join(modes + ["ficco-cu"])])
+    t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
+    for s in ficco.SCHEDULES:
+        assert t[f"ficco-cu-{s}"] != t[f"ficco-{s}"], s
+    picked = next(r for r in doc["runs"] if r["mode"] == "ficco-cu")["search"]["chosen"]
+    assert t["ficco-cu"] == t[picked.replace("ficco-", "ficco-cu-")]
 
 
 def test_normal_values_and_strided_2d_copies(emulate):

@@ -130,6 +130,26 @@ def _dma_vs_cu(sw: Sweeps) -> Direction | NotComputed:
                             f"transfers {c:.2f}; of the transfers: DMA {cd:.2f}, CU {cc:.2f}")
 
 
+def _dma_vs_cu_schedules(sw: Sweeps) -> Direction | NotComputed:
+    """Each of the four schedules with DMA transfers against the same schedule with CU-driven
+    ones (``ficco-cu-<schedule>``), geomean speedup over serial on g1-g16."""
+    pts = paper_points(sw)
+    pairs = []
+    for m in (*ONE_D, TWO_D):
+        cu = m.replace("ficco-", "ficco-cu-")
+        both = [p for p in pts if speedup(p, m) and speedup(p, cu)]
+        if both:
+            pairs.append((m.removeprefix("ficco-"), geomean([speedup(p, m) for p in both]),
+                          geomean([speedup(p, cu) for p in both]),
+                          sum(speedup(p, m) > speedup(p, cu) for p in both), len(both)))
+    if not pairs:
+        return NotComputed("no point ran a schedule with CU-driven transfers (ficco-cu-*)")
+    return Direction(all(d > c for _, d, c, _, _ in pairs), "geomean speedup over serial, "
+                     "DMA / CU-driven: " + "; ".join(
+                         f"{n} {d:.2f}x / {c:.2f}x (DMA faster on {w} of {k})"
+                         for n, d, c, w, k in pairs))
+
+
 def otb(p: dict) -> float:
     """The sharded GEMM's op-to-byte ratio (FLOPs over the bytes of A, B and C)."""
     m, n, k = p["m"], p["n"], p["k"]
@@ -253,6 +273,8 @@ CLAIMS = [
                                            f"CU transfers, not beside shard-based overlap's")),
     Claim("DMA-driven transfers cause less contention than CU-driven ones", WHERE_FIND, None,
           (SWEEP,), _dma_vs_cu),
+    Claim("Every schedule is faster with DMA transfers than with CU-driven ones",
+          WHERE_FIND, None, (SWEEP,), _dma_vs_cu_schedules),
     Claim("Contention loss rises with the GEMM's memory traffic MT = MK + NK + MN",
           "FiCCO evaluation", None, (SWEEP,), _cil_mt),
     Claim("Decomposition loss falls with the GEMM's op-to-byte ratio",
