@@ -12,6 +12,7 @@ from emulator.engine.addrmap import AddressMap, TileSpace, tile_grid
 from emulator.engine.plan import Slots
 from emulator.engine.kernel import Kernel, make_wgs
 from emulator.engine.producers import TiledGemm
+from emulator.engine.registry import Param
 from emulator.model.topology import Topology
 
 
@@ -22,6 +23,31 @@ def ring_chunks(rows: int, world: int) -> list[tuple[int, int]]:
     for c in range(world):
         bounds.append(bounds[-1] + base + (1 if c < extra else 0))
     return [(bounds[c], bounds[c + 1]) for c in range(world)]
+
+
+def expert_chunks(rows: int, world: int, skew: float) -> list[tuple[int, int]]:
+    """Row ranges of the N chunks of an all-to-all whose destinations are experts with
+    uneven loads: chunk c (the rows bound for rank c's expert) gets a share proportional
+    to (c + 1) ** -skew (Zipf's law over the experts, rank 0 the hottest; the same split
+    on every sender, as a router's skew is); the rows are rounded by largest remainder
+    (ties to the lower rank). ``skew`` 0 is the balanced split (``ring_chunks``)."""
+    if skew == 0:
+        return ring_chunks(rows, world)
+    w = np.arange(1, world + 1, dtype=np.float64) ** -float(skew)
+    exact = rows * w / w.sum()
+    counts = np.floor(exact).astype(np.int64)
+    extra = rows - int(counts.sum())
+    order = sorted(range(world), key=lambda c: (-(exact[c] - counts[c]), c))
+    for c in order[:extra]:
+        counts[c] += 1
+    bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    return [(int(bounds[c]), int(bounds[c + 1])) for c in range(world)]
+
+
+EXPERT_SKEW = Param(0.0, "uneven expert loads: chunk c of the all-to-all (the rows for rank "
+                    "c's expert) gets a share proportional to (c + 1) ** -expert_skew (Zipf; "
+                    "0 = balanced, 1: rank 0's expert takes about 3x the mean at 8 ranks)",
+                    low=0.0, high=4.0)
 
 
 @dataclass(frozen=True)
@@ -76,9 +102,11 @@ class Problem:
     def right(self) -> int:
         return self.ring_at(1)
 
-    @property
+    @cached_property
     def chunks(self) -> list[tuple[int, int]]:
-        return ring_chunks(self.m, self.world)
+        """Row ranges of the N chunks: even (``ring_chunks``), or as the run's
+        ``expert_skew`` splits an all-to-all among uneven experts (``expert_chunks``)."""
+        return expert_chunks(self.m, self.world, self.param("expert_skew", 0.0))
 
     @property
     def max_chunk(self) -> int:

@@ -31,7 +31,7 @@ import numpy as np
 
 from collectives import consumer
 from collectives.common import Problem
-from collectives.flux_rs import ARBITRATION, two_sockets
+from collectives.flux_rs import ARBITRATION, socket_groups
 from devices.commands import DMA0, Executor
 from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots
@@ -115,12 +115,12 @@ def ag_gemm(p: Problem, op: Operation, algorithm: str, halvings: int = 0,
 
 def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,
               two_d: bool = False) -> Plan:
-    """Ring pushes with forwarding (1D), or inter-socket first (``two_d``)."""
-    topo = p.topology
+    """Ring pushes with forwarding (1D), or inter-socket first (``two_d``; on several nodes
+    with the chunks also sent across nodes, see ``_ring2d``)."""
     slots = Slots()
     inp = _Input(p, slots, comm_rows)
     amap = inp.map
-    if not (two_d and two_sockets(p)):
+    if not (two_d and socket_groups(p)):
         for c in [p.rank] + p.others:  # to the left; forwarded until the chunk's last stop
             for region in inp.tiles(c):
                 inp.mark(region, amap.track(region, after=1) if c == p.left or p.world == 1
@@ -131,26 +131,34 @@ def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle
 
 
 def _ring2d(p: Problem, inp: _Input) -> list[int]:
-    """Flux's Ring2D on a node of two sockets: the chunks first travel per_socket hops
+    """Flux's Ring2D on nodes of two sockets: the chunks first travel per_socket hops
     along the node's ring (so 1/2 of the input crosses each way, one GPU at a time, at
     the two ring hops between the sockets), then each socket's ring carries every chunk
     on from the last of its GPUs that holds it to those that do not yet (each arrival
-    forwarded as soon as it lands). Maps ``inp``; returns the chunks in arrival order."""
-    topo, ring, n, amap = p.topology, list(p.ring), p.world, inp.map
+    forwarded as soon as it lands). On several nodes (PCIe, inter-NUMA first, then
+    intra-NUMA together with inter-node): each rank's chunk goes, after its inter-socket
+    push on the same engine, to the rank of the same local index on every other node
+    (through the NIC), and there it enters that node's Ring2D as a chunk of its own. Maps
+    ``inp``; returns the chunks in arrival order."""
+    topo, n, amap = p.topology, p.world, inp.map
+    g = topo.per_node
+    node = p.rank // g
+    ring = [r for r in p.ring if r // g == node]  # this node's part of the ring
     pos = {r: i for i, r in enumerate(ring)}
     members = [[r for r in ring if topo.socket(r) == s] for s in range(topo.sockets)]
     sock = {r: m for m in members for r in m}
+    far = [b * g + p.rank % g for b in range(topo.nodes) if b != node]
 
     def sleft(r: int) -> int:
         m = sock[r]
         return m[(m.index(r) - 1) % len(m)]
 
     forwards: dict[tuple[int, int], list[int]] = {}  # (holder, chunk) -> where it sends it
-    hops: dict[int, int] = {}  # chunk -> hops until it reaches this rank
+    hops: dict[int, tuple[int, int]] = {}  # chunk -> (nodes crossed, hops in the node)
     for c in range(n):
-        path = [c]
+        path = [node * g + c % g]  # where it enters this node: its holder, or the NIC's
         for _ in range(topo.per_socket):  # along the node's ring
-            path.append(ring[(pos[path[-1]] - 1) % n])
+            path.append(ring[(pos[path[-1]] - 1) % g])
         held = {r: h for h, r in enumerate(path)}
         for a, b in zip(path, path[1:]):
             forwards.setdefault((a, c), []).append(b)
@@ -161,12 +169,19 @@ def _ring2d(p: Problem, inp: _Input) -> list[int]:
                     forwards.setdefault((x, c), []).append(sleft(x))
                     held[sleft(x)] = held[x] + 1
                     x = sleft(x)
-        hops[c] = held[p.rank]
+        hops[c] = (int(c // g != node), held[p.rank])
     engine1 = _second_engine(p)
     for c in range(n):
         dsts = list(dict.fromkeys(forwards.get((p.rank, c), [])))
         for region in inp.tiles(c):
-            if not dsts:
+            if c == p.rank and far:  # across, then to the other nodes, on a second
+                # engine; along on engine 0
+                sig = amap.dma_map(region, dsts[:1] + far, op="store", after=1,
+                                   executor=engine1)
+                if dsts[1:]:
+                    sig = (sig, inp.own_push.dma_map(region, dsts[1:], op="store", after=1))
+                inp.mark(region, sig)
+            elif not dsts:
                 inp.mark(region, amap.track(region, after=1))
             elif c == p.rank and len(dsts) > 1:  # across on a second engine, along on 0
                 inp.mark(region, (amap.dma_map(region, dsts[0], op="store", after=1,

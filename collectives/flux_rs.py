@@ -231,70 +231,116 @@ def rs_pull(p: Problem, op: Operation, algorithm: str) -> Plan:
     return _plan(p, layout, inputs, [("O", p.chunk_region(p.rank))], phases, slots)
 
 
-def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int]]:
-    """(chunk, step, left, partner) of the ring RS on this rank, in the GEMM's order: the
-    step is 1..L-1 for a partial passed on, 0 where the chunk's ring ends here (L: the
-    ring's length); ``partner``: where the ring's sum goes then (-1: it is this rank's).
-    1D: the topology's ring over all ranks. 2D (two sockets): a ring within the socket
-    over the other socket's chunks first, then over its own socket's."""
+def _ring_steps(p: Problem, two_d: bool) -> list[tuple[int, int, int, int, int]]:
+    """(chunk, step, left, partner, block) of the ring RS on this rank, in the GEMM's order:
+    the step is 1..L-1 for a partial passed on, 0 where the chunk's ring ends here (L: the
+    ring's length); ``partner``: where the ring's sum goes then (-1: it is this rank's),
+    into its block ``block`` of R2. 1D: the topology's ring over all ranks. 2D (nodes of
+    two sockets): a ring within the socket over each other socket's chunks, then over its
+    own socket's; the other socket of its node first (inter-NUMA), then the other nodes'
+    sockets (their sums go by NIC while its own socket's ring runs)."""
+    groups = socket_groups(p)
+    if not (two_d and groups):
+        return [(p.ring_at(s), s % p.world, p.left, -1, -1) for s in range(1, p.world + 1)]
     topo = p.topology
-    if not (two_d and two_sockets(p)):
-        return [(p.ring_at(s), s % p.world, p.left, -1) for s in range(1, p.world + 1)]
     per = topo.per_socket
-    base = (p.rank // per) * per  # this socket's first rank
-    other = base + per if topo.socket(p.rank) == 0 else base - per
+    mine = p.rank // per  # this socket's group (node-major, two per node)
+    base = mine * per
     j = p.rank - base
     left = base + (j - 1) % per
+    node, sock = divmod(mine, 2)
+    order = [node * 2 + 1 - sock] + [(node + d) % topo.nodes * 2 + s
+                                     for d in range(1, topo.nodes) for s in (sock, 1 - sock)]
     out = []
-    for sock, partner in ((other, p.rank - base + other), (base, -1)):
+    for grp in order + [mine]:
+        partner = -1 if grp == mine else grp * per + j
+        block = (mine - grp) % groups - 1  # the sender's block among the owner's others
         for s in list(range(1, per)) + [0]:
-            out.append((sock + (j + s) % per, s, left, partner if s == 0 else -1))
+            out.append((grp * per + (j + s) % per, s, left, partner if s == 0 else -1, block))
     return out
 
 
-def two_sockets(p: Problem) -> bool:
-    """One node of two equal sockets (where the 2D forms apply)."""
+def across_of(steps) -> bool:
+    """Some sum of ``_ring_steps`` goes to another socket's owner (a 2D form)."""
+    return any(partner >= 0 for *_, partner, _ in steps)
+
+
+def socket_groups(p: Problem) -> int:
+    """The job's socket groups (node-major, two per node) where Flux's 2D forms apply: every
+    node of two equal sockets; else 0."""
     topo = p.topology
-    return topo.nodes == 1 and topo.sockets == 2 and topo.per_socket * 2 == p.world
+    two = topo.sockets == 2 and topo.per_socket * 2 == topo.per_node
+    return 2 * topo.nodes if two and topo.per_node * topo.nodes == p.world else 0
 
 
 def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> Plan:
     """Flux's PCIe GEMM + RS: the GEMM beside a ring RS kernel on ``RS_CTAS`` CUs (1D, or
-    ``two_d`` over two sockets; 1D where the node has no two equal sockets)."""
+    ``two_d`` over the sockets, also across nodes; 1D where a node has no two equal
+    sockets)."""
     slots = Slots()
     layout, inputs, _ = op.parts.layout(p, algorithm)
     shape = (p.m, p.n)
-    layout = layout + [("R", shape, p.dtype), ("R2", shape, p.dtype), ("O", shape, p.dtype)]
-    space = p.space(slots, "C", p.chunks)
-    same_slots = lambda name: TileSpace(name, space.tiles, space.slot_base)  # noqa: E731
-    rspace, r2space = same_slots("R"), same_slots("R2")  # arrivals count at C's tiles
-    ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
     steps = _ring_steps(p, two_d)
+    others = max(1, max(block for *_, block in steps) + 1)  # R2 blocks: one per other group
+    layout = layout + [("R", shape, p.dtype), ("R2", (others * p.m, p.n), p.dtype),
+                       ("O", shape, p.dtype)]
+    space = p.space(slots, "C", p.chunks)
+    rspace = _moved(space, "R", 0)  # arrivals count at C's tiles
+    ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
     job = p.gemm(space, [t for c, *_ in steps for t in space.tiles_in(p.chunk_region(c))])
+    split_final = p.topology.nodes > 1 and across_of(steps)
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       incoming_op="store")
     ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
-    across = any(partner >= 0 for *_, partner in steps)  # and across the sockets
+    across = across_of(steps)  # and across the sockets
     share = p.sm_share(RS_CTAS)
-    # 2D: half the thread blocks send across the sockets while the rest work the ring
+    # 2D: half the thread blocks send across the sockets while the rest work the ring;
+    # sums for another node go by NIC (GPU-initiated puts, as Flux's NVSHMEM across nodes)
     cu = Executor("cu", 0, share / 2 if across else share)
     cross = Executor("cu", 1, share / 2) if across else cu
-    for c, s, left, partner in steps:
+    g = p.topology.per_node
+    to_r2 = {k: _moved(space, "R2", k * p.m) for k in range(others)}  # one per block
+    if split_final:  # Y: the sums this rank puts to other nodes
+        layout.append(("Y", shape, p.dtype))
+        yspace = TileSpace("Y", space.tiles, slots.alloc("Y tile", len(space)))
+        ymap = AddressMap(yspace, p.rank, p.world, "store", np.zeros(len(yspace), np.int64),
+                          incoming_op="store", local_ok=True)
+        nic = Executor("nic", 0)
+        fmap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
+                          incoming_op="store", local_ok=True)
+    else:
+        fmap = amap
+    for c, s, left, partner, block in steps:
         passed = s > 1 or (s == 0 and ring)  # a partial from the right has come in
         for t in space.tiles_in(p.chunk_region(c)):
             tile = space.region(t)
             adds = [("R", tile)] if passed else []
+            after = p.split + len(adds)
             if s > 0:  # pass the partial sum on to the left
-                amap.dma_map(tile, left, op="store", after=p.split + (1 if passed else 0),
-                             to=rspace, executor=cu, adds=adds)
-            elif partner >= 0:  # the socket's sum crosses to the owner
-                amap.dma_map(tile, partner, op="store", after=p.split + len(adds),
-                             to=r2space, executor=cross, adds=adds)
-            else:  # this rank's chunk: its partial + the ring's (+ the other socket's)
-                adds += [("R2", tile)] if across else []
-                amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,
+                amap.dma_map(tile, left, op="store", after=after, to=rspace, executor=cu,
+                             adds=adds)
+            elif partner >= 0 and partner // g == p.rank // g:  # the socket's sum crosses
+                # the CPU link to the owner
+                amap.dma_map(tile, partner, op="store", after=after, to=to_r2[block],
+                             to_region=shift_rows(tile, block * p.m), executor=cross,
+                             adds=adds)
+            elif partner >= 0:  # for another node: summed into Y, put by the NIC
+                amap.dma_map(tile, p.rank, op="store", after=after, to=yspace,
+                             executor=cross, adds=adds)
+                ymap.dma_map(tile, partner, op="store", after=1, to=to_r2[block],
+                             to_region=shift_rows(tile, block * p.m), executor=nic)
+            else:  # this rank's chunk: its partial + the ring's (+ the other sockets')
+                adds += [("R2", shift_rows(tile, k * p.m)) for k in range(others)
+                         if across]
+                fmap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,
                              executor=cu, adds=adds)
-    phases = [KernelPhase("gemm+rs-ring", job, [amap], op.parts.stream, fused=True)]
+                if fmap is not amap:  # the GEMM's own writes count here (the first map's
+                    amap.track(tile, after=p.split)  # routes); nothing waits on peers
+    # across nodes the own chunk's sums wait for other nodes' NIC puts: in program order
+    # after this rank's own puts (the engine serves its executors in that order), so in a
+    # map of their own after Y's
+    maps = [amap, ymap, fmap] if fmap is not amap else [amap]
+    phases = [KernelPhase("gemm+rs-ring", job, maps, op.parts.stream, fused=True)]
     plan = _plan(p, layout, inputs, [("O", p.chunk_region(p.rank))], phases, slots)
     if across:  # every rank sends across the CPU link at once: its share is 1/(G/2)
         plan.pattern = "direct"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collectives import (baselines, embedding, ficco, flux, fused_ops, operations, persistent,
                          t3, transformer_engine)
+from collectives.common import EXPERT_SKEW
 from emulator.engine.registry import REGISTRY, Configuration, Operation
 
 
@@ -57,7 +58,8 @@ REGISTRY.add_operation(Operation(
 REGISTRY.add_operation(Operation(
     "gemm+a2a", "all-to-all of the GEMM's output row chunks", "T3 sec. 1",
     ("direct",), operations.ALL_TO_ALL, _mpi_collective("all_to_all"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS, exchange=True))
+    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS, exchange=True,
+    params={"expert_skew": EXPERT_SKEW}))
 REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
     "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),

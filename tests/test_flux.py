@@ -41,15 +41,19 @@ def test_flux_configurations_run_on_their_algorithms():
 
 
 def _system(tmp_path, kind: str, per: int) -> str:
-    """A system file: one PCIe node of two sockets of ``per`` A100s, or two NVSwitch nodes
-    of ``per`` H800s (the shapes of Flux's platforms at 2, 4 and 8 GPUs; sm90, so that
-    the Hopper RS variant runs too)."""
+    """A system file: one PCIe node of two sockets of ``per`` A100s (``pcie2``: two such
+    nodes, a NIC per socket), or two NVSwitch nodes of ``per`` H800s (the shapes of Flux's
+    platforms at 2, 4 and 8 GPUs; sm90, so that the Hopper RS variant runs too)."""
     path = tmp_path / f"{kind}-{per}.toml"
-    if kind == "pcie":
-        path.write_text(f"""name = "pcie-{per}"\ndescription = "test"\ngpu = "a100-pcie"\nnodes = 1\n"""
-                        f"""gpus_per_node = {2 * per}\n[intra]\ntopology = "pcie"\n"""
-                        f"""sockets = 2\nsocket_gb_per_s_per_direction = 32\n"""
-                        f"""socket_latency_ns = 500\n""")
+    if kind.startswith("pcie"):
+        nodes = 2 if kind == "pcie2" else 1
+        path.write_text(f"""name = "{kind}-{per}"\ndescription = "test"\ngpu = "a100-pcie"\n"""
+                        f"""nodes = {nodes}\ngpus_per_node = {2 * per}\n[intra]\n"""
+                        f"""topology = "pcie"\nsockets = 2\nsocket_gb_per_s_per_direction = 32\n"""
+                        f"""socket_latency_ns = 500\n""" + (
+                            """[network]\nkind = "fabric"\nnics_per_node = 2\n"""
+                            """nic_gb_per_s_per_direction = 12.5\nlatency_ns = 3000\n"""
+                            if nodes > 1 else ""))
     else:
         path.write_text(f"""name = "nodes-{per}"\ndescription = "test"\ngpu = "h800"\nnodes = 2\n"""
                         f"""gpus_per_node = {per}\n[intra]\ntopology = "switch"\n"""
@@ -58,12 +62,13 @@ def _system(tmp_path, kind: str, per: int) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("kind,per", [("pcie", 1), ("pcie", 2), ("pcie", 4), ("nodes", 1),
-                                      ("nodes", 2), ("nodes", 4)])
+@pytest.mark.parametrize("kind,per", [("pcie", 1), ("pcie", 2), ("pcie", 4), ("pcie2", 1),
+                                      ("pcie2", 2), ("nodes", 1), ("nodes", 2), ("nodes", 4)])
 @pytest.mark.parametrize("collective", ["rs", "ag-gemm"])
 def test_flux_platform_forms_pass_numerics_and_time_alike(tmp_path, emulate, kind, per,
                                                          collective):
-    """Two sockets (the 2D rings) and two nodes (Flux's two-node forms) on 2, 4 and 8 GPUs:
+    """Two sockets (the 2D rings), two nodes (Flux's two-node forms) and two PCIe nodes of
+    two sockets (the 2D rings across nodes) on 2, 4 and 8 GPUs:
     every configuration passes numerics (fp32, split-K 2 for the RS) against numpy + MPI,
     and timing-only gives the same modelled times."""
     args = ["--system", _system(tmp_path, kind, per), "--collective", collective, "--mode",
@@ -71,7 +76,7 @@ def test_flux_platform_forms_pass_numerics_and_time_alike(tmp_path, emulate, kin
                                                   else [])
     numeric = emulate(args)
     modes = {r["mode"] for r in numeric["runs"]}
-    want = (FLUX_RING if collective == "rs" else FLUX_AG_RING) if kind == "pcie" else (
+    want = (FLUX_RING if collective == "rs" else FLUX_AG_RING) if kind.startswith("pcie") else (
         FLUX + HOPPER if collective == "rs" else FLUX_AG)
     # TransformerEngine runs within one node only (refused across nodes: left out of all)
     te = {"te-best"} if kind == "pcie" else set()

@@ -231,7 +231,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     numerics check failed). ``--mode all`` runs what the device runs at this job's size."""
     from mpi4py import MPI
 
-    from collectives.common import ring_chunks
+    from collectives.common import expert_chunks
     from emulator.runtime import faults, watchdog
     from collectives.reference import check, compute_reference, make_inputs
     from devices.spec import with_topology
@@ -242,7 +242,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     world, rank = comm.size, comm.rank
     spec = with_topology(device, cfg.topology)  # a system's own (preflight set it) or --topology
     cfg = cfg.runnable(spec, world)
-    chunks = ring_chunks(cfg.m, world)
+    chunks = expert_chunks(cfg.m, world, cfg.param("expert_skew")
+                           if "expert_skew" in cfg.param_specs() else 0.0)
     inputs = ref = tol = None
     bad_input = ""
     if not cfg.timing_only:
