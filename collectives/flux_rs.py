@@ -308,8 +308,6 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
         nic = Executor("nic", 0)
         fmap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                           incoming_op="store", local_ok=True)
-    else:
-        fmap = amap
     for c, s, left, partner, block in steps:
         passed = s > 1 or (s == 0 and ring)  # a partial from the right has come in
         for t in space.tiles_in(p.chunk_region(c)):
@@ -329,18 +327,26 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
                              executor=cross, adds=adds)
                 ymap.dma_map(tile, partner, op="store", after=1, to=to_r2[block],
                              to_region=shift_rows(tile, block * p.m), executor=nic)
-            else:  # this rank's chunk: its partial + the ring's (+ the other sockets')
+            elif split_final:  # the GEMM's own writes (the first map's routes count them)
+                amap.track(tile, after=p.split)
+            else:  # this rank's chunk: its partial + the ring's (+ the other socket's)
                 adds += [("R2", shift_rows(tile, k * p.m)) for k in range(others)
                          if across]
-                fmap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,
+                amap.dma_map(tile, p.rank, op="store", after=p.split + len(adds), to=ospace,
                              executor=cu, adds=adds)
-                if fmap is not amap:  # the GEMM's own writes count here (the first map's
-                    amap.track(tile, after=p.split)  # routes); nothing waits on peers
-    # across nodes the own chunk's sums wait for other nodes' NIC puts: in program order
-    # after this rank's own puts (the engine serves its executors in that order), so in a
-    # map of their own after Y's
-    maps = [amap, ymap, fmap] if fmap is not amap else [amap]
-    phases = [KernelPhase("gemm+rs-ring", job, maps, op.parts.stream, fused=True)]
+    phases = [KernelPhase("gemm+rs-ring", job, [amap], op.parts.stream, fused=True)]
+    if split_final:  # across nodes (Flux: a barrier, then a final reduction): the own
+        # chunk's partial + the ring's + every other socket's sum, once all are in. (In the
+        # kernel, its wait for the other nodes' puts would come before this rank's own puts
+        # in program order, as the engine serves its executors.)
+        region = p.chunk_region(p.rank)
+        sums = [("R2", shift_rows(region, k * p.m)) for k in range(others)]
+        whole = fmap.track(region, after=p.split + int(ring) + others)
+        phases[0].maps += [ymap, fmap]
+        final = CuStep("rs final over sockets and nodes", op.parts.stream,
+                       [("C", region)] + ([("R", region)] if ring else []) + sums,
+                       ("O", region), p.rank)
+        phases.append(StepsPhase("reduce", [final], waits=(whole,)))
     plan = _plan(p, layout, inputs, [("O", p.chunk_region(p.rank))], phases, slots)
     if across:  # every rank sends across the CPU link at once: its share is 1/(G/2)
         plan.pattern = "direct"
