@@ -5,8 +5,8 @@ this module names the knob settings the registry exposes (Flux's tuning space):
 
 - GEMM + RS: RS-W vs RS-A (switch or full mesh; on several nodes RS-A is Flux's
   two-node form), the Hopper variant (sm90 only: local stores, fetch and reduce warps;
-  on several nodes with the fused all-to-all across nodes), tile swizzle on/off; the PCIe ring forms, 1D or 2D over the
-  sockets (``algorithm="ring"``);
+  on several nodes with the fused all-to-all across nodes), tile swizzle on/off; the PCIe
+  ring forms, 1D or 2D over the sockets, also across PCIe nodes (``algorithm="ring"``);
 - AG + GEMM: push vs pull, communication tile m/N, m/2N, m/4N, swizzle on/off (switch
   or full mesh; on several nodes the two-node form); ring pushes with forwarding, 1D
   or inter-socket first, on PCIe (``algorithm="ring"``).

@@ -40,7 +40,12 @@ output: rank r owns rows chunk r; ``split`` WGs per tile (split-K) write each ti
   first, then sends each sum once across the CPU link to the owner (rank +-
   G/2, into its R2), while it ring-reduces its own socket's chunks; the owner
   adds R and R2 to its partial. Fewer bytes cross the CPU link: 1/2 of the
-  output per direction instead of (N-1)/N.
+  output per direction instead of (N-1)/N. On several PCIe nodes (inter-NUMA first,
+  then intra-NUMA together with inter-node): each socket ring-reduces the other socket
+  of its node's chunks first, then every other node's sockets' chunks, whose sums it
+  adds into Y and the NIC puts into the owner's R2 (a block per sending socket) while
+  its own socket's ring runs; after the kernel a reduction adds the own partial, R and
+  every R2 block (Flux: a barrier, then a final reduction over the nodes).
 
 ASSUMPTION (``rs_pull``): the GEMM walks the chunks from rank + 1, the ones it reduces
 last and its own chunk at the very end (Flux's Hopper swizzle starts on the own segment):
