@@ -89,13 +89,15 @@ def test_flux_platform_forms_pass_numerics_and_time_alike(tmp_path, emulate, kin
             assert a[key] == b[key], (a["mode"], key)
 
 
-@pytest.mark.parametrize("collective,modes", [
-    ("rs", "sequential,flux-rs-a,flux-rs-w"),
-    ("ag-gemm", "sequential,flux-ag,flux-ag-pull,flux-ag-tile2")])
-def test_two_node_forms_on_sixteen_ranks_across_two_emulated_hosts(tmp_path, collective, modes):
-    """TP 16 as Flux runs it (a100-sxm-2x8), the nodes as MPI's nodes: numerics pass and the
-    modelled times are those of one host."""
-    args = ["--system", "a100-sxm-2x8", "--collective", collective, "--mode", modes, *SMALL,
+@pytest.mark.parametrize("system,collective,modes", [
+    ("a100-sxm-2x8", "rs", "sequential,flux-rs-a,flux-rs-w"),
+    ("a100-sxm-2x8", "ag-gemm", "sequential,flux-ag,flux-ag-pull,flux-ag-tile2"),
+    ("a100-pcie-2x8", "rs", "flux-rs-ring2d"), ("a100-pcie-2x8", "ag-gemm", "flux-ag-ring2d")])
+def test_two_node_forms_on_sixteen_ranks_across_two_emulated_hosts(tmp_path, system, collective,
+                                                                   modes):
+    """TP 16 as Flux runs it (a100-sxm-2x8; two PCIe nodes: the 2D forms across nodes), the
+    nodes as MPI's nodes: numerics pass and the modelled times are those of one host."""
+    args = ["--system", system, "--collective", collective, "--mode", modes, *SMALL,
             "--dtype", "fp16"]
     docs = []
     for where in ([], ["--hosts", "n0,n1", "--same-machine"]):
