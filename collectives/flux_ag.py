@@ -174,8 +174,8 @@ def _ring2d(p: Problem, inp: _Input) -> list[int]:
     for c in range(n):
         dsts = list(dict.fromkeys(forwards.get((p.rank, c), [])))
         for region in inp.tiles(c):
-            if c == p.rank and far:  # across, then to the other nodes, on a second
-                # engine; along on engine 0
+            if c == p.rank and (far or len(dsts) > 1):  # across (then to the other nodes)
+                # on a second engine, along on engine 0
                 sig = amap.dma_map(region, dsts[:1] + far, op="store", after=1,
                                    executor=engine1)
                 if dsts[1:]:
@@ -183,11 +183,6 @@ def _ring2d(p: Problem, inp: _Input) -> list[int]:
                 inp.mark(region, sig)
             elif not dsts:
                 inp.mark(region, amap.track(region, after=1))
-            elif c == p.rank and len(dsts) > 1:  # across on a second engine, along on 0
-                inp.mark(region, (amap.dma_map(region, dsts[0], op="store", after=1,
-                                               executor=engine1),
-                                  inp.own_push.dma_map(region, dsts[1:], op="store",
-                                                       after=1)))
             else:
                 inp.mark(region, amap.dma_map(region, dsts, op="store", after=1))
     return sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))

@@ -293,11 +293,11 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
     rspace = _moved(space, "R", 0)  # arrivals count at C's tiles
     ospace = TileSpace("O", space.tiles, slots.alloc("O tile", len(space)))
     job = p.gemm(space, [t for c, *_ in steps for t in space.tiles_in(p.chunk_region(c))])
-    split_final = p.topology.nodes > 1 and across_of(steps)
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       incoming_op="store")
     ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
     across = across_of(steps)  # and across the sockets
+    split_final = p.topology.nodes > 1 and across  # and across nodes
     share = p.sm_share(RS_CTAS)
     # 2D: half the thread blocks send across the sockets while the rest work the ring;
     # sums for another node go by NIC (GPU-initiated puts, as Flux's NVSHMEM across nodes)

@@ -260,18 +260,22 @@ FICCO = (
      "shard gathered (M x K/W), C += G_j B_j (accumulating GEMMs, no scatter)", "#9467bd"),
 )
 LIGHT = {"#1f77b4": "#aec7e8", "#2ca02c": "#98df8a", "#d62728": "#ff9896", "#9467bd": "#c5b0d5"}
+
+
+def _schedule(sched: str, executor: str):
+    return lambda p, op, algorithm: ficco.schedule(p, op, sched, executor=executor)
+
+
 for _name, _help, _color in FICCO:
-    REGISTRY.add_configuration(Configuration(
-        _name, _help + "; transfers by DMA engines, every link at once", "FiCCO",
-        (lambda sched: lambda p, op, algorithm: ficco.schedule(p, op, sched))(
-            _name[len("ficco-"):]), applies=_ficco_op, algorithms=DIRECT, color=_color,
-        params=FICCO_PARAMS, over="ficco-serial", **LEAN))
-    REGISTRY.add_configuration(Configuration(  # the same schedule, CU-driven transfers
-        "ficco-cu-" + _name[len("ficco-"):], _help + "; transfers CU-driven (library, "
-        "RCCL-style) on a share of the CUs instead of DMA engines", "FiCCO",
-        (lambda sched: lambda p, op, algorithm: ficco.schedule(p, op, sched, executor="cu"))(
-            _name[len("ficco-"):]), applies=_ficco_op, algorithms=DIRECT, color=LIGHT[_color],
-        params=FICCO_PARAMS, over="ficco-serial", **LEAN))
+    _sched = _name[len("ficco-"):]
+    for _prefix, _how, _executor, _col in (
+            ("ficco-", "by DMA engines, every link at once", "dma", _color),
+            ("ficco-cu-", "CU-driven (library, RCCL-style) on a share of the CUs instead of "
+             "DMA engines", "cu", LIGHT[_color])):
+        REGISTRY.add_configuration(Configuration(
+            _prefix + _sched, f"{_help}; transfers {_how}", "FiCCO", _schedule(_sched, _executor),
+            applies=_ficco_op, algorithms=DIRECT, color=_col, params=FICCO_PARAMS,
+            over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-auto", "FiCCO with the schedule its static heuristic picks (M <= K: 2D; else by "
     "the GEMM's op-to-byte ratio against the machine balance)", "FiCCO",
