@@ -215,19 +215,22 @@ class KernelRunner:
         its NIC issues."""
         clock, k = self.clock, self.kernel
         issue = self.cost.spec.put_issue_s
-        pos = {int(w): j for j, w in enumerate(ids)}
+        pos = {w: j for j, w in enumerate(ids.tolist())}
         ends: list[float] = [0.0] * len(ids)
         arrivals: list[dict] = [{}] * len(ids)
         first = np.inf
         for g, gids in enumerate(k.groups(ids)):
             gate = self._gate_time(k.gates_of(gids))
-            js = [pos[int(w)] for w in gids]
+            js = [pos[w] for w in gids.tolist()]
             starts = [max(float(self.wg_free[j]), gate) for j in js]
             t0 = min(starts)
             first = min(first, t0)
             end, arr, sc = self._time_items(s, gids, t0, k.stage_size)
-            for w, j, st in zip(gids, js, starts):
-                e = max(end, st + sc.compute_s) + issue * self._issues(np.array([w]))
+            nic = bool(self._nic_left)
+            for w, j, st in zip(gids.tolist(), js, starts):
+                e = max(end, st + sc.compute_s)
+                if nic:
+                    e += issue * self._issues((w,))
                 self.wg_free[j] = ends[j] = e
                 arrivals[j] = arr
             clock.log("gemm", f"round {s}" + (f" group {g}" if g else ""), t0, end,
@@ -275,15 +278,19 @@ class KernelRunner:
                 self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
                 self.wall_events.append((s, w0, time.perf_counter()))
                 continue
-            done = {int(w): (end, arr) for ids_g, end, arr in zip(groups, ends, arrivals)
-                    for w in ids_g}
-            writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
             signals: dict[tuple[int, float], dict[int, int]] = {}
-            for j, (w, region, t) in enumerate(zip(ids.tolist(), k.wgs[ids, :4].tolist(),
-                                                   k.wg_tile[ids].tolist())):
-                end, arr = done[w]
-                self._route(t, tuple(region), j, end, arr, signals, writes)
-            writes.flush()
+            if ws is None:  # timing-only: the same counts, grouped by tile and arrivals
+                self._route_counted(ids if k.persistent else groups, ends, arrivals,
+                                    signals)
+            else:
+                done = {int(w): (end, arr) for ids_g, end, arr in zip(groups, ends, arrivals)
+                        for w in ids_g}
+                writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
+                for j, (w, region, t) in enumerate(zip(ids.tolist(), k.wgs[ids, :4].tolist(),
+                                                       k.wg_tile[ids].tolist())):
+                    end, arr = done[w]
+                    self._route(t, tuple(region), j, end, arr, signals, writes)
+                writes.flush()
             for sl, c in signals.get((hbm.rank, 0.0), {}).items():  # (signalled now)
                 if sl in self.whole_left:
                     self.whole_left[sl] -= c
@@ -336,6 +343,71 @@ class KernelRunner:
                 out_c.append(self.whole_held.pop(sl))
         if out_s:
             self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
+
+    def _route_counted(self, groups, ends: list[float], arrivals: list[dict[int, float]],
+                       signals: dict) -> None:
+        """A timing-only stage's routing: what ``_route`` does item by item (bytes counted
+        per destination, stream and kind; slot completion times; signal counts per
+        (rank, arrival) and slot), done once per tile and arrival set on the items' summed
+        elements and latest end. The same numbers as item by item. ``groups``: the
+        stage's groups (``ends`` and ``arrivals`` per group), or the items of a persistent
+        round (one end and arrival set per item)."""
+        k, hbm, rank = self.kernel, self.hbm, self.hbm.rank
+        if isinstance(groups, np.ndarray):
+            ids, sizes = groups, 1
+        else:
+            sizes = np.fromiter((len(g) for g in groups), np.int64, len(groups))
+            ids = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+        if not len(ids):
+            return
+        wgs, tiles = k.wgs[ids, :4], k.wg_tile[ids]
+        buffer = k.space.buffer
+        rows, cols = hbm.specs[buffer].shape
+        tile_box = np.asarray(k.space.tiles[tiles], np.int64).reshape(-1, 4)
+        bad = ((wgs[:, 0] < tile_box[:, 0]) | (wgs[:, 1] > tile_box[:, 1])
+               | (wgs[:, 2] < tile_box[:, 2]) | (wgs[:, 3] > tile_box[:, 3])
+               | (wgs[:, 0] < 0) | (wgs[:, 2] < 0) | (wgs[:, 1] > rows) | (wgs[:, 3] > cols))
+        if bad.any():  # the bounds error the item-by-item path would raise
+            hbm.region_bytes(buffer, tuple(int(x) for x in wgs[np.argmax(bad)]))
+        elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
+        end = np.repeat(np.asarray(ends, np.float64), sizes)
+        arr_ids: dict[int, int] = {}  # the groups' arrival dicts, by identity
+        arr_of = np.repeat(np.fromiter((arr_ids.setdefault(id(a), len(arr_ids))
+                                        for a in arrivals), np.int64, len(arrivals)), sizes)
+        arr_list = {i: a for a in arrivals for i in [arr_ids[id(a)]]}
+        keys, inv = np.unique(tiles * len(arr_ids) + arr_of, return_inverse=True)
+        sums = np.bincount(inv, weights=elems).astype(np.int64)
+        latest = np.full(len(keys), -np.inf)
+        np.maximum.at(latest, inv, end)
+        counted: dict[tuple, int] = {}
+        itemsize = {name: spec.dtype.itemsize for name, spec in hbm.specs.items()}
+        checked: set[int] = set()
+        for key, n, last in zip(keys.tolist(), sums.tolist(), latest.tolist()):
+            t, arr = divmod(key, len(arr_ids))
+            arr = arr_list[arr]
+            route = self.routes[t]
+            if route.local_op != "none":
+                c = (rank, "gemm", "update" if route.local_op == "update" else "write")
+                counted[c] = counted.get(c, 0) + n * itemsize[buffer]
+                if route.slot >= 0:
+                    if last > self.slot_done[route.slot]:
+                        self.slot_done[route.slot] = last
+                    counts = signals.setdefault((rank, 0.0), {})
+                    counts[route.slot] = counts.get(route.slot, 0) + n
+            if route.targets and t not in checked:
+                checked.add(t)
+                for tg in route.targets:
+                    hbm.region_bytes(tg.buffer, tg.region)  # in bounds (items lie in t)
+            for tg in route.targets:
+                stream = "gemm" if tg.rank == rank else self.stream
+                c = (tg.rank, stream, "update" if tg.op == "update" else "write")
+                counted[c] = counted.get(c, 0) + n * itemsize[tg.buffer]
+                if tg.rank == rank and arr[rank] > self.slot_done[tg.slot]:
+                    self.slot_done[tg.slot] = arr[rank]
+                counts = signals.setdefault((tg.rank, arr[tg.rank]), {})
+                counts[tg.slot] = counts.get(tg.slot, 0) + n
+        for (dst, stream, kind), nbytes in counted.items():
+            hbm.count(dst, stream, kind, nbytes)
 
     def _poll_at_exit(self) -> None:
         """Each physical WG polls its share of the exit flags (WG i: flags i, i+P, ...)."""
