@@ -27,6 +27,20 @@ def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
     return tuple(m for m in modes if not REG.refusal(m, spec, "fp16", ranks))
 
 
+# families with a numerics matrix of their own on 2, 3, 4 and 8 ranks (tests/test_te.py,
+# tests/test_ficco.py): the whole-registry matrix runs them on every topology at 2 and 3
+# ranks only
+OWN_MATRIX = ("te-", "ficco-")
+
+
+def matrix_modes(collective: str, algorithm: str, ranks: int, topology: str) -> tuple[str, ...]:
+    """The modes tests/mpi/matrix.py runs for a combination at ``ranks``."""
+    modes = modes_for(collective, algorithm, ranks, topology)
+    if ranks <= 3:
+        return modes
+    return tuple(m for m in modes if not m.startswith(OWN_MATRIX))
+
+
 def supported(collective: str, algorithm: str, topology: str) -> bool:
     return _supported(REG.operation(collective).algorithms, algorithm, topology)
 

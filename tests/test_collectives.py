@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, modes_for, splits, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_modes, splits, supported
 from tests.conftest import run_cli, run_mpi_script
 
 
@@ -16,7 +16,7 @@ def test_every_supported_combination_passes_numerics(ranks):
     assert f"MATRIX OK {len(combos) + len(twice)} combinations on {ranks} ranks" in proc.stdout
     # every mode of every combination printed a PASS line, none a FAIL
     passes = [line for line in proc.stdout.splitlines() if "PASS (max err" in line]
-    expected = sum(len(modes_for(c, a, ranks, t)) * (2 if (c, a, t) in twice else 1)
+    expected = sum(len(matrix_modes(c, a, ranks, t)) * (2 if (c, a, t) in twice else 1)
                    for c, a, t in combos)
     assert len(passes) == expected and "FAIL" not in proc.stdout
 

@@ -1,4 +1,5 @@
-"""Every supported (collective, algorithm, topology) with every mode, in one MPI job.
+"""Every supported (collective, algorithm, topology) with every mode (at 4 and 8 ranks, but
+the families with a matrix of their own: ``tests.ops.matrix_modes``), in one MPI job.
 
 Run by tests/test_collectives.py under several rank counts; each combination runs
 the real worker (numerics against MPI's own collectives) and must PASS.
@@ -8,7 +9,7 @@ import sys
 
 from mpi4py import MPI
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, splits, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_modes, splits, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
@@ -29,9 +30,10 @@ def main() -> int:
     for i, (collective, algorithm, topology) in enumerate(combos()):
         dtype = "fp32" if i % 2 else "fp16"
         for split in (1, 2) if topology == "full-mesh" and splits(collective) else (1,):
+            modes = ",".join(matrix_modes(collective, algorithm, world, topology))
             cfg = RunConfig(ranks=world, collective=collective, topology=topology,
                             algorithm=algorithm, dtype=dtype, split_k=split, watchdog_s=60,
-                            **SHAPE).validate()
+                            mode=modes, **SHAPE).validate()
             if _main(cfg) != 0:
                 print(f"MATRIX FAIL {collective} {algorithm} {topology} {dtype} split {split}",
                       flush=True)
