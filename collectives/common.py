@@ -44,8 +44,26 @@ def expert_chunks(rows: int, world: int, skew: float) -> list[tuple[int, int]]:
     return [(int(bounds[c]), int(bounds[c + 1])) for c in range(world)]
 
 
-EXPERT_SKEW = Param(0.0, "uneven expert loads: chunk c of the all-to-all (the rows for rank "
-                    "c's expert) gets a share proportional to (c + 1) ** -expert_skew (Zipf; "
+def dispatch_rows(rows: int, world: int, skew: float) -> np.ndarray:
+    """``[s, d]``: the rows (tokens) rank s routes to rank d's expert in the dispatch
+    all-to-all (``a2a+gemm``). Rank s holds ``world`` x its ring chunk of ``rows`` tokens
+    and splits them over the experts as ``expert_chunks`` does (the same skew on every
+    sender); skew 0: one block of its ring chunk's rows per destination, so every expert
+    receives ``rows``."""
+    out = np.zeros((world, world), np.int64)
+    for s, (a, b) in enumerate(ring_chunks(rows, world)):
+        for d, (x, y) in enumerate(expert_chunks(world * (b - a), world, skew)):
+            out[s, d] = y - x
+    return out
+
+
+def _bounds(sizes) -> list[tuple[int, int]]:
+    ends = np.cumsum(np.asarray(sizes, np.int64)).tolist()
+    return [(e - int(n), e) for e, n in zip(ends, sizes)]
+
+
+EXPERT_SKEW = Param(0.0, "uneven expert loads: the rows bound for rank c's expert get a share "
+                    "proportional to (c + 1) ** -expert_skew of every sender's rows (Zipf; "
                     "0 = balanced, 1: rank 0's expert takes about 3x the mean at 8 ranks)",
                     low=0.0, high=4.0)
 
@@ -64,6 +82,9 @@ class Problem:
     split: int = 1  # WGs per output tile (split-K)
     params: tuple[tuple[str, float], ...] = ()  # the run's parameters (--param), resolved
     seed: int = 0  # the run's --seed (inputs a plan depends on: embedding bag lengths)
+    dispatch: bool = False  # the dispatch all-to-all (a2a+gemm): ``m`` is the rows every
+    # expert receives when balanced; with ``expert_skew`` each rank receives its own
+    # (``routed``) and ``chunks`` are the rows of each sender in this rank's input
 
     def param(self, name: str, default: float | None = None) -> float:
         """The run's value of parameter ``name`` (``default``: a plan built without a run's
@@ -105,8 +126,47 @@ class Problem:
     @cached_property
     def chunks(self) -> list[tuple[int, int]]:
         """Row ranges of the N chunks: even (``ring_chunks``), or as the run's
-        ``expert_skew`` splits an all-to-all among uneven experts (``expert_chunks``)."""
+        ``expert_skew`` splits an all-to-all among uneven experts (``expert_chunks``); for
+        the dispatch, the rows each sender's tokens take in this rank's input
+        (``recv_chunks``)."""
+        if self.dispatch:
+            return self.recv_chunks(self.rank)
         return expert_chunks(self.m, self.world, self.param("expert_skew", 0.0))
+
+    # ---- the dispatch all-to-all (a2a+gemm), whose experts may receive uneven rows
+    @cached_property
+    def routed(self) -> np.ndarray:
+        """``[s, d]``: rows rank s sends rank d (``dispatch_rows``; every entry the ring
+        chunk of its sender when the operation is not the dispatch)."""
+        skew = self.param("expert_skew", 0.0) if self.dispatch else 0.0
+        return dispatch_rows(self.m, self.world, skew)
+
+    def recv_chunks(self, q: int) -> list[tuple[int, int]]:
+        """Rank q's input rows from each sender, in sender order."""
+        return _bounds(self.routed[:, q])
+
+    def x_block(self, s: int, d: int) -> tuple[int, int]:
+        """Rows of rank s's tokens bound for rank d, in rank s's X (by destination)."""
+        return _bounds(self.routed[s])[d]
+
+    def rows_at(self, q: int) -> int:
+        """Rows rank q's GEMM computes (``m`` but for an uneven dispatch)."""
+        return int(self.routed[:, q].sum()) if self.dispatch else self.m
+
+    @property
+    def rows_here(self) -> int:
+        return self.rows_at(self.rank)
+
+    @property
+    def rows_most(self) -> int:
+        """The most rows any rank's GEMM computes (buffers are the same size everywhere:
+        peers address them)."""
+        return max(self.rows_at(q) for q in range(self.world))
+
+    @property
+    def x_rows(self) -> int:
+        """The most tokens any rank holds (its X, one block per destination)."""
+        return int(self.routed.sum(axis=1).max())
 
     @property
     def max_chunk(self) -> int:
@@ -193,7 +253,7 @@ class Problem:
 
 def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[Kernel, AddressMap]:
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
-    space = p.space(slots, "C", rows or [(0, p.m)], tile_n=p.spec.wg_tile_n)
+    space = p.space(slots, "C", rows or [(0, p.rows_here)], tile_n=p.spec.wg_tile_n)
     job = p.gemm(space, range(len(space)), a=a, cached=True)
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       local_ok=True)

@@ -3,9 +3,10 @@ feeds, its transfers offloaded to DMA engines (Pal et al., FiCCO, arXiv:2512.102
 
 Rank r's GEMM is C = G B_r, G the M x K input gathered from every rank: for SP+TP
 (``ag+gemm``) rank s contributes its shard, rows ``chunk(s)`` of G; for EP
-(``a2a+gemm``) rank s holds one block of ``len(chunk(s))`` rows per destination
-(its tokens routed to each GPU's expert) and block d lands at rows ``chunk(s)`` of
-G on rank d. Every schedule here is one kernel phase of the one mechanism:
+(``a2a+gemm``) rank s holds one block of rows per destination (its tokens routed to
+each GPU's expert; ``Problem.x_block``) and block d lands at rows ``recv_chunks(d)[s]``
+of G on rank d (``chunk(s)`` with balanced experts; with ``expert_skew`` each rank's G
+has its own rows, and a rank addresses a peer's pieces in the peer's rows). Every schedule here is one kernel phase of the one mechanism:
 
 - the transfers are ``dma_map`` pushes issued up front, one DMA engine per peer
   (``engine``), each engine's queue in step order, so every step drives every link
@@ -77,14 +78,8 @@ class _Setup:
         self.steps = 1 if whole else W
         self.cols = [(p.k * j // self.steps, p.k * (j + 1) // self.steps)
                      for j in range(self.steps)] if two_d else [(0, p.k)] * self.steps
-        self.piece: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-        for s in range(W):
-            a, b = p.chunk(s)
-            subs = ([(a, b)] * self.steps if two_d or whole
-                    else [(a + x, a + y) for x, y in ring_chunks(b - a, W)])
-            for j, (x, y) in enumerate(subs):
-                if y > x and self.cols[j][1] > self.cols[j][0]:
-                    self.piece[(s, j)] = (x, y, *self.cols[j])
+        self.piece = self._piece_map(r)  # (s, j) -> region in this rank's G
+        self._peer_pieces: dict[int, dict] = {r: self.piece}
         # the gather area (1D fused): block j holds the pieces of ``gather(q)[j]`` in order;
         # every rank's HBM layout and tracker slots must match (peers address them), so
         # the arrays take the largest rank's area and each space's slots are padded to the
@@ -93,17 +88,25 @@ class _Setup:
         self.gathered, self.blocks, end = self._gather_area(r)
         area = max(self._gather_area(q)[2] for q in range(W))
         self.private = area  # shard-based: the input before its copy into the symmetric
-        self.rows = area + (p.max_chunk if executor == "shard" else 0)  # buffer
+        most = max(b - a for q in range(W) for a, b in self._chunks_of(q))  # buffer
+        self.rows = area + (most if executor == "shard" else 0)
         tm, tn = p.spec.wg_tile_m, p.spec.wg_tile_n
-        if two_d:
-            grid = _grid_2d(p, self.cols)
+        if two_d:  # every rank's slots padded to the largest rank's count
+            grids = [_grid_2d(p, self.cols, self._chunks_of(q)) for q in range(W)]
+            most = max(len(g) for g in grids)
+            grid = grids[r]
             self.ag = TileSpace("AG", grid, slots.alloc("AG tile", len(grid)))
+            slots.alloc("AG pad", most - len(grid))
             self.g = TileSpace("G", grid, slots.alloc("G tile", len(grid)))
-            cg = _grid(p, [(0, p.m)], p.n)
+            slots.alloc("G pad", most - len(grid))
+            cg = _grid(p, [(0, p.rows_here)], p.n)
             self.c = TileSpace("C", cg, slots.alloc("C tile", len(cg)))
+            slots.alloc("C pad", max(len(RegularGrid([(0, p.rows_at(q))], p.n, tm, tn))
+                                     for q in range(W)) - len(cg))
         else:
             self.g = None
             blocks = {q: self._row_blocks(q) for q in range(W)}
+            self._blocks = blocks
             self.ag = self._space(slots, "AG", blocks, p.k, p.k)
             self.c = (self._space(slots, "C", blocks, p.n, tn, p.spec.wg_raster_group)
                       if output else _untracked(p, slots, "C", blocks[r]))
@@ -137,21 +140,53 @@ class _Setup:
         a, b = self.p.chunk(self.p.rank)
         return (self.private, self.private + b - a, 0, self.p.k)
 
-    def _pieces_of(self, q: int) -> list[tuple[int, int]]:
-        """Rank q's pieces (rows), step by step (empty ones kept)."""
-        a, b = self.p.chunk(q)
+    def _chunks_of(self, q: int) -> list[tuple[int, int]]:
+        """Each sender's rows in rank q's G."""
+        return self.p.recv_chunks(q) if self.a2a else self.p.chunks
+
+    def _pieces_of(self, s: int, q: int | None = None) -> list[tuple[int, int]]:
+        """Rank s's pieces (rows in rank q's G, default this rank's), step by step (empty
+        ones kept)."""
+        a, b = self._chunks_of(self.p.rank if q is None else q)[s]
         if self.two_d or self.steps == 1:
             return [(a, b)] * self.steps
         return [(a + x, a + y) for x, y in ring_chunks(b - a, self.p.world)]
 
+    def _piece_map(self, q: int) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+        """(s, j) -> piece j of rank s in rank q's G (rows and columns; non-empty ones)."""
+        out = {}
+        for s in range(self.p.world):
+            for j, (x, y) in enumerate(self._pieces_of(s, q)):
+                if y > x and self.cols[j][1] > self.cols[j][0]:
+                    out[(s, j)] = (x, y, *self.cols[j])
+        return out
+
+    def ag_at(self, q: int) -> TileSpace:
+        """Rank q's AG tiles (a peer's G has rows of its own in an uneven dispatch), at
+        the same tracker slots as this rank's."""
+        if q == self.p.rank:
+            return self.ag
+        p = self.p
+        if self.two_d:
+            grid = _grid_2d(p, self.cols, self._chunks_of(q))
+        else:
+            grid = _grid(p, self._blocks[q], p.k, p.k, 1)
+        return TileSpace("AG", grid, self.ag.slot_base)
+
+    def piece_at(self, q: int, s: int, j: int) -> tuple[int, int, int, int] | None:
+        """Piece j of rank s where it lands in rank q's G (None: empty)."""
+        if q not in self._peer_pieces:
+            self._peer_pieces[q] = self._piece_map(q)
+        return self._peer_pieces[q].get((s, j))
+
     def _gather_area(self, q: int):
         """Rank q's gather area: (piece -> its rows there, block of each step, end row)."""
-        row, gathered, blocks = self.p.m, {}, []
+        row, gathered, blocks = self.p.rows_at(q), {}, []
         members_of = self.gather(q)
         for j, members in enumerate(members_of):
             start = row
             for s in members:
-                x, y = self._pieces_of(s)[j]
+                x, y = self._pieces_of(s, q)[j]
                 if y > x:
                     gathered[(s, j)] = (row, row + y - x)
                     row += y - x
@@ -161,9 +196,9 @@ class _Setup:
     def _row_blocks(self, q: int) -> list[tuple[int, int]]:
         """Rank q's row blocks of AG and C: every piece, its gather area, its private
         shard."""
-        pieces = sorted({pc for s in range(self.p.world) for pc in self._pieces_of(s)
+        pieces = sorted({pc for s in range(self.p.world) for pc in self._pieces_of(s, q)
                          if pc[1] > pc[0]})
-        a, b = self.p.chunk(q)
+        a, b = self._chunks_of(q)[q]
         private = [(self.private, self.private + b - a)] if (
             self.executor == "shard" and b > a) else []
         return pieces + list(self._gather_area(q)[0].values()) + private
@@ -178,26 +213,28 @@ class _Setup:
         return space
 
     def _x_grid(self, q: int) -> np.ndarray:
-        """Rank q's X: one block of its chunk's rows per destination, tiled by pieces."""
+        """Rank q's X: one block of rows per destination, tiled by the pieces they make
+        there."""
         p = self.p
-        a, b = p.chunk(q)
-        n = b - a
         if self.two_d:
-            return _grid_2d(p, self.cols, [(d * n, (d + 1) * n) for d in range(p.world)])
-        subs = [(x - a, y - a) for x, y in self._pieces_of(q) if y > x]
-        return tile_grid([(d * n + x, d * n + y) for d in range(p.world) for x, y in subs],
-                         p.k, p.spec.wg_tile_m, p.k)
+            return _grid_2d(p, self.cols, [p.x_block(q, d) for d in range(p.world)])
+        rows = []
+        for d in range(p.world):
+            x0 = p.x_block(q, d)[0]
+            a = p.recv_chunks(d)[q][0]
+            rows += [(x0 + x - a, x0 + y - a) for x, y in self._pieces_of(q, d) if y > x]
+        return tile_grid(rows, p.k, p.spec.wg_tile_m, p.k)
 
     # ------------------------------------------------------------------ sources
     def source(self, j: int, d: int) -> tuple[AddressMap | None, tuple]:
         """Where rank r's piece j for rank d sits: (its space, region)."""
         p = self.p
-        x, y, c0, c1 = self.piece[(p.rank, j)]
         if not self.a2a:
-            return self.ag, (x, y, c0, c1)
-        a = p.chunk(p.rank)[0]
-        n = p.chunk(p.rank)[1] - a
-        return self.x, (d * n + x - a, d * n + y - a, c0, c1)
+            return self.ag, self.piece[(p.rank, j)]
+        x, y, c0, c1 = self.piece_at(d, p.rank, j)
+        x0 = p.x_block(p.rank, d)[0]
+        a = p.recv_chunks(d)[p.rank][0]
+        return self.x, (x0 + x - a, x0 + y - a, c0, c1)
 
     def engine(self, d: int) -> Executor:
         """The executor of transfers to peer ``d``: DMA engine (d - r - 1) mod (E - 1) (the
@@ -231,13 +268,16 @@ class _Setup:
     def push(self, j: int, d: int, executor: Executor | None = None) -> list:
         """Push piece j of this rank to rank ``d``'s AG (bands of tile rows when 2D copies
         are strided); returns the trigger signals (this rank's resident piece)."""
+        dst = self.piece_at(d, self.p.rank, j)
+        if dst is None:
+            return []
         ex = executor or self.engine(d)
         m = self.push_map(d)
         space, region = self.source(j, d)
-        dst = self.piece[(self.p.rank, j)]
         sigs = []
         for src, to in self._bands(region, dst):
-            sigs.append(m.dma_map(src, d, op="store", after=1, to=self.ag if self.a2a else None,
+            sigs.append(m.dma_map(src, d, op="store", after=1,
+                                  to=self.ag_at(d) if self.a2a else None,
                                   to_region=to if self.a2a else None, executor=ex))
         return sigs
 
@@ -255,13 +295,13 @@ class _Setup:
     # ------------------------------------------------------------------ the plan
     def plan(self, kernel: Kernel, cmap: AddressMap, name: str) -> Plan:
         p = self.p
-        layout = [("B", (p.k, p.n), p.dtype), ("C", (self.rows if not self.two_d else p.m,
-                                                       p.n), p.dtype),
-                  ("AG", (self.rows if not self.two_d else p.m, p.k), p.dtype)]
+        rows = self.rows if not self.two_d else p.rows_most
+        layout = [("B", (p.k, p.n), p.dtype), ("C", (rows, p.n), p.dtype),
+                  ("AG", (rows, p.k), p.dtype)]
         if self.two_d:
-            layout.append(("G", (p.m, p.k), p.dtype))
+            layout.append(("G", (p.rows_most, p.k), p.dtype))
         if self.a2a:
-            layout.append(("X", (p.world * p.max_chunk, p.k), p.dtype))
+            layout.append(("X", (p.x_rows, p.k), p.dtype))
         inputs = {"B": ("B", 0), "A": ("X", 0) if self.a2a else
                   ("AG", self.private if self.executor == "shard" else p.chunk(p.rank)[0])}
         preload = []
@@ -276,7 +316,7 @@ class _Setup:
             maps.append(self.gmap)
         phase = KernelPhase(name, kernel, maps, "a2a" if self.a2a else "ag", fused=True,
                             preload=preload)
-        return Plan(layout, inputs, [phase], self.slots, [("C", (0, p.m, 0, p.n))],
+        return Plan(layout, inputs, [phase], self.slots, [("C", (0, p.rows_here, 0, p.n))],
                     arbitration=ARBITRATION)
 
 
@@ -380,9 +420,8 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
     # transfers: every step's piece to every peer, issued up front (engine queues in order)
     own_sigs: list = []
     for j in range(st.steps):
-        if (r, j) in st.piece:
-            for d in peers:
-                own_sigs += st.push(j, d)
+        for d in peers:
+            own_sigs += st.push(j, d)
     # arrivals: every peer's pieces tracked here
     arrived = {}
     for (s, j), region in st.piece.items():
@@ -425,8 +464,9 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
                     else:
                         trig = own[(r, j)] if s == r else arrived[(s, j)]
                         sigs.append(st.amap.copy_map(src, st.g, to, trig, st.local_engine))
-            launches.append(([(0, p.m, 0, p.n)], c0, c1))
-            gates.append(sigs)
+            if p.rows_here:
+                launches.append(([(0, p.rows_here, 0, p.n)], c0, c1))
+                gates.append(sigs)
         kernel, starts = _launch_kernel(p, st.c, launches, "G")
         cmap = AddressMap(st.c, r, W, "update", kernel.local_writes(), local_ok=True)
     else:
@@ -488,7 +528,16 @@ def shard(p: Problem, op: Operation) -> Plan:
     slots = Slots()
     st = _Setup(p, op, slots, lambda q: [], "shard", whole=True)
     region = st.piece.get((r, 0))
-    gates, launches = [], []
+    gates, launches, pushes = [], [], []
+    engine = Executor("dma", 0, streams=True)
+    order = [(r - s) % W for s in range(1, W)]
+    if st.a2a:  # this rank's block for each peer (an uneven dispatch: its own rows there)
+        m = st.push_map(("shard", 0))
+        for d in order:
+            to = st.piece_at(d, r, 0)
+            if to is not None:
+                pushes.append(m.dma_map(st.source(0, d)[1], d, op="store", after=1,
+                                        to=st.ag_at(d), to_region=to, executor=engine))
     if region is not None:
         if st.a2a:
             xr = st.source(0, r)[1]
@@ -498,24 +547,20 @@ def shard(p: Problem, op: Operation) -> Plan:
             priv = st.private_region
             own = st.amap.copy_map(priv, st.ag, region, st.amap.track(priv, after=1),
                                    st.local_engine)
+            if order:
+                pushes.append(st.push_map(("shard", 0)).dma_map(
+                    st.private_region, order, op="store", after=1, to=st.ag,
+                    to_region=region, executor=engine))
         launches.append(([(region[0], region[1], 0, p.n)], 0, p.k))
         gates.append([own])
-        engine = Executor("dma", 0, streams=True)
-        m = st.push_map(("shard", 0))
-        order = [(r - s) % W for s in range(1, W)]
-        if st.a2a:
-            for d in order:
-                gates[0].append(m.dma_map(st.source(0, d)[1], d, op="store", after=1,
-                                          to=st.ag, to_region=region, executor=engine))
-        elif order:
-            gates[0].append(m.dma_map(st.private_region, order, op="store",
-                                      after=1, to=st.ag, to_region=region, executor=engine))
     for s in range(1, W):
         c = (r + s) % W
         if (c, 0) in st.piece:
             x, y = st.piece[(c, 0)][:2]
             launches.append(([(x, y, 0, p.n)], 0, p.k))
             gates.append([st.amap.track(st.piece[(c, 0)], after=1)])
+    if gates:  # the pushes' triggers go first in program order
+        gates[0] = gates[0] + pushes
     kernel, starts = _launch_kernel(p, st.c, launches, "AG")
     cmap = AddressMap(st.c, r, W, "store", kernel.local_writes(), local_ok=True)
     return st.plan(_gate_launches(kernel, starts, gates), cmap, "ficco")
@@ -528,7 +573,7 @@ def ideal(p: Problem, op: Operation) -> Plan:
     slots = Slots()
     plan = _comm_phase(p, op, slots, "comm", True, "dma")
     space = _untracked(p, slots, "C", p.chunks)
-    kernel, _ = _launch_kernel(p, space, [([(0, p.m, 0, p.n)], 0, p.k)], "AG")
+    kernel, _ = _launch_kernel(p, space, [([(0, p.rows_here, 0, p.n)], 0, p.k)], "AG")
     cmap = AddressMap(space, p.rank, p.world, "store", kernel.local_writes(), local_ok=True)
     plan.phases.append(KernelPhase("gemm", kernel, [cmap], plan.phases[0].stream,
                                    clock="gemm"))
@@ -595,10 +640,9 @@ def auto_cu(p: Problem, op: Operation) -> Plan:
 def dispatch_layout(p: Problem, algorithm: str, recv_buffer: bool = False):
     """The serial baseline's arrays: X (this rank's blocks, one per destination), AG (the
     rows received, in source order), B and C."""
-    n = p.chunk(p.rank)[1] - p.chunk(p.rank)[0]
-    arrays = [("B", (p.k, p.n), p.dtype), ("C", (p.m, p.n), p.dtype),
-              ("AG", (p.m, p.k), p.dtype), ("X", (max(1, p.world * n), p.k), p.dtype)]
-    return arrays, {"B": ("B", 0), "A": ("X", 0)}, [("C", (0, p.m, 0, p.n))]
+    arrays = [("B", (p.k, p.n), p.dtype), ("C", (p.rows_most, p.n), p.dtype),
+              ("AG", (p.rows_most, p.k), p.dtype), ("X", (max(1, p.x_rows), p.k), p.dtype)]
+    return arrays, {"B": ("B", 0), "A": ("X", 0)}, [("C", (0, p.rows_here, 0, p.n))]
 
 
 def dispatch_steps(p: Problem, slots: Slots, algorithm: str, nmc: bool) -> list:
@@ -608,54 +652,61 @@ def dispatch_steps(p: Problem, slots: Slots, algorithm: str, nmc: bool) -> list:
     from emulator.engine.steps import CuStep
 
     i = p.rank
-    a, b = p.chunk(i)
-    n = b - a
     base = slots.alloc("a2a recv from", p.world)
     steps = []
-    for j, d in enumerate(p.others + [i]):
-        steps.append(CuStep(f"a2a send block {d}", "a2a", [("X", (d * n, (d + 1) * n, 0, p.k))],
+    for d in p.others + [i]:
+        x0, x1 = p.x_block(i, d)
+        a, b = p.recv_chunks(d)[i]
+        if b == a:  # no token of this rank's for d's expert
+            continue
+        steps.append(CuStep(f"a2a send block {d}", "a2a", [("X", (x0, x1, 0, p.k))],
                             ("AG", (a, b, 0, p.k)), d,
                             signal_slots=[base + i] if d != i else [],
-                            signal_elems=[n * p.k] if d != i else [], concurrent=j > 0))
+                            signal_elems=[(b - a) * p.k] if d != i else [],
+                            concurrent=bool(steps)))
     if p.world > 1:
         wait, nbytes = _gather_wait(p, slots, base, "a2a blocks",
-                                    lambda s: (p.chunk(s)[1] - p.chunk(s)[0]) * p.k)
+                                    lambda s: int(p.routed[s, i]) * p.k)
         steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes))
     return steps
 
 
+def _routed(cfg, world: int) -> np.ndarray:
+    """The run's dispatch matrix (``dispatch_rows``)."""
+    from collectives.common import dispatch_rows
+
+    return dispatch_rows(cfg.m, world, cfg.param("expert_skew"))
+
+
 def dispatch_inputs(cfg, rank: int, world: int) -> dict[str, np.ndarray]:
-    """This rank's tokens (one block of its chunk's size per destination) and its expert's
-    weights."""
+    """This rank's tokens (its block for each destination, in destination order) and its
+    expert's weights."""
     from collectives.reference import make_inputs
 
-    a, b = ring_chunks(cfg.m, world)[rank]
-    x, w = make_inputs(world * (b - a), cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
+    rows = int(_routed(cfg, world)[rank].sum())
+    x, w = make_inputs(rows, cfg.n, cfg.k, cfg.dtype, cfg.values, cfg.seed, rank)
     return {"A": x, "B": w}
 
 
-def dispatch_collective(comm, x: np.ndarray, chunks) -> np.ndarray:
-    """MPI's ``Alltoallv`` of the dispatch: block d of ``x`` to rank d; the rows received
-    from every source, in source order."""
+def dispatch_collective(comm, x: np.ndarray, routed: np.ndarray) -> np.ndarray:
+    """MPI's ``Alltoallv`` of the dispatch: block d of ``x`` (``routed[rank, d]`` rows) to
+    rank d; the rows received from every source, in source order."""
     from mpi4py import MPI
 
-    cols = x.shape[1]
-    n = chunks[comm.rank][1] - chunks[comm.rank][0]
-    out = np.empty((sum(b - a for a, b in chunks), cols), np.float32)
-    comm.Alltoallv([np.ascontiguousarray(x, np.float32), [n * cols] * comm.size, None,
-                    MPI.FLOAT], [out, [(b - a) * cols for a, b in chunks], None, MPI.FLOAT])
+    cols, me = x.shape[1], comm.rank
+    out = np.empty((int(routed[:, me].sum()), cols), np.float32)
+    comm.Alltoallv([np.ascontiguousarray(x, np.float32), (routed[me] * cols).tolist(), None,
+                    MPI.FLOAT], [out, (routed[:, me] * cols).tolist(), None, MPI.FLOAT])
     return out
 
 
 def dispatch_reference(comm, cfg, x: dict[str, np.ndarray]):
     """numpy's GEMM of the rows MPI's ``Alltoallv`` delivers; the tolerance allows one
     rounding per accumulation step of the 2D schedule."""
-    from collectives.common import ring_chunks as chunks_of
     from collectives.reference import compute_reference
 
     return compute_reference(comm, x["A"], x["B"], cfg.dtype, cfg.values,
-                             chunks_of(cfg.m, comm.size), dispatch_collective, True,
-                             comm.size)
+                             _routed(cfg, comm.size), dispatch_collective, True, comm.size)
 
 
 # ---------------------------------------------------------------- losses (DIL, CIL)
@@ -688,22 +739,24 @@ def dil(p: Problem, op: Operation) -> Plan:
     first = _comm_phase(p, op, slots, "comm", True, "dma")
     phases = first.phases + _comm_phase(p, op, slots, "comm8", False, "dma").phases
     stream = phases[0].stream
-    full = _untracked(p, slots, "C", [(0, p.m)])
+    m = p.rows_here
+    full = _untracked(p, slots, "C", [(0, m)])
 
     def gemm_phase(name: str, space: TileSpace, rows: int, k0: int, k1: int, op_: str):
         kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
         cmap = AddressMap(space, p.rank, p.world, op_, kernel.local_writes(), local_ok=True)
         phases.append(KernelPhase(name, kernel, [cmap], stream, clock=name))
 
-    gemm_phase("gemm", full, p.m, 0, p.k, "store")
+    gemm_phase("gemm", full, m, 0, p.k, "store")
     scratch = TileSpace("CL", full.tiles, full.slot_base)
     for ways in SPLITS:
-        for h in _pieces(p.m, ways):
+        for h in _pieces(m, ways):
             gemm_phase(f"rows{ways}-{h}", _untracked(p, slots, "CL", [(0, h)]), h, 0, p.k,
                        "store")
         for d in _pieces(p.k, ways):
-            gemm_phase(f"k{ways}-{d}", scratch, p.m, 0, d, "update")
-    return Plan(first.layout + [("CL", (p.m, p.n), p.dtype)], first.inputs, phases, slots,
+            gemm_phase(f"k{ways}-{d}", scratch, m, 0, d, "update")
+    return Plan(first.layout + [("CL", (p.rows_most, p.n), p.dtype)], first.inputs, phases,
+                slots,
                 first.result, isolated=True, arbitration=ARBITRATION)
 
 
@@ -715,7 +768,7 @@ def cil(p: Problem, op: Operation) -> Plan:
     ``.executors`` windows the report sets against the runs alone."""
     slots = Slots()
     first = _comm_phase(p, op, slots, "comm8", False, "dma")
-    blocks = [(a, b) for a, b in ring_chunks(p.m, 8) if b > a]
+    blocks = [(a, b) for a, b in ring_chunks(p.rows_here, 8) if b > a]
 
     def rows8() -> Kernel:
         space = _untracked(p, slots, "C", blocks)
@@ -739,9 +792,9 @@ def _comm_phase(p: Problem, op: Operation, slots: Slots, name: str, whole: bool,
     r = p.rank
     st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False)
     for j in range(st.steps):
+        for d in p.others:
+            st.push(j, d)
         if (r, j) in st.piece:
-            for d in p.others:
-                st.push(j, d)
             if st.a2a:
                 xr = st.source(j, r)[1]
                 st.xmap.copy_map(xr, st.ag, st.piece[(r, j)], st.xmap.track(xr, after=1),

@@ -91,6 +91,7 @@ REGISTRY.add_operation(Operation(
     _mpi_collective("all_to_all"), lambda m, n, k, rows, e: (m - rows) * e * k,
     aliases=("a2a-gemm",), collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS,
     exchange=True, inputs=ficco.dispatch_inputs, check_reference=ficco.dispatch_reference,
+    params={"expert_skew": EXPERT_SKEW},
     dims="M = rows every GPU's expert receives (tokens), N = the expert's columns, K = "
     "hidden size; rank r sends its chunk's rows to every GPU"))
 
@@ -299,7 +300,8 @@ for _name, _build, _help, _color in MEASURES:
     REGISTRY.add_configuration(Configuration(
         _name, _help + " (isolated clocks; its time is not a schedule's)", "FiCCO measure",
         (lambda build: lambda p, op, algorithm: build(p, op))(_build), applies=_ficco_op,
-        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False))
+        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False,
+        balanced=True))  # the losses of one GEMM shape, the same on every rank
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",

@@ -90,9 +90,11 @@ class Segment:
     GPU's DRAM is there before any kernel runs) and bound by each run in turn.
 
     ``bind(size)`` returns (window, this rank's memory) of at least ``size`` bytes,
-    growing the window (collectively: every rank binds the same sizes in the same
-    order, as a symmetric heap does) only when a run needs more than any before it.
-    The window stays in a passive-target epoch (``Lock_all``) while bound."""
+    growing the window (collectively, as a symmetric heap does: every rank takes the
+    largest size any rank asks for, so ranks whose runs need different sizes, e.g. a
+    tracker with a slot per tile of an uneven expert's GEMM, grow it together) only
+    when a run needs more than any before it. The window stays in a passive-target
+    epoch (``Lock_all``) while bound."""
 
     def __init__(self, comm: MPI.Intracomm, info: dict[str, str] | None = None):
         self.comm = comm
@@ -102,6 +104,7 @@ class Segment:
         self.mem: memoryview | None = None
 
     def bind(self, size: int) -> tuple[MPI.Win, memoryview]:
+        size = self.comm.allreduce(int(size), MPI.MAX)  # one decision for every rank
         if size > self.size or self.win == MPI.WIN_NULL:
             self.free()
             info = MPI.Info.Create()

@@ -388,9 +388,13 @@ def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):
     _no_leftovers(seed)
 
 
-def test_ctrl_c_ends_a_run_and_its_ranks():
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_ends_a_run_and_its_ranks(how):
+    """Ctrl-C in a terminal signals the whole process group; ``timeout`` or a batch
+    system's stop sends SIGTERM to the launcher alone, which then stops its ranks."""
+    seed = "7108" if how == "ctrl-c" else "7109"
     proc = subprocess.Popen([sys.executable, "-m", "emulator.app.cli", "run", "-n", "4", "--mode",
-                             "t3", *SMALL, "--seed", "7108", "--inject-fault", "stall@1",
+                             "t3", *SMALL, "--seed", seed, "--inject-fault", "stall@1",
                              "--watchdog-s", "600"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=conftest.test_env(), cwd=ROOT,
                             start_new_session=True,
@@ -400,7 +404,10 @@ def test_ctrl_c_ends_a_run_and_its_ranks():
     deadline = time.time() + 60
     while "injected fault" not in (line := proc.stderr.readline()):
         assert line and time.time() < deadline, "the run did not reach the fault"
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    else:
+        proc.send_signal(signal.SIGTERM)  # what timeout(1) does: the launcher alone
     t0 = time.time()
     try:
         proc.wait(timeout=20)
@@ -408,7 +415,7 @@ def test_ctrl_c_ends_a_run_and_its_ranks():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0 and time.time() - t0 < 20
-    _no_leftovers("7108")
+    _no_leftovers(seed)
 
 
 # ---------------------------------------------------------------- no wrong PASS

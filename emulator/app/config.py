@@ -213,6 +213,11 @@ class RunConfig:
         shown, why = param_conflict(specs, dict(self.params))
         if why:
             raise ConfigError("--param", shown, why)
+        skew = dict(self.params).get("expert_skew", 0.0)
+        uneven = [m for m in self.modes if skew and reg.configuration(m).balanced]
+        if uneven and self.mode != "all":
+            raise ConfigError("--mode", ",".join(uneven), f"needs the same GEMM on every rank "
+                              f"(expert_skew=0); expert_skew={skew:g} gives each rank its own")
         from emulator.model.ablation import AblationError, check
 
         try:
@@ -288,7 +293,9 @@ class RunConfig:
             return self
         reg = registry(self.configs)
         ranks = self.ranks if ranks is None else ranks
-        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, ranks)]
+        skew = dict(self.params).get("expert_skew", 0.0)
+        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, ranks)
+                and not (skew and reg.configuration(m).balanced)]
         return self if len(keep) == len(self.modes) else dataclasses.replace(
             self, mode=",".join(keep))
 

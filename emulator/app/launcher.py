@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -270,13 +271,17 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         watch = RankWatch(pid_dir, proc)
         if watched:
             watch.start()
+        term = _stop_on_sigterm()
         try:
             for line in proc.stdout:
                 out.write(line)
                 out.flush()
             rc = proc.wait()
-        except BaseException:  # Ctrl-C reaches mpiexec too: give it time to stop its ranks
+        except BaseException:  # Ctrl-C reaches mpiexec too (a SIGTERM, e.g. from timeout or
+            # a batch system, only this process): give it time to stop its ranks
             try:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
@@ -286,6 +291,9 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                     except OSError:
                         pass
             raise
+        finally:
+            if term is not None:
+                signal.signal(signal.SIGTERM, term)
         relay.join()
         relay.print_lost_aborts(Path(pid_dir))
         if watched:
@@ -299,6 +307,20 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         err.flush()
         return rc or 1
     return rc
+
+
+def _stop_on_sigterm():
+    """While a job runs, SIGTERM to this process (``timeout``, a batch system's stop)
+    raises ``SystemExit`` here, so the job's ranks are stopped with it instead of running
+    on without their launcher; returns the handler to restore (None off the main
+    thread, where Python cannot take signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _ranks_rc(pid_dir: Path, rc: int, ranks: int) -> int:

@@ -40,7 +40,10 @@ def _swept(pt: dict) -> bool:
 
 
 def _case(pt: dict) -> str:
-    return f"{pt['model']} {pt['sublayer']}"
+    """The case's name, with its parameters (e.g. tables per GPU; the occupancy sweep's
+    occupancy apart): a grid of parameters gives one group per value."""
+    params = {k: v for k, v in (pt.get("params") or {}).items() if k != "occupancy"}
+    return " ".join([pt["model"], pt["sublayer"], *(f"{k}={v:g}" for k, v in params.items())])
 
 
 def comparison_groups(doc: dict) -> dict[tuple[str, str], list[dict]]:

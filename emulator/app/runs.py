@@ -16,8 +16,11 @@ from emulator.runtime import watchdog
 
 
 def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
+    from collectives.ficco import dispatch
+
     return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
-                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed)
+                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed,
+                   dispatch=dispatch(cfg.operation))
 
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,

@@ -139,6 +139,8 @@ class Configuration:
     # the registry's first baseline; FiCCO's schedules: ``ficco-serial``)
     compared: bool = True  # False: a measurement run (isolated clocks, FiCCO's DIL/CIL runs)
     # whose time is not a schedule's: no speedup, no causes
+    balanced: bool = False  # needs the same GEMM on every rank: refused with uneven expert
+    # loads (``expert_skew``), left out of ``--mode all`` then
 
 
 @dataclass
