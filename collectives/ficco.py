@@ -61,7 +61,7 @@ OTB_HIGH = Param(5.0, "ficco-auto: op-to-byte ratio (x the machine balance) abov
 def dispatch(op: Operation) -> bool:
     """The operation is the all-to-all dispatch (else the all-gather): its layout is this
     module's."""
-    return op.parts.layout is dispatch_layout
+    return getattr(op.parts, "layout", None) is dispatch_layout
 
 
 class _Setup:
