@@ -72,7 +72,8 @@ def _phases(p: Problem, op: Operation, algorithm: str, isolated: bool, nmc: bool
     if parts.then_ag and p.world > 1:
         steps, credit = parts.ag_after(p, slots, algorithm)
         after = tuple(ph.name for ph in phases) if isolated else ()
-        one_kernel = lib is not None and not isolated  # the library's AR: one kernel
+        one_kernel = lib is not None  # the library's AR: one kernel (isolated too: its AG
+        # half alone is the kernel's tail, without a second launch and fixed latency)
         phases.append(StepsPhase("ag", steps, **iso("ag"), after=after, credit=credit,
                                  library=lib, launch=not one_kernel))
     plan = Plan(layout, inputs, phases, slots, result, isolated)
