@@ -6,7 +6,8 @@ Rank r's GEMM is C = G B_r, G the M x K input gathered from every rank: for SP+T
 (``a2a+gemm``) rank s holds one block of rows per destination (its tokens routed to
 each GPU's expert; ``Problem.x_block``) and block d lands at rows ``recv_chunks(d)[s]``
 of G on rank d (``chunk(s)`` with balanced experts; with ``expert_skew`` each rank's G
-has its own rows, and a rank addresses a peer's pieces in the peer's rows). Every schedule here is one kernel phase of the one mechanism:
+has its own rows, and a rank addresses a peer's pieces in the peer's rows). Every
+schedule here is one kernel phase of the one mechanism:
 
 - the transfers are ``dma_map`` pushes issued up front, one DMA engine per peer
   (``engine``), each engine's queue in step order, so every step drives every link
