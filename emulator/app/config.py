@@ -213,11 +213,11 @@ class RunConfig:
         shown, why = param_conflict(specs, dict(self.params))
         if why:
             raise ConfigError("--param", shown, why)
-        skew = dict(self.params).get("expert_skew", 0.0)
-        uneven = [m for m in self.modes if skew and reg.configuration(m).balanced]
+        uneven = [m for m in self.modes if self._unbalanced(reg, m)]
         if uneven and self.mode != "all":
             raise ConfigError("--mode", ",".join(uneven), f"needs the same GEMM on every rank "
-                              f"(expert_skew=0); expert_skew={skew:g} gives each rank its own")
+                              f"(expert_skew=0); expert_skew={self._skew:g} gives each rank "
+                              f"its own")
         from emulator.model.ablation import AblationError, check
 
         try:
@@ -286,6 +286,14 @@ class RunConfig:
                               f"GPUs (use --topology switch or ring, or a device file with "
                               f"more links)")
 
+    @property
+    def _skew(self) -> float:
+        return dict(self.params).get("expert_skew", 0.0)
+
+    def _unbalanced(self, reg, mode: str) -> bool:
+        """``mode`` needs the same GEMM on every rank and the run's experts are uneven."""
+        return bool(self._skew) and reg.configuration(mode).balanced
+
     def runnable(self, spec, ranks: int | None = None) -> RunConfig:
         """``--mode all`` as the configurations the device can run in this dtype with
         ``ranks`` GPUs (default: ``--ranks``)."""
@@ -293,9 +301,8 @@ class RunConfig:
             return self
         reg = registry(self.configs)
         ranks = self.ranks if ranks is None else ranks
-        skew = dict(self.params).get("expert_skew", 0.0)
         keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, ranks)
-                and not (skew and reg.configuration(m).balanced)]
+                and not self._unbalanced(reg, m)]
         return self if len(keep) == len(self.modes) else dataclasses.replace(
             self, mode=",".join(keep))
 

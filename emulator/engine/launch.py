@@ -310,16 +310,11 @@ class KernelRunner:
         ids = np.concatenate(groups)
         wgs = k.wgs[ids]
         buffer = k.space.buffer
-        rows, cols = hbm.specs[buffer].shape
-        if len(wgs) and (wgs[:, 0].min() < 0 or wgs[:, 2].min() < 0
-                         or wgs[:, 1].max() > rows or wgs[:, 3].max() > cols):
-            hbm.region_bytes(buffer, tuple(int(x) for x in wgs[np.argmax(
-                (wgs[:, 1] > rows) | (wgs[:, 3] > cols) | (wgs[:, 0] < 0) | (wgs[:, 2] < 0)),
-                :4]))  # raises the bounds error the tile-by-tile path would
+        _check_bounds(hbm, buffer, wgs)
         elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
         op = routes.producer_op
         if op != "none" and len(elems):
-            hbm.count(hbm.rank, "gemm", "update" if op == "update" else "write",
+            hbm.count(hbm.rank, "gemm", _kind(op),
                       int(elems.sum()) * hbm.specs[buffer].dtype.itemsize)
         slots = routes.slot[k.wg_tile[ids]]
         tracked = slots >= 0
@@ -362,20 +357,17 @@ class KernelRunner:
             return
         wgs, tiles = k.wgs[ids, :4], k.wg_tile[ids]
         buffer = k.space.buffer
-        rows, cols = hbm.specs[buffer].shape
-        tile_box = np.asarray(k.space.tiles[tiles], np.int64).reshape(-1, 4)
-        bad = ((wgs[:, 0] < tile_box[:, 0]) | (wgs[:, 1] > tile_box[:, 1])
-               | (wgs[:, 2] < tile_box[:, 2]) | (wgs[:, 3] > tile_box[:, 3])
-               | (wgs[:, 0] < 0) | (wgs[:, 2] < 0) | (wgs[:, 1] > rows) | (wgs[:, 3] > cols))
-        if bad.any():  # the bounds error the item-by-item path would raise
-            hbm.region_bytes(buffer, tuple(int(x) for x in wgs[np.argmax(bad)]))
+        _check_bounds(hbm, buffer, wgs, np.asarray(k.space.tiles[tiles], np.int64))
         elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
         end = np.repeat(np.asarray(ends, np.float64), sizes)
-        arr_ids: dict[int, int] = {}  # the groups' arrival dicts, by identity
-        arr_of = np.repeat(np.fromiter((arr_ids.setdefault(id(a), len(arr_ids))
-                                        for a in arrivals), np.int64, len(arrivals)), sizes)
-        arr_list = {i: a for a in arrivals for i in [arr_ids[id(a)]]}
-        keys, inv = np.unique(tiles * len(arr_ids) + arr_of, return_inverse=True)
+        index: dict[int, int] = {}  # the groups' arrival dicts (shared ones: by identity)
+        arr_list: list[dict[int, float]] = []
+        for a in arrivals:
+            if id(a) not in index:
+                index[id(a)] = len(arr_list)
+                arr_list.append(a)
+        arr_of = np.repeat(np.array([index[id(a)] for a in arrivals], np.int64), sizes)
+        keys, inv = np.unique(tiles * len(arr_list) + arr_of, return_inverse=True)
         sums = np.bincount(inv, weights=elems).astype(np.int64)
         latest = np.full(len(keys), -np.inf)
         np.maximum.at(latest, inv, end)
@@ -383,11 +375,11 @@ class KernelRunner:
         itemsize = {name: spec.dtype.itemsize for name, spec in hbm.specs.items()}
         checked: set[int] = set()
         for key, n, last in zip(keys.tolist(), sums.tolist(), latest.tolist()):
-            t, arr = divmod(key, len(arr_ids))
-            arr = arr_list[arr]
+            t, a = divmod(key, len(arr_list))
+            arr = arr_list[a]
             route = self.routes[t]
             if route.local_op != "none":
-                c = (rank, "gemm", "update" if route.local_op == "update" else "write")
+                c = (rank, "gemm", _kind(route.local_op))
                 counted[c] = counted.get(c, 0) + n * itemsize[buffer]
                 if route.slot >= 0:
                     if last > self.slot_done[route.slot]:
@@ -400,7 +392,7 @@ class KernelRunner:
                     hbm.region_bytes(tg.buffer, tg.region)  # in bounds (items lie in t)
             for tg in route.targets:
                 stream = "gemm" if tg.rank == rank else self.stream
-                c = (tg.rank, stream, "update" if tg.op == "update" else "write")
+                c = (tg.rank, stream, _kind(tg.op))
                 counted[c] = counted.get(c, 0) + n * itemsize[tg.buffer]
                 if tg.rank == rank and arr[rank] > self.slot_done[tg.slot]:
                     self.slot_done[tg.slot] = arr[rank]
@@ -448,6 +440,27 @@ class KernelRunner:
                 self.slot_done[tg.slot] = arrivals[rank]  # a local write, done at the end
             counts = signals.setdefault((tg.rank, arrivals[tg.rank]), {})
             counts[tg.slot] = counts.get(tg.slot, 0) + elems
+
+
+def _kind(op: str) -> str:
+    """The HBM traffic kind of a write with ``op``."""
+    return "update" if op == "update" else "write"
+
+
+def _check_bounds(hbm: Hbm, buffer: str, regions: np.ndarray,
+                  within: np.ndarray | None = None) -> None:
+    """Raise the bounds error the item-by-item path would, for the first of ``regions``
+    (rows of r0, r1, c0, c1) outside ``buffer`` or outside its row of ``within``."""
+    if not len(regions):
+        return
+    rows, cols = hbm.specs[buffer].shape
+    bad = ((regions[:, 0] < 0) | (regions[:, 2] < 0) | (regions[:, 1] > rows)
+           | (regions[:, 3] > cols))
+    if within is not None:
+        bad |= ((regions[:, 0] < within[:, 0]) | (regions[:, 1] > within[:, 1])
+                | (regions[:, 2] < within[:, 2]) | (regions[:, 3] > within[:, 3]))
+    if bad.any():
+        hbm.region_bytes(buffer, tuple(int(x) for x in regions[np.argmax(bad), :4]))
 
 
 def spread(cost: CostModel, n: int) -> int | None:
@@ -542,7 +555,7 @@ class _Writes:
 
     def add(self, rank: int, buffer: str, op: str, stream: str, dst, src, j: int) -> None:
         if self.counted is not None:
-            key = (rank, stream, "update" if op == "update" else "write")
+            key = (rank, stream, _kind(op))
             self.counted[key] = self.counted.get(key, 0) + self.hbm.region_bytes(buffer, dst)
             return
         key = (rank, buffer, op, stream)
