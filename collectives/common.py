@@ -96,6 +96,13 @@ class Problem:
             raise KeyError(f"the run has no parameter {name!r}")
         return default
 
+    @property
+    def dtype_name(self) -> str:
+        """The run's dtype as the CLI names it (``fp16``, ``bf16``, ``fp32``)."""
+        from collectives.reference import NP_DTYPE
+
+        return next(k for k, v in NP_DTYPE.items() if np.dtype(v) == np.dtype(self.dtype))
+
     @cached_property
     def topology(self) -> Topology:
         """Where the job's GPUs sit: nodes, sockets, routes."""

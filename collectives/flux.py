@@ -25,6 +25,7 @@ rs_atomic_unswizzled = partial(flux_rs.rs_atomic, swizzle=False)
 rs_pull = flux_rs.rs_pull
 rs_ring = flux_rs.rs_ring
 rs_ring2d = partial(flux_rs.rs_ring, two_d=True)
+wide_reduction = flux_rs.wide_reduction
 
 ag_gemm = flux_ag.ag_gemm
 ag_gemm_tile2 = partial(flux_ag.ag_gemm, halvings=1)

@@ -118,6 +118,17 @@ def rs_write(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) ->
     return _plan(p, layout, inputs, result, phases, slots)
 
 
+def wide_reduction(spec, dtype: str, ranks: int) -> bool:
+    """Flux's SM80 RS across nodes for a dtype without native atomics (bf16): fp32
+    ``red.global.add`` into an output buffer of doubled size
+    (``gemm_reduce_scatter.cc`` ``init_output_buffer``; ``epilogue_evt_nvshmem.hpp``
+    ``end_step`` and ``recast_backto_bf16``). Within a node, and on sm90, Flux has no such
+    path and RS-A stays refused."""
+    per_node = spec.interconnect.gpus_per_node
+    return (spec.arch == "sm80" and dtype not in spec.atomic_dtypes
+            and "fp32" in spec.atomic_dtypes and bool(per_node) and ranks > per_node)
+
+
 def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True) -> Plan:
     topo = p.topology
     g, nodes = topo.per_node, topo.nodes
@@ -125,7 +136,11 @@ def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True)
     slots = Slots()
     layout, inputs, result = op.parts.layout(p, algorithm)
     layout = layout + [("X", (nodes * p.max_chunk, p.n), p.dtype)]
-    space = p.space(slots, "C", p.chunks)
+    out = "C"
+    if wide_reduction(p.spec, p.dtype_name, p.world):  # node sums in fp32, narrowed
+        out = "C32"  # to the dtype by the putting WG before its NIC put
+        layout = layout + [(out, dict((n, s) for n, s, _ in layout)["C"], np.float32)]
+    space = p.space(slots, out, p.chunks)
     targets = [(local + s) % g if swizzle else s % g for s in range(1, g + 1)]
     order_nodes = [(node + d) % nodes for d in range(1, nodes + 1)]  # its own node last
     chunks = [b * g + j for j in targets for b in order_nodes]
@@ -152,7 +167,7 @@ def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True)
     xmap.local(p.slot_region(node, p.rank))  # its own node's partial is its chunk of C
     region = p.chunk_region(p.rank)
     final = CuStep("rs final over nodes", op.parts.stream,
-                   [("C", region)] + [("X", p.slot_region(b, p.rank)) for b in range(nodes)
+                   [(out, region)] + [("X", p.slot_region(b, p.rank)) for b in range(nodes)
                                       if b != node], ("C", region), p.rank)
     phases = [KernelPhase("gemm+rs-a", job, [amap, xmap], op.parts.stream, fused=True),
               StepsPhase("reduce", [final], waits=(own, *arrived))]

@@ -172,6 +172,7 @@ for _name, _build, _op, _algos, _help, _color in FLUX:
     REGISTRY.add_configuration(Configuration(
         _name, _help, "Flux", _build, applies=_op, algorithms=_algos, color=_color,
         atomics=_name.startswith("flux-rs-a"),
+        wide_atomics=flux.wide_reduction if _name.startswith("flux-rs-a") else None,
         refuses=flux.hopper_refusal if _name == "flux-rs-pull" else None))
 
 

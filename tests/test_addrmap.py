@@ -158,3 +158,21 @@ def test_program_order_places_entries_by_last_write_and_by_gate():
     stage_index, commands = program_order(gated, amap.compile().commands, 0, 4)
     assert [c.order for c in commands if list(c.trigger.slots) == [3]] == [1]
     assert stage_index == [0, 2]
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_tiles_at_finds_every_tile_and_refuses_a_cut_region(lazy):
+    """The vectorised lookup a map's destination tiles use: the same ids as ``tile_at`` on
+    uneven row blocks and ragged edges, on an array grid and on a lazy ``RegularGrid``."""
+    from devices.regions import RegularGrid
+
+    blocks = [(0, 130), (130, 517)]
+    tiles = (RegularGrid(blocks, 300, 64, 128) if lazy
+             else tile_grid(blocks, 300, 64, 128, 1))
+    space = TileSpace("C", tiles, 0)
+    ids = np.arange(len(space))[::-1]
+    regions = np.asarray(space.tiles[ids], np.int64)
+    assert space.tiles_at(regions).tolist() == [space.tile_at(tuple(r)) for r in regions]
+    for cut in ([0, 64, 0, 100], [0, 64, 128, 256 + 1], [130, 194, 300, 428], [-64, 0, 0, 128]):
+        with pytest.raises(MapError, match="is not a tile of C"):
+            space.tiles_at(np.array([regions[0], cut]))

@@ -223,6 +223,36 @@ def test_te_defaults_lose_to_no_overlap_at_small_m(emulate, collective, n, k, de
     assert best["speedup_vs"]["te-best"] == pytest.approx(t["te-best"] / t["flux-best"])
 
 
+@pytest.mark.parametrize("per", [1, 2, 4])
+def test_bf16_rs_a_across_sm80_nodes_adds_in_fp32_into_a_doubled_buffer(tmp_path, emulate, per):
+    """Flux's RS-A across A100 nodes in bf16 (no bf16 atomics on sm80): fp32 atomics into a
+    buffer of doubled size, each node sum narrowed to bf16 before its NIC put. On two nodes
+    of 1, 2 and 4 GPUs: numerics pass against numpy + MPI (split-K 2), timing-only gives
+    the same times; the GEMM's local atomics move twice fp16's bytes and the run is slower.
+    Within one sm80 node, and across sm90 nodes, bf16 RS-A stays refused (Flux has no such
+    path there)."""
+    path = tmp_path / f"a100-nodes-{per}.toml"
+    path.write_text(f"""name = "a100-nodes-{per}"\ndescription = "test"\ngpu = "a100-sxm"\n"""
+                    f"""nodes = 2\ngpus_per_node = {per}\n[intra]\ntopology = "switch"\n"""
+                    f"""[network]\nkind = "fabric"\nnics_per_node = 1\n"""
+                    f"""nic_gb_per_s_per_direction = 25\nlatency_ns = 3000\n""")
+    base = ["--system", str(path), "--collective", "rs", "--mode", "flux-rs-a", *SMALL,
+            "--split-k", "2"]
+    bf16 = emulate(base + ["--dtype", "bf16", "--values", "normal"])["runs"][0]
+    assert bf16["numerics"] == "pass"
+    timing = emulate(base + ["--dtype", "bf16", "--values", "normal", "--timing-only"])["runs"][0]
+    for key in SAME:
+        assert bf16[key] == timing[key], key
+    fp16 = emulate(base + ["--dtype", "fp16", "--timing-only"])["runs"][0]
+    assert bf16["dram_bytes"]["gemm_write"] == 2 * fp16["dram_bytes"]["gemm_write"] > 0
+    assert bf16["modelled_time_s"] > fp16["modelled_time_s"]
+    for where in (["--device", "a100-sxm", "-n", "2", "--topology", "switch"],
+                  ["--system", "h800-2x8"]):
+        proc = run_cli(["run", *where, "--collective", "rs", "--mode", "flux-rs-a", *SMALL,
+                        "--dtype", "bf16", "--timing-only"], timeout=60)
+        assert proc.returncode == 2 and "no native bf16 atomics" in proc.stderr, proc.stderr
+
+
 def test_rs_a_is_refused_for_a_dtype_without_native_atomics(tmp_path, emulate):
     """As on the real hardware (bf16 on A100): a device whose fp16 adds are not atomic."""
     text = (ROOT / "devices" / "presets" / "a100-sxm.toml").read_text()

@@ -120,6 +120,31 @@ class TileSpace:
             raise MapError(f"{region} is not a tile of {self.buffer}")
         return t
 
+    def tiles_at(self, regions: np.ndarray) -> np.ndarray:
+        """``tile_at`` of every row of ``regions`` (n x 4) at once: tiles do not overlap,
+        so a tile is known by its first row and column (a sorted key, no dict of every
+        tile); MapError if a region is not exactly a tile."""
+        regions = np.asarray(regions, np.int64).reshape(-1, 4)
+        keyed = self.__dict__.get("_keyed")
+        if keyed is None:
+            t = np.asarray(self.tiles, np.int64).reshape(-1, 4)
+            width = int(t[:, 3].max()) + 1 if len(t) else 1
+            key = t[:, 0] * width + t[:, 2]
+            order = np.argsort(key, kind="stable")
+            keyed = (width, key[order], order, t)
+            object.__setattr__(self, "_keyed", keyed)
+        width, keys, order, t = keyed
+        if not len(keys):
+            bad = np.ones(len(regions), bool)
+        else:  # a key off the grid finds a tile of other bounds: the comparison catches it
+            ids = order[np.minimum(np.searchsorted(keys, regions[:, 0] * width + regions[:, 2]),
+                                   len(keys) - 1)]
+            bad = (t[ids] != regions).any(axis=1)
+        if bad.any():
+            raise MapError(f"{tuple(int(x) for x in regions[np.flatnonzero(bad)[0]])} is not "
+                           f"a tile of {self.buffer}")
+        return ids
+
     def tiles_in(self, region: Region) -> list[int]:
         """Tile ids exactly covering ``region``; MapError if it cuts a tile."""
         cache = self.__dict__.get("_cache")
@@ -225,8 +250,8 @@ class Routes(Mapping):
 class CompiledMap:
     routes: Routes  # tile id -> route, for tiles the producer writes
     commands: list[DmaCommand]  # one per (dma_map entry, destination) and per track entry
-    incoming: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(signal) -> (peer
-    # writes per element, their op)
+    incoming: dict[int, tuple[int, str, str]] = field(default_factory=dict)  # id(signal) ->
+    # (peer writes per element, their op, the buffer they land in)
     signals: list[TrackedRegion] = field(default_factory=list)  # one per tracked entry
     whole: dict[int, int] = field(default_factory=dict)  # slot of a region tracked whole ->
     # the element-writes the producer's own tiles make into it
@@ -428,11 +453,8 @@ class AddressMap:
         if entry.to is None:
             return space, list(entry.tiles)
         dr, dc = entry.to_region[0] - entry.region[0], entry.to_region[2] - entry.region[2]
-        out = []
-        for t in entry.tiles:
-            r0, r1, c0, c1 = self.space.region(t)
-            out.append(space.tile_at((r0 + dr, r1 + dr, c0 + dc, c1 + dc)))
-        return space, out
+        src = np.asarray(self.space.tiles[np.asarray(entry.tiles, np.int64)], np.int64)
+        return space, space.tiles_at(src + np.array([dr, dr, dc, dc])).tolist()
 
     def compile(self) -> CompiledMap:
         """Per-tile routes and the DMA queue entries; MapError if a tile is never mapped."""
@@ -446,7 +468,7 @@ class AddressMap:
         lw = self.local_writes
         whole: dict[int, int] = {}
         commands: list[DmaCommand] = []
-        incoming: dict[int, tuple[int, str]] = {}
+        incoming: dict[int, tuple[int, str, str]] = {}
         signals: list[TrackedRegion] = []
         for entry in self.entries:
             space, dst_tiles = self._dst_tiles(entry)
@@ -482,7 +504,7 @@ class AddressMap:
             trigger = entry.signal
             signals.append(trigger)
             local = int(lw[entry.tiles[0]])
-            incoming[id(trigger)] = (entry.after - local, self.incoming_op)
+            incoming[id(trigger)] = (entry.after - local, self.incoming_op, self.buffer)
             if entry.kind == "track":
                 commands.append(DmaCommand(trigger=trigger, buffer=self.buffer, src=None))
                 continue

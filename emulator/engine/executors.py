@@ -25,9 +25,11 @@ def _elems(trigger) -> int:
 
 
 class ExecutorTiming:
-    def __init__(self, clock: RankClock, cost: CostModel, incoming: dict[int, tuple[int, str]],
-                 runner: KernelRunner, policy, own_writes: dict[int, int] | None = None):
+    def __init__(self, clock: RankClock, cost: CostModel,
+                 incoming: dict[int, tuple[int, str, str]], runner: KernelRunner, policy,
+                 own_writes: dict[int, int] | None = None):
         self.clock, self.cost, self.incoming, self.runner = clock, cost, incoming, runner
+        self.itemsize = {name: spec.dtype.itemsize for name, spec in runner.hbm.specs.items()}
         self.own_writes = own_writes or {}  # id(trigger) -> element-writes by own WGs
         self.steady: set[int] = set()  # id(trigger): peers' data landing as one stream
         self.policy = policy
@@ -50,11 +52,11 @@ class ExecutorTiming:
             t_local = float(self.runner.slot_done[trig.slots].max()) if len(trig.slots) else 0.0
             if key not in self.incoming:  # a flag a peer wrote: done when it arrived
                 t_local = max(t_local, t_remote)
-            per_elem, op = self.incoming.get(key, (0, "store"))
+            per_elem, op, buffer = self.incoming.get(key, (0, "store", ""))
             remote = elems * per_elem - self.own_writes.get(key, 0)  # this rank's own WGs'
             landed = 0.0  # stores into its other buffers are local writes (``slot_done``)
             if remote > 0:  # peers' writes land in this HBM from their arrival on
-                nbytes = remote * self.cost.e
+                nbytes = remote * self.itemsize[buffer]
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window,
                                         since=self.runner.start,
@@ -77,8 +79,18 @@ class ExecutorTiming:
                 return done
             ex = cmd.executor
             res = clock.executor(ex.kind, ex.index, ex.share)
-            nbytes = (region_elems(cmd.src) if cmd.copy else self.elems(cmd.trigger)) * cost.e
+            elems = region_elems(cmd.src) if cmd.copy else self.elems(cmd.trigger)
+            src_e, dst_e = self.itemsize[cmd.buffer], self.itemsize[cmd.dst_buffer or cmd.buffer]
+            nbytes = elems * dst_e  # what the transfer reads and delivers
             pol = self.policy
+            if src_e > dst_e and not cmd.flag_only:  # narrowed in place first, as Flux's
+                done = clock.hbm.comm(pol, done, elems * (src_e + dst_e), window,  # fp32 sums
+                                      f"{name} narrowed")  # (``recast_backto_bf16``: read
+                # the wide element, write the narrow one, which the transfer then reads; the
+                # data path reads the wide one once: the rest is counted here)
+                hbm = self.runner.hbm
+                hbm.count(hbm.rank, self.runner.stream, "read", elems * dst_e)
+                hbm.count(hbm.rank, self.runner.stream, "write", elems * dst_e)
             if cmd.flag_only:
                 end, arrival = transfers.flag_put(clock, cost, res, done, cmd.dst_rank, name)
             elif cmd.copy:

@@ -54,6 +54,7 @@ class KernelRunner:
             entry = [int(writers[mine].sum()) if mine else len(slots)]
             for s in slots:
                 self._nic_left[int(s)] = entry
+        self.out_e = hbm.specs[kernel.space.buffer].dtype.itemsize  # bytes per output element
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
@@ -92,7 +93,7 @@ class KernelRunner:
         clock, k = self.clock, self.kernel
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                            read_scale, self.cu_share)
+                            read_scale, self.cu_share, self.out_e)
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
@@ -165,13 +166,9 @@ class KernelRunner:
             return None
         wgs = k.wgs[ids]
         off = int(wgs[0, 0])
-        rel = wgs.copy()
-        rel[:, :2] -= off
-        prev = None
-        if self._prev is not None:
-            p = self._prev[0].copy()
-            p[:, :2] -= off
-            prev = p.tobytes()
+        shift = np.array([off, off, 0, 0, 0, 0], np.int64)
+        rel = wgs - shift
+        prev = None if self._prev is None else (self._prev[0] - shift).tobytes()
         return ((rel.tobytes(), prev, resident, self.cu_share), wgs)
 
     def _commit_prev(self) -> None:
@@ -285,7 +282,8 @@ class KernelRunner:
             else:
                 done = {int(w): (end, arr) for ids_g, end, arr in zip(groups, ends, arrivals)
                         for w in ids_g}
-                writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1])
+                writes = _Writes(hbm, ws, hbm.specs[k.space.buffer].shape[1],
+                                 _narrower(self.cost.dtype))
                 for j, (w, region, t) in enumerate(zip(ids.tolist(), k.wgs[ids, :4].tolist(),
                                                        k.wg_tile[ids].tolist())):
                     end, arr = done[w]
@@ -442,6 +440,13 @@ class KernelRunner:
             counts[tg.slot] = counts.get(tg.slot, 0) + elems
 
 
+def _narrower(dtype: str):
+    """The numpy element type of run dtype ``dtype`` if narrower than fp32, else None."""
+    import ml_dtypes
+
+    return {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}.get(dtype)
+
+
 def _kind(op: str) -> str:
     """The HBM traffic kind of a write with ``op``."""
     return "update" if op == "update" else "write"
@@ -485,21 +490,22 @@ def _shared_reads(cost: CostModel, k: Kernel, groups: list[np.ndarray]) -> float
 
 def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.ndarray,
                rank: int, resident: int | None, read_scale: float = 1.0,
-               cu_share: float = 0.0):
+               cu_share: float = 0.0, out_e: float | None = None):
     """The ``StageCost`` of items ``ids`` run at once: the producer's compute and reads
     (reads x ``read_scale``; compute slowed by the CUs a concurrent kernel holds) and
-    where their routes write the tiles."""
+    where their routes write the tiles (``out_e`` bytes per element: the output buffer's
+    element, which may be wider than the run's dtype, as Flux's fp32 reduction buffer)."""
     flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
     if cu_share:
         compute /= 1.0 - cu_share
     if _plain(routes, k, ids):  # every tile written here with the producer's op
         sc = cost.with_local_writes(k.wgs[ids], flops, compute, reads * read_scale,
-                                    routes.producer_op)
+                                    routes.producer_op, out_e)
     else:
         rs = [routes[int(k.wg_tile[w])] for w in ids]
         sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
                               [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
-                              rank)
+                              rank, out_e)
     efficiency = getattr(k.producer, "read_efficiency", None)  # random rows: row locality
     if efficiency is not None and sc.read_bytes:
         eff = efficiency(cost, resident or len(ids))
@@ -514,7 +520,8 @@ def _plain(routes, k: Kernel, ids: np.ndarray) -> bool:
 
 
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
-                     cu_share: float = 0.0) -> tuple[float, float] | None:
+                     cu_share: float = 0.0, out_e: float | None = None
+                     ) -> tuple[float, float] | None:
     """What MCA watches during a kernel's first stage, which runs alone (T3): the
     DRAM utilisation of the stage (its reads and writes over its read and write phases)
     and of its read phase alone, as ``KernelRunner`` times the stage on an idle HBM.
@@ -526,7 +533,7 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
     first = k.stages()[0]
     groups = k.groups(first)
     sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(first)),
-                    _shared_reads(cost, k, groups), cu_share)
+                    _shared_reads(cost, k, groups), cu_share, out_e)
     bw = cost.spec.hbm_bw
     read_t = max(sc.compute_s, sc.read_bytes / bw)
     total_t = read_t + sc.write_cost_bytes / bw
@@ -544,8 +551,11 @@ class _Writes:
     stream. Bytes and tracker signals are per tile either way; only the number of MPI
     operations changes."""
 
-    def __init__(self, hbm: Hbm, ws, src_width: int):
+    def __init__(self, hbm: Hbm, ws, src_width: int, epilogue=None):
         self.hbm = hbm
+        self.epilogue = epilogue  # the run's element type when narrower than fp32: a GEMM's
+        # epilogue converts its tile to it even when the destination is an fp32 buffer
+        # (Flux's fp32 reduction of bf16 tiles, epilogue_evt_nvshmem.hpp ``end_step``)
         self.canvas = ws.canvas if ws is not None else None
         self.buf = ws.buf if ws is not None else None
         self.src_width = src_width  # of the output buffer the WG regions (and canvas) index
@@ -587,10 +597,11 @@ class _Writes:
             data = self.canvas[src[0] : src[1], src[2] : src[3]]
         elif self.buf is not None:
             data = self.buf[j, : src[1] - src[0], : src[3] - src[2]]
-        if data is not None and self.hbm.specs[buffer].dtype != np.float32:
-            from devices import kernels
+        to = self.hbm.specs[buffer].dtype
+        if data is not None and (to != np.float32 or self.epilogue is not None):
+            from devices import kernels  # the epilogue's element type first (an fp32
 
-            data = kernels.narrow(data, self.hbm.specs[buffer].dtype)
+            data = kernels.narrow(data, self.epilogue or to)  # buffer then adds it widened)
         if op == "update":
             self.hbm.update(buffer, dst, data, stream, rank)
         else:

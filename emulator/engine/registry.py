@@ -127,6 +127,9 @@ class Configuration:
     # plan of its default candidate
     atomics: bool = False  # reduces by atomic adds: refused for a dtype without native
     # atomics on the device (``DeviceSpec.atomic_dtypes``), as on the real hardware
+    wide_atomics: Callable | None = None  # (spec, dtype, ranks) -> True where it adds a dtype
+    # without native atomics by fp32 atomics into a wider buffer instead (Flux on sm80
+    # across nodes), so ``atomics`` does not refuse it
     refuses: Callable | None = None  # (spec, ranks) -> why it cannot run a job of ``ranks``
     # GPUs on that device or system ("": it can), as the real software refuses it
     color: str = "#8c564b"  # reports
@@ -195,9 +198,12 @@ class Registry:
         cfg = self.configuration(name)
         if cfg.refuses is not None and ranks and (why := cfg.refuses(spec, ranks)):
             return f"{name}: {why}"
-        if cfg.atomics and dtype not in spec.atomic_dtypes:
+        if cfg.atomics and dtype not in spec.atomic_dtypes and not (
+                cfg.wide_atomics is not None and ranks and cfg.wide_atomics(spec, dtype, ranks)):
             return (f"{name} reduces by atomic adds and device {spec.name} has no native "
-                    f"{dtype} atomics (it has {', '.join(spec.atomic_dtypes) or 'none'})")
+                    f"{dtype} atomics (it has {', '.join(spec.atomic_dtypes) or 'none'})"
+                    + ("; its fp32 path runs only across nodes on sm80"
+                       if cfg.wide_atomics is not None else ""))
         return ""
 
     def candidates(self, name: str, op: Operation, algorithm: str) -> tuple[str, ...]:

@@ -230,7 +230,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     if cu_share >= 1.0:
         raise ValueError(f"{ph.name}: the concurrent CU kernel's groups {sorted(groups)} hold "
                          f"{cu_share:.2f} of the CUs; they must leave the producer some")
-    load = first_stage_load(cost, ph.kernel, routes, hbm.rank, cu_share)
+    load = first_stage_load(cost, ph.kernel, routes, hbm.rank, cu_share,
+                            hbm.specs[ph.kernel.space.buffer].dtype.itemsize)
     if load is not None:  # MCA's measurement of the first stage picks its threshold
         policy.observe_first_stage(*load)
     stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots,

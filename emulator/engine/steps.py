@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from devices.regions import Region, region_elems
+from devices.regions import Region
 from devices.signals import TrackedRegion
 from emulator.model import transfers
 from emulator.model.clock import RankClock
@@ -70,11 +70,11 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
             ready = max(ready, transfers.land(clock, cost, t_arr, step.wait_bytes, step.wait_op,
                                               f"{step.name} received data lands",
                                               log_hbm_end=True, steady=step.steady))
-        read_bytes = sum(region_elems(r) for _, r in step.inputs) * cost.e
+        read_bytes = sum(hbm.region_bytes(name, r) for name, r in step.inputs)
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end
         if step.out is not None:
-            nbytes = region_elems(step.out[1]) * cost.e
+            nbytes = hbm.region_bytes(*step.out)
             if step.dst_rank == hbm.rank:
                 end = arrival = clock.hbm.reserve(
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
@@ -94,6 +94,9 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
             if hbm.payload and len(data) > 1:
                 from devices import kernels  # numba: only runs that move data import it
 
+                to = hbm.specs[step.out[0]].dtype  # a wider input (Flux's fp32 node sum)
+                data = [d if d.dtype == to else kernels.narrow(d, to) for d in data]  # is
+                value = data[0]  # narrowed to the output's dtype first, as Flux recasts it
                 for more in data[1:]:
                     value = kernels.add(value, more)
             if step.op == "update":

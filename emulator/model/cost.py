@@ -240,11 +240,13 @@ class CostModel:
         return float(flops.sum()), compute, float(copies * elems.sum() * self.e)
 
     def with_writes(self, wgs: np.ndarray, flops: float, compute: float, reads: float,
-                    local_ops: list[str], remote: list[list[int]], rank: int) -> StageCost:
-        """A stage's cost: its compute and reads plus where its tiles are written."""
+                    local_ops: list[str], remote: list[list[int]], rank: int,
+                    out_e: float | None = None) -> StageCost:
+        """A stage's cost: its compute and reads plus where its tiles are written
+        (``out_e``: bytes per element of the output buffer, default the run's dtype)."""
         h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
         w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
-        out_bytes = h * w * self.e
+        out_bytes = h * w * (out_e or self.e)
         upd = self.spec.nmc_update_cost
         write = write_cost = 0.0
         remote_bytes: dict[int, float] = {}
@@ -261,11 +263,11 @@ class CostModel:
         return StageCost(flops, compute, reads, write, write_cost, remote_bytes)
 
     def with_local_writes(self, wgs: np.ndarray, flops: float, compute: float, reads: float,
-                          op: str) -> StageCost:
+                          op: str, out_e: float | None = None) -> StageCost:
         """``with_writes`` for items that all write their tiles locally with ``op`` (no
         target): the same sums, without a loop per item."""
         out_bytes = ((wgs[:, 1] - wgs[:, 0]).astype(np.float64)
-                     * (wgs[:, 3] - wgs[:, 2]).astype(np.float64) * self.e)
+                     * (wgs[:, 3] - wgs[:, 2]).astype(np.float64) * (out_e or self.e))
         factor = self.spec.nmc_update_cost if op == "update" else 1.0
         if op == "none":
             return StageCost(flops, compute, reads, 0.0, 0.0, {})
