@@ -81,6 +81,7 @@ class _Setup:
                      for j in range(self.steps)] if two_d else [(0, p.k)] * self.steps
         self.piece = self._piece_map(r)  # (s, j) -> region in this rank's G
         self._peer_pieces: dict[int, dict] = {r: self.piece}
+        self._peer_ag: dict[int, TileSpace] = {}  # ``ag_at``'s spaces of the peers
         # the gather area (1D fused): block j holds the pieces of ``gather(q)[j]`` in order;
         # every rank's HBM layout and tracker slots must match (peers address them), so
         # the arrays take the largest rank's area and each space's slots are padded to the
@@ -167,12 +168,15 @@ class _Setup:
         the same tracker slots as this rank's."""
         if q == self.p.rank:
             return self.ag
-        p = self.p
-        if self.two_d:
-            grid = _grid_2d(p, self.cols, self._chunks_of(q))
-        else:
-            grid = _grid(p, self._blocks[q], p.k, p.k, 1)
-        return TileSpace("AG", grid, self.ag.slot_base)
+        got = self._peer_ag.get(q)
+        if got is None:  # built once per peer: every push to it maps into it
+            p = self.p
+            if self.two_d:
+                grid = _grid_2d(p, self.cols, self._chunks_of(q))
+            else:
+                grid = _grid(p, self._blocks[q], p.k, p.k, 1)
+            got = self._peer_ag[q] = TileSpace("AG", grid, self.ag.slot_base)
+        return got
 
     def piece_at(self, q: int, s: int, j: int) -> tuple[int, int, int, int] | None:
         """Piece j of rank s where it lands in rank q's G (None: empty)."""
@@ -339,11 +343,12 @@ def _grid_2d(p: Problem, cols, rows=None) -> np.ndarray:
     for a, b in rows or p.chunks:
         if b <= a:
             continue
+        x = np.arange(a, b, tm, dtype=np.int64)
+        band = np.stack([x, np.minimum(x + tm, b)], axis=1)
         for c0, c1 in cols:
             if c1 > c0:
-                for x in range(a, b, tm):
-                    out.append((x, min(x + tm, b), c0, c1))
-    return np.array(out, np.int64).reshape(-1, 4)
+                out.append(np.concatenate([band, np.tile([[c0, c1]], (len(x), 1))], axis=1))
+    return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 4), np.int64)
 
 
 def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple], int, int]],
