@@ -139,7 +139,7 @@ def rs_two_node(p: Problem, op: Operation, algorithm: str, swizzle: bool = True)
     out = "C"
     if wide_reduction(p.spec, p.dtype_name, p.world):  # node sums in fp32, narrowed
         out = "C32"  # to the dtype by the putting WG before its NIC put
-        layout = layout + [(out, dict((n, s) for n, s, _ in layout)["C"], np.float32)]
+        layout = layout + [(out, next(s for n, s, _ in layout if n == "C"), np.float32)]
     space = p.space(slots, out, p.chunks)
     targets = [(local + s) % g if swizzle else s % g for s in range(1, g + 1)]
     order_nodes = [(node + d) % nodes for d in range(1, nodes + 1)]  # its own node last

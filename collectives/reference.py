@@ -22,12 +22,13 @@ over N ranks of S split-K WGs, S otherwise):
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
+from devices.hbm import STORAGE_DTYPES
+
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
-NP_DTYPE = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}
+NP_DTYPE = STORAGE_DTYPES  # the run's dtype name -> its numpy storage type
 
 
 def make_inputs(m: int, n: int, k: int, dtype: str, values: str, seed: int,

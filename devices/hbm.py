@@ -43,6 +43,8 @@ _N_LOCKS = 4096
 _LOCK_ROWS = 64  # fp16 update locks cover stripes of this many rows of an array
 WIN_INFO = {"alloc_shared_noncontig": "true"}
 _BF16 = np.dtype(ml_dtypes.bfloat16)
+STORAGE_DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}  # a
+# run's dtype name -> the numpy type its arrays are stored in
 # MPI has no bfloat16: its arrays move as 16-bit words (puts and gets only; its updates,
 # like fp16's, are locked get-add-put)
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float16): MPI.FLOAT16_T,

@@ -174,8 +174,7 @@ class LaunchItems:
         self.n = int(self.offsets[-1])
         self.shape = (self.n, 6)
         self.tiles = _TileIds(self)
-        self._last: tuple = (None, None, None, None)  # (key, tile ids, rows, the index
-        # array asked with): a stage asks several times
+        self._last: tuple = (None, None, None)  # (key, tile ids, rows): a stage asks twice
 
     def __len__(self) -> int:
         return self.n
@@ -198,21 +197,18 @@ class LaunchItems:
     def _lookup(self, key) -> tuple[np.ndarray, np.ndarray]:
         """(tile ids, rows) of work items ``key``; the last answer is kept (a stage's items
         are asked for by its cost, its routing and its program order)."""
-        if key is self._last[3]:  # the very array asked for last (held: not reused)
-            return self._last[1], self._last[2]
         ids = self._ids(key)
         run_of = len(ids) > 1 and ids[-1] - ids[0] == len(ids) - 1 and bool(
             (np.diff(ids) == 1).all())  # a run of consecutive items: remembered
         k = (len(ids), int(ids[0])) if run_of else None
         if k is not None and self._last[0] == k:
-            self._last = (*self._last[:3], key if isinstance(key, np.ndarray) else None)
             return self._last[1], self._last[2]
         run = np.searchsorted(self.offsets, ids, "right") - 1
         tiles = self.first[run] + (ids - self.offsets[run])
         out = np.empty((len(ids), 6), np.int64)
         out[:, :4] = self.grid.rows(tiles)
         out[:, 4:] = self.k[run]
-        self._last = (k, tiles, out, key if isinstance(key, np.ndarray) else None)
+        self._last = (k, tiles, out)
         return tiles, out
 
     def tile_ids(self, key) -> np.ndarray:
@@ -244,21 +240,11 @@ class _TileIds:
     def __len__(self) -> int:
         return self.items.n
 
-    def _all(self) -> np.ndarray:
-        """Every item's tile id (8 bytes an item, built once: each run is consecutive
-        tiles), so a stage's lookup is one index, not a search of the runs."""
-        a = self.__dict__.get("_a")
-        if a is None:
-            it = self.items
-            sizes = np.diff(it.offsets)
-            a = self._a = np.repeat(it.first - it.offsets[:-1], sizes) + np.arange(it.n)
-        return a
-
     def __getitem__(self, key):
         if isinstance(key, (int, np.integer)):
-            return int(self._all()[self.items._ids([key])[0]])
-        return self._all()[self.items._ids(key)]
+            return int(self.items.tile_ids([key])[0])
+        return self.items.tile_ids(key)
 
     def __array__(self, dtype=None, copy=None):
-        a = self._all().copy()
+        a = self.items.tile_ids(np.arange(self.items.n))
         return a if dtype is None else a.astype(dtype)

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from devices.hbm import Hbm
-from devices.regions import RegularGrid, join, region_shape
+from devices.hbm import STORAGE_DTYPES, Hbm
+from devices.regions import join, region_shape
 from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
 from emulator.engine.kernel import Gates, Kernel
@@ -55,7 +55,6 @@ class KernelRunner:
             for s in slots:
                 self._nic_left[int(s)] = entry
         self.out_e = hbm.specs[kernel.space.buffer].dtype.itemsize  # bytes per output element
-        self._inside: bool | None = None  # every item's tile inside the output buffer
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
@@ -306,13 +305,10 @@ class KernelRunner:
         its bytes counted once, its tracked slots' completion times and signals in bulk
         (what ``_route`` does tile by tile)."""
         k, hbm, routes = self.kernel, self.hbm, self.routes
-        ids = groups[0] if len(groups) == 1 else np.concatenate(groups)
+        ids = np.concatenate(groups)
         wgs = k.wgs[ids]
         buffer = k.space.buffer
-        if self._inside is None:  # a GEMM's items are its space's tiles: one check of the
-            self._inside = k.producer.kind == "gemm" and _tiles_inside(hbm, k.space)  # box
-        if not self._inside:
-            _check_bounds(hbm, buffer, wgs)
+        _check_bounds(hbm, buffer, wgs)
         elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
         op = routes.producer_op
         if op != "none" and len(elems):
@@ -446,9 +442,8 @@ class KernelRunner:
 
 def _narrower(dtype: str):
     """The numpy element type of run dtype ``dtype`` if narrower than fp32, else None."""
-    import ml_dtypes
-
-    return {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}.get(dtype)
+    dt = np.dtype(STORAGE_DTYPES[dtype])
+    return dt if dt.itemsize < 4 else None
 
 
 def _kind(op: str) -> str:
@@ -470,19 +465,6 @@ def _check_bounds(hbm: Hbm, buffer: str, regions: np.ndarray,
                 | (regions[:, 2] < within[:, 2]) | (regions[:, 3] > within[:, 3]))
     if bad.any():
         hbm.region_bytes(buffer, tuple(int(x) for x in regions[np.argmax(bad), :4]))
-
-
-def _tiles_inside(hbm: Hbm, space) -> bool:
-    """Every tile of ``space`` lies inside its buffer (the tiles' bounding box does)."""
-    if not len(space):
-        return True
-    rows, cols = hbm.specs[space.buffer].shape
-    t = space.tiles
-    if isinstance(t, RegularGrid):
-        box = (int(t.starts.min()), int(t.ends.max()), 0, t.ncols)
-    else:
-        box = (int(t[:, 0].min()), int(t[:, 1].max()), int(t[:, 2].min()), int(t[:, 3].max()))
-    return box[0] >= 0 and box[2] >= 0 and box[1] <= rows and box[3] <= cols
 
 
 def spread(cost: CostModel, n: int) -> int | None:
