@@ -35,6 +35,7 @@ runs it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -84,6 +85,9 @@ class Kernel:
             bounds = [0, *self.launches, len(o)]
             cached = [o[i : min(i + size, b)] for a, b in zip(bounds, bounds[1:])
                       for i in range(a, b, size)]
+            if isinstance(self.wgs, LaunchItems) and _identity(o):
+                for ids in cached:  # (stages of consecutive items: no check per stage)
+                    self.wgs.know_consecutive(ids)
             object.__setattr__(self, "_stages", cached)
         return cached
 
@@ -106,10 +110,26 @@ class Kernel:
             object.__setattr__(self, "_gated_mask", got)
         return got
 
+    def _any_gated(self, ids: np.ndarray) -> bool:
+        """Whether an item of ``ids`` waits on a signal (consecutive items of launches: by
+        the sorted gated items, nothing per item)."""
+        if not self.gates:
+            return False
+        sp = self.wgs.span(ids) if isinstance(self.wgs, LaunchItems) else None
+        if sp is None:
+            return bool(self._gated()[ids].any())
+        got = self.__dict__.get("_gated_ids")
+        if got is None:
+            got = sorted(w for w, g in self.gates.items() if g)
+            object.__setattr__(self, "_gated_ids", got)
+        a, n = sp[3], sp[1]
+        i = bisect.bisect_left(got, a)
+        return i < len(got) and got[i] < a + n
+
     def groups(self, ids: np.ndarray) -> list[np.ndarray]:
         """The stage's items split where their gates differ (in dispatch order); one group
         when they agree (every item of a T3 consumer stage waits on the same regions)."""
-        if not self.gates or not self._gated()[ids].any():
+        if not self._any_gated(ids):
             return [ids]
         keys: dict[tuple, list[int]] = {}
         for w in ids:
@@ -117,7 +137,7 @@ class Kernel:
         return [np.array(v, np.int64) for v in keys.values()]
 
     def gates_of(self, ids: np.ndarray) -> Gates:
-        if not self.gates or not self._gated()[ids].any():
+        if not self._any_gated(ids):
             return ()
         seen: dict[int, Signal] = {}
         for w in ids:
@@ -139,6 +159,15 @@ class Kernel:
         """The kernel with every item of stage s waiting on ``stage_gates[s]``."""
         return self.with_gates({int(w): g for s, ids in enumerate(self.stages())
                                 for g in [stage_gates.get(s, ())] if g for w in ids})
+
+
+def _identity(order: np.ndarray, block: int = 1 << 20) -> bool:
+    """``order`` is 0, 1, ..., n - 1 (checked a block at a time)."""
+    for a in range(0, len(order), block):
+        part = order[a : a + block]
+        if not np.array_equal(part, np.arange(a, a + len(part))):
+            return False
+    return True
 
 
 def make_wgs(space: TileSpace, tile_ids: list[int] | np.ndarray, k: int,
@@ -175,6 +204,11 @@ class LaunchItems:
         self.shape = (self.n, 6)
         self.tiles = _TileIds(self)
         self._last: tuple = (None, None, None)  # (key, tile ids, rows): a stage asks twice
+        self._span: tuple = (None, None)  # (items array, its ``span``)
+        self._shape: tuple = (None, None)  # (items array, its ``stage_shape``)
+        self._slices: dict[int, np.ndarray] = {}  # id -> arrays of consecutive items
+        self._offsets = self.offsets.tolist()
+        self._first = self.first.tolist()
 
     def __len__(self) -> int:
         return self.n
@@ -211,7 +245,63 @@ class LaunchItems:
         self._last = (k, tiles, out)
         return tiles, out
 
+    def span(self, ids) -> tuple[int, int, int, int] | None:
+        """(first tile id, items, run, first item) when work items ``ids`` are consecutive
+        items of one run (so their tiles are consecutive ids over one K slice), else None.
+        The same array asked again (a stage's cost, routing and program order ask) is
+        answered from the last answer."""
+        if ids is self._span[0]:
+            return self._span[1]
+        got = None
+        n = len(ids) if isinstance(ids, np.ndarray) and ids.ndim == 1 else 0
+        if n:
+            a = int(ids[0])
+            r = bisect.bisect_right(self._offsets, a) - 1
+            if (0 <= r < len(self._offsets) - 1 and a + n <= self._offsets[r + 1]
+                    and int(ids[-1]) - a == n - 1 and self._consecutive(ids)):
+                got = (self._first[r] + a - self._offsets[r], n, r, a)
+            self._span = (ids, got)
+        return got
+
+    def _consecutive(self, ids: np.ndarray) -> bool:
+        known = self._slices.get(id(ids))
+        if known is not None and known is ids:
+            return True
+        return len(ids) == 1 or bool((ids[1:] - ids[:-1] == 1).all())
+
+    def know_consecutive(self, ids: np.ndarray) -> None:
+        """``ids`` (kept alive here, never written) holds consecutive item ids: a kernel's
+        stages cut from an order of consecutive items (``span`` then skips the check)."""
+        self._slices[id(ids)] = ids
+
+    def stage_shape(self, ids) -> tuple[tuple, int, int] | None:
+        """(signature, first row, row span) of work items ``ids`` when they are a ``span``
+        that lies in one row block of the grid in whole-height tile rows: their rows
+        relative to the first row (and their K slice) are a function of the signature
+        alone, so stages with equal signatures are the same arithmetic at different rows.
+        None otherwise."""
+        if ids is self._shape[0]:
+            return self._shape[1]
+        sp = self.span(ids)
+        got = None
+        if sp is not None:
+            t0, n, r, _ = sp
+            g = self.grid
+            b = bisect.bisect_right(g.first, t0) - 1
+            if 0 <= b < len(g.blocks) and t0 + n <= g.first[b + 1]:
+                nct = max(1, g.nct)
+                ri0, ci0 = divmod(t0 - int(g.first[b]), nct)
+                rows = (t0 + n - 1 - int(g.first[b])) // nct - ri0 + 1
+                r0 = int(g.starts[b]) + ri0 * g.tm
+                if r0 + rows * g.tm <= g.ends[b]:  # no tile row cut short by the block's end
+                    got = (ci0, n, int(self.k[r, 0]), int(self.k[r, 1])), r0, rows * g.tm
+        self._shape = (ids, got)
+        return got
+
     def tile_ids(self, key) -> np.ndarray:
+        sp = self.span(key) if isinstance(key, np.ndarray) else None
+        if sp is not None:
+            return np.arange(sp[0], sp[0] + sp[1], dtype=np.int64)
         return self._lookup(key)[0]
 
     def __getitem__(self, key):

@@ -13,7 +13,7 @@ from devices.hbm import STORAGE_DTYPES, Hbm
 from devices.regions import join, region_shape
 from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
-from emulator.engine.kernel import Gates, Kernel
+from emulator.engine.kernel import Gates, Kernel, LaunchItems
 from emulator.model import transfers
 from emulator.model.arbitration import Alone
 from emulator.model.clock import RankClock
@@ -58,6 +58,9 @@ class KernelRunner:
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
+        self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
+        slot = getattr(routes, "slot", None)  # whether a tile's local write is tracked
+        self._tracked = slot is None or bool((slot >= 0).any())
         self._prev = None  # (the previous stage's items, whether the L2 has its panels)
         # slots of regions tracked whole -> the element-writes still to come from this
         # kernel: a timing-only stage adds to them and the slot is signalled once, full
@@ -158,24 +161,21 @@ class KernelRunner:
         """A timing-only stage of plain tiles of a GEMM: its cost depends only on its items'
         shapes relative to its first row and on the previous stage's items (the L2's
         panels) relative to the same row, so equal keys have equal costs (the same
-        arithmetic). Returns (key, this stage's items) or None."""
+        arithmetic). Returns (key, this stage's ``_StageItems``) or None."""
         k = self.kernel
         ids = groups[0]
         if (self.hbm.payload or k.producer.kind != "gemm" or self._nic_left
                 or not _plain(self.routes, k, ids) or not len(ids)):
             return None
-        wgs = k.wgs[ids]
-        off = int(wgs[0, 0])
-        shift = np.array([off, off, 0, 0, 0, 0], np.int64)
-        rel = wgs - shift
-        prev = None if self._prev is None else (self._prev[0] - shift).tobytes()
-        return ((rel.tobytes(), prev, resident, self.cu_share), wgs)
+        items = _StageItems(k, ids)
+        prev = None if self._prev is None else self._prev[0].relative_to(items.r0)
+        return ((items.relative(), prev, resident, self.cu_share), items)
 
     def _commit_prev(self) -> None:
         """The L2 state after the previous stage (taken from the memo without its panels)."""
-        wgs, _ = self._prev
-        self.cost.l2_commit(wgs, getattr(self.kernel.producer, "outputs_cached", False))
-        self._prev = (wgs, True)
+        items, _ = self._prev
+        self.cost.l2_commit(items.wgs(), getattr(self.kernel.producer, "outputs_cached", False))
+        self._prev = (items, True)
 
     def _l2_commit(self, ids: np.ndarray) -> None:
         """The panels a stage (or a fair-share round) read stay for the next one (GEMM and
@@ -305,12 +305,19 @@ class KernelRunner:
         its bytes counted once, its tracked slots' completion times and signals in bulk
         (what ``_route`` does tile by tile)."""
         k, hbm, routes = self.kernel, self.hbm, self.routes
+        buffer = k.space.buffer
+        op = routes.producer_op
+        if len(groups) == 1:  # a stage of a regular shape, nothing tracked: one count
+            elems = self._shape_elems(groups[0])
+            if elems is not None:
+                if op != "none" and elems:
+                    hbm.count(hbm.rank, "gemm", _kind(op),
+                              elems * hbm.specs[buffer].dtype.itemsize)
+                return
         ids = np.concatenate(groups)
         wgs = k.wgs[ids]
-        buffer = k.space.buffer
         _check_bounds(hbm, buffer, wgs)
         elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
-        op = routes.producer_op
         if op != "none" and len(elems):
             hbm.count(hbm.rank, "gemm", _kind(op),
                       int(elems.sum()) * hbm.specs[buffer].dtype.itemsize)
@@ -336,6 +343,29 @@ class KernelRunner:
                 out_c.append(self.whole_held.pop(sl))
         if out_s:
             self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
+
+    def _shape_elems(self, ids: np.ndarray) -> int | None:
+        """The elements a plain stage's items write when they have a ``LaunchItems.stage_shape``,
+        lie inside the output buffer and write no tracked tile (what ``_route_plain``
+        then does is count them); else None."""
+        k = self.kernel
+        if not isinstance(k.wgs, LaunchItems):
+            return None
+        shape = k.wgs.stage_shape(ids)
+        if shape is None:
+            return None
+        sig, r0, height = shape
+        rows, cols = self.hbm.specs[k.space.buffer].shape
+        t0, n = k.wgs.span(ids)[:2]
+        if (r0 < 0 or r0 + height > rows or k.wgs.grid.ncols > cols
+                or self._tracked and (self.routes.slot[t0 : t0 + n] >= 0).any()):
+            return None
+        got = self._elems.get(sig)
+        if got is None:
+            wgs = k.wgs[ids]
+            got = self._elems[sig] = int(((wgs[:, 1] - wgs[:, 0])
+                                          * (wgs[:, 3] - wgs[:, 2])).sum())
+        return got
 
     def _route_counted(self, groups, ends: list[float], arrivals: list[dict[int, float]],
                        signals: dict) -> None:
@@ -515,7 +545,43 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
 def _plain(routes, k: Kernel, ids: np.ndarray) -> bool:
     """Every item of ``ids`` writes its tile locally with the producer's op (no target)."""
     plain = getattr(routes, "plain", None)
-    return plain is not None and bool(plain[k.wg_tile[ids]].all())
+    if plain is None:
+        return False
+    span = k.wgs.span(ids) if isinstance(k.wgs, LaunchItems) else None
+    if span is not None:  # consecutive tiles
+        return bool(plain[span[0] : span[0] + span[1]].all())
+    return bool(plain[k.wg_tile[ids]].all())
+
+
+class _StageItems:
+    """A memo-able stage's items as its memo key sees them: by their ``LaunchItems.stage_shape``
+    (signature and first row, no per-item arithmetic) when they have one, else by their
+    rows relative to the first row; the rows themselves computed only when the L2 needs
+    them."""
+
+    __slots__ = ("kernel", "ids", "shape", "r0", "_wgs")
+
+    def __init__(self, kernel: Kernel, ids: np.ndarray):
+        self.kernel, self.ids = kernel, ids
+        items = kernel.wgs
+        self.shape = items.stage_shape(ids) if isinstance(items, LaunchItems) else None
+        self._wgs = None
+        self.r0 = self.shape[1] if self.shape is not None else int(self.wgs()[0, 0])
+
+    def wgs(self) -> np.ndarray:
+        if self._wgs is None:
+            self._wgs = self.kernel.wgs[self.ids]
+        return self._wgs
+
+    def relative_to(self, r0: int):
+        """The items' rows relative to row ``r0`` (hashable; equal values, equal rows)."""
+        if self.shape is not None:
+            return ("shape", self.shape[0], self.r0 - r0)
+        shift = np.array([r0, r0, 0, 0, 0, 0], np.int64)
+        return (self.wgs() - shift).tobytes()
+
+    def relative(self):
+        return self.relative_to(self.r0)
 
 
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
