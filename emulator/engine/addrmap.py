@@ -259,6 +259,13 @@ class CompiledMap:
     # stream (``Dram.stream``), the map was built with ``steady=True``
 
 
+def _as_ids(tiles) -> np.ndarray:
+    """Tile ids (a ``range`` from a regular grid, or a list) as an int64 array."""
+    if isinstance(tiles, range):
+        return np.arange(tiles.start, tiles.stop, tiles.step, dtype=np.int64)
+    return np.asarray(tiles, np.int64)
+
+
 class AddressMap:
     """The map over one ``TileSpace``. ``local_writes[t]`` is how many producer WGs write
     tile t (0: the producer never writes it; S for a split-K GEMM)."""
@@ -277,7 +284,7 @@ class AddressMap:
         self.steady = steady  # data landing in its regions is served as one stream each
         self.local_writes = (np.ones(len(space), np.int64) if local_writes is None
                              else np.asarray(local_writes, np.int64))
-        self._owner = np.full(len(space), -1, np.int64)  # tile -> the entry that maps it
+        self._owner = np.full(len(space), -1, np.int32)  # tile -> the entry that maps it
         self.entries: list[_Entry] = []
         self.copies: list[DmaCommand] = []  # copy_map's commands, in the order they were made
 
@@ -327,14 +334,15 @@ class AddressMap:
             if (r[1] - r[0], r[3] - r[2]) != (d[1] - d[0], d[3] - d[2]):
                 raise MapError(f"destination region {d} is not the shape of {r}")
         tiles, lw, owner = entry.tiles, self.local_writes, self._owner
-        writes = {int(x) for x in np.unique(lw[np.asarray(tiles, np.int64)])}
-        if len(writes) > 1:
+        ids = _as_ids(tiles)
+        seen = lw[ids]
+        lo, hi = (int(seen.min()), int(seen.max())) if len(seen) else (0, 0)
+        if lo != hi:
             raise MapError(f"region {entry.region}: tiles see different numbers of local "
-                           f"writes {sorted(writes)}")
-        if entry.kind in ("dma", "track") and entry.after < writes.pop():
+                           f"writes {sorted({int(x) for x in np.unique(seen)})}")
+        if len(seen) and entry.kind in ("dma", "track") and entry.after < lo:
             raise MapError(f"region {entry.region}: after={entry.after} is below the "
                            f"producer's own {int(lw[tiles[0]])} writes")
-        ids = np.asarray(tiles, np.int64)
         taken = ids[owner[ids] >= 0]
         if len(taken):
             t = int(taken[0])
@@ -344,10 +352,12 @@ class AddressMap:
         owner[ids] = len(self.entries)
         if entry.kind in ("dma", "track", "pull", "flag"):
             sp = self.space
-            ids = np.asarray(tiles, np.int64)
-            elems = sp.elems_of(ids) * entry.after
-            if entry.whole:  # one counter: the region's first tile's slot
-                ids, elems = ids[:1], np.array([int(elems.sum())], np.int64)
+            if entry.whole:  # one counter: the region's first tile's slot (the tiles cover
+                # the region exactly: ``tiles_in``)
+                ids = ids[:1]
+                elems = np.array([region_elems(entry.region) * entry.after], np.int64)
+            else:
+                elems = sp.elems_of(ids) * entry.after
             entry.signal = TrackedRegion(
                 name=f"{self.buffer}{list(entry.region)}",
                 slots=sp.slot_base + ids,
@@ -493,12 +503,12 @@ class AddressMap:
                     executor=entry.executor, pull=True, src_rank=entry.src_rank))
                 signals.append(sig)
                 continue
-            tiles = np.asarray(entry.tiles, np.int64)
+            tiles = _as_ids(entry.tiles)
             mine = tiles[lw[tiles] > 0]
             slot[mine] = self.space.slot_base + (tiles[0] if entry.whole else mine)
-            if entry.whole and len(mine):
-                whole[int(self.space.slot_base + tiles[0])] = int(
-                    (self.space.elems_of(mine) * lw[mine]).sum())
+            if entry.whole and len(mine):  # (every tile sees the same writes: ``_add``)
+                whole[int(self.space.slot_base + tiles[0])] = (
+                    region_elems(entry.region) * int(lw[mine[0]]))
             elems = (self.space.elems_of(tiles).tolist() if not entry.whole
                      else [int(entry.signal.thresholds[0]) // entry.after])
             trigger = entry.signal
