@@ -176,3 +176,37 @@ def test_tiles_at_finds_every_tile_and_refuses_a_cut_region(lazy):
     for cut in ([0, 64, 0, 100], [0, 64, 128, 256 + 1], [130, 194, 300, 428], [-64, 0, 0, 128]):
         with pytest.raises(MapError, match="is not a tile of C"):
             space.tiles_at(np.array([regions[0], cut]))
+
+
+def test_launch_items_stage_shapes_match_their_rows():
+    """A stage's ``stage_shape`` signature fixes its rows relative to its first row (the
+    timing-only memo relies on it) and ``item_elems`` equals the rows' areas; stages that
+    cross a block or a short tile row, or are not consecutive, have no shape."""
+    from devices.regions import RegularGrid
+    from emulator.engine.kernel import LaunchItems
+
+    grid = RegularGrid([(0, 300), (300, 640)], 200, 64, 48)  # short rows at 300 and 640
+    items = LaunchItems(grid, [(0, len(grid), 0, 32), (3, 40, 32, 64)])
+    seen: dict = {}
+    shaped = unshaped = 0
+    for size in (1, 4, 5, 11):
+        for a in range(0, len(items) - size + 1):
+            ids = np.arange(a, a + size)
+            rows = items[ids]
+            shape = items.stage_shape(ids)
+            if shape is None:
+                unshaped += 1
+                continue
+            shaped += 1
+            sig, r0, height = shape
+            assert r0 == rows[0, 0] and rows[:, 1].max() - r0 <= height
+            assert (rows[:, 1] - rows[:, 0] == 64).all()
+            rel = rows - np.array([r0, r0, 0, 0, 0, 0])
+            if sig in seen:
+                assert np.array_equal(seen[sig], rel), sig
+            seen[sig] = rel
+            assert np.array_equal(items.item_elems(ids),
+                                  (rows[:, 1] - rows[:, 0]) * (rows[:, 3] - rows[:, 2]))
+            assert np.array_equal(items.tile_ids(ids), items.tiles[ids.tolist()])
+    assert shaped and unshaped
+    assert items.stage_shape(np.array([0, 2, 3])) is None

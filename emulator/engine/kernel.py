@@ -298,6 +298,14 @@ class LaunchItems:
         self._shape = (ids, got)
         return got
 
+    def item_elems(self, ids) -> np.ndarray:
+        """The output elements of each of work items ``ids``, which have a
+        ``stage_shape``: whole-height tile rows, the last tile column maybe narrower."""
+        (ci0, n, _, _), _, _ = self.stage_shape(ids)
+        g = self.grid
+        ci = (np.arange(ci0, ci0 + n, dtype=np.int64)) % max(1, g.nct)
+        return g.tm * np.minimum(g.tn, g.ncols - ci * g.tn)
+
     def tile_ids(self, key) -> np.ndarray:
         sp = self.span(key) if isinstance(key, np.ndarray) else None
         if sp is not None:

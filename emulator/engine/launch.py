@@ -307,25 +307,32 @@ class KernelRunner:
         k, hbm, routes = self.kernel, self.hbm, self.routes
         buffer = k.space.buffer
         op = routes.producer_op
-        if len(groups) == 1:  # a stage of a regular shape, nothing tracked: one count
-            elems = self._shape_elems(groups[0])
-            if elems is not None:
-                if op != "none" and elems:
-                    hbm.count(hbm.rank, "gemm", _kind(op),
-                              elems * hbm.specs[buffer].dtype.itemsize)
+        size = hbm.specs[buffer].dtype.itemsize
+        shaped = self._shape_elems(groups[0]) if len(groups) == 1 else None
+        if shaped is not None:  # a stage of a regular shape inside the buffer: by ranges
+            total, t0, n = shaped
+            if op != "none" and total:
+                hbm.count(hbm.rank, "gemm", _kind(op), total * size)
+            if not self._tracked:
                 return
-        ids = np.concatenate(groups)
-        wgs = k.wgs[ids]
-        _check_bounds(hbm, buffer, wgs)
-        elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
-        if op != "none" and len(elems):
-            hbm.count(hbm.rank, "gemm", _kind(op),
-                      int(elems.sum()) * hbm.specs[buffer].dtype.itemsize)
-        slots = routes.slot[k.wg_tile[ids]]
-        tracked = slots >= 0
-        if not tracked.any():
-            return
-        end = np.concatenate([np.full(len(g), e) for g, e in zip(groups, ends)])
+            slots = routes.slot[t0 : t0 + n]
+            tracked = slots >= 0
+            if not tracked.any():
+                return
+            elems = k.wgs.item_elems(groups[0])
+            end = np.full(n, ends[0])
+        else:
+            ids = np.concatenate(groups)
+            wgs = k.wgs[ids]
+            _check_bounds(hbm, buffer, wgs)
+            elems = (wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])
+            if op != "none" and len(elems):
+                hbm.count(hbm.rank, "gemm", _kind(op), int(elems.sum()) * size)
+            slots = routes.slot[k.wg_tile[ids]]
+            tracked = slots >= 0
+            if not tracked.any():
+                return
+            end = np.concatenate([np.full(len(g), e) for g, e in zip(groups, ends)])
         np.maximum.at(self.slot_done, slots[tracked], end[tracked])
         uniq, inv = np.unique(slots[tracked], return_inverse=True)
         counts = np.bincount(inv, weights=elems[tracked]).astype(np.int64)
@@ -344,10 +351,9 @@ class KernelRunner:
         if out_s:
             self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
 
-    def _shape_elems(self, ids: np.ndarray) -> int | None:
-        """The elements a plain stage's items write when they have a ``LaunchItems.stage_shape``,
-        lie inside the output buffer and write no tracked tile (what ``_route_plain``
-        then does is count them); else None."""
+    def _shape_elems(self, ids: np.ndarray) -> tuple[int, int, int] | None:
+        """(elements, first tile, items) of a plain stage whose items have a
+        ``LaunchItems.stage_shape`` and lie inside the output buffer; else None."""
         k = self.kernel
         if not isinstance(k.wgs, LaunchItems):
             return None
@@ -356,16 +362,12 @@ class KernelRunner:
             return None
         sig, r0, height = shape
         rows, cols = self.hbm.specs[k.space.buffer].shape
-        t0, n = k.wgs.span(ids)[:2]
-        if (r0 < 0 or r0 + height > rows or k.wgs.grid.ncols > cols
-                or self._tracked and (self.routes.slot[t0 : t0 + n] >= 0).any()):
+        if r0 < 0 or r0 + height > rows or k.wgs.grid.ncols > cols:
             return None
         got = self._elems.get(sig)
         if got is None:
-            wgs = k.wgs[ids]
-            got = self._elems[sig] = int(((wgs[:, 1] - wgs[:, 0])
-                                          * (wgs[:, 3] - wgs[:, 2])).sum())
-        return got
+            got = self._elems[sig] = int(k.wgs.item_elems(ids).sum())
+        return got, *k.wgs.span(ids)[:2]
 
     def _route_counted(self, groups, ends: list[float], arrivals: list[dict[int, float]],
                        signals: dict) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from devices.commands import DmaCommand
-from emulator.engine.kernel import Kernel
+from emulator.engine.kernel import Kernel, LaunchItems
 
 
 def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
@@ -24,8 +24,18 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     the commands in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
-    slot_stage = np.full(nslots, -1, np.int64)
+    slot_stage = np.full(nslots, -1, np.int32)
+    items = kernel.wgs if isinstance(kernel.wgs, LaunchItems) else None
     for s, ids in enumerate(stages):
+        span = items.span(ids) if items is not None else None
+        if span is not None:  # consecutive tiles, stages in order: s is the latest stage
+            t0, n = span[:2]  # of each of their slots (the same as the maximum below)
+            a = kernel.space.slot_base + t0
+            slot_stage[a : max(a, min(a + n, nslots))] = s
+            if slot_of is not None:
+                mapped = slot_of[t0 : t0 + n]
+                slot_stage[mapped[mapped >= 0]] = s
+            continue
         tiles = kernel.wg_tile[ids]
         slots = kernel.space.slot_base + tiles
         slots = slots[slots < nslots]  # (a space nothing tracks takes no slots)
