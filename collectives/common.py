@@ -13,6 +13,8 @@ from emulator.engine.plan import Slots
 from emulator.engine.kernel import Kernel, make_wgs
 from emulator.engine.producers import TiledGemm
 from emulator.engine.registry import Param
+from emulator.model.gemm import GemmKernel
+from emulator.model.gemm import choose as choose_kernel
 from emulator.model.topology import Topology
 
 
@@ -200,9 +202,24 @@ class Problem:
         base = sender * self.max_chunk
         return (base, base + rows, 0, self.n)
 
+    @cached_property
+    def kernel(self) -> GemmKernel:
+        """The GEMM kernel every configuration of this problem runs (``emulator/model/
+        gemm.py``): chosen, as a BLAS heuristic would, for the GEMM tiled by chunks (the
+        finest row blocks any configuration's tiles follow); the device's fixed tile when
+        it has no ``[gemm]`` section."""
+        heights = tuple(r1 - r0 for r0, r1 in self.chunks)
+        return choose_kernel(self.spec, heights, self.n, self.k, self.split, self.dtype_name)
+
+    @property
+    def tile_m(self) -> int:
+        """Rows of the GEMM's WG tiles."""
+        return self.kernel.tile_m
+
     @property
     def stage_size(self) -> int:
-        return self.spec.wgs_per_stage
+        """WGs of one GEMM stage (a wave): the CUs x the kernel's WGs per CU."""
+        return self.kernel.slots(self.spec.cus)
 
     @property
     def others(self) -> list[int]:
@@ -222,14 +239,16 @@ class Problem:
         often as the baseline does. One width per problem (from the thinnest
         chunk), so every rank's spaces have the same tiles.
         """
+        tm, tn = self.kernel.tile_m, self.kernel.tile_n
+        if self.kernel.modelled:  # the heuristic chose the tile for these chunks
+            return tn
         rows = min(r1 - r0 for r0, r1 in self.chunks)
-        tm, tn = self.spec.wg_tile_m, self.spec.wg_tile_n
         return tn if rows >= tm else tn * -(-tm // rows)
 
     def space(self, slots: Slots, buffer: str, row_blocks, cols: int | None = None,
               tile_n: int | None = None) -> TileSpace:
         tiles = tile_grid(list(row_blocks), self.n if cols is None else cols,
-                          self.spec.wg_tile_m, tile_n or self.tile_n, self.spec.wg_raster_group)
+                          self.tile_m, tile_n or self.tile_n, self.spec.wg_raster_group)
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
     def store_queue(self, destinations: int) -> float:
@@ -245,7 +264,8 @@ class Problem:
         tile); ``gates``: stage -> signals every WG of the stage waits on; ``store_queue``:
         see ``Kernel``."""
         wgs, wg_tile = make_wgs(space, tile_ids, self.k, self.split)
-        kernel = Kernel(TiledGemm(a, "B", cached), space, wgs, wg_tile, np.arange(len(wgs)),
+        kernel = Kernel(TiledGemm(a, "B", cached, self.kernel), space, wgs, wg_tile,
+                        np.arange(len(wgs)),
                         self.stage_size, store_queue=store_queue)
         return kernel.with_stage_gates(gates) if gates else kernel
 
@@ -260,7 +280,7 @@ class Problem:
 
 def plain_gemm(p: Problem, slots: Slots, rows=None, a: str = "A") -> tuple[Kernel, AddressMap]:
     """The baseline producer: plain tiles, row-major WG order, outputs stored (cached)."""
-    space = p.space(slots, "C", rows or [(0, p.rows_here)], tile_n=p.spec.wg_tile_n)
+    space = p.space(slots, "C", rows or [(0, p.rows_here)], tile_n=p.kernel.tile_n)
     job = p.gemm(space, range(len(space)), a=a, cached=True)
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       local_ok=True)

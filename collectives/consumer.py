@@ -34,7 +34,7 @@ def comm_tiles(p: Problem, c: int, comm_rows: int) -> list[tuple[int, int, int, 
     """Chunk ``c`` of the input in communication tiles of ``comm_rows`` rows rounded up to
     whole GEMM tiles (0: one GEMM tile each)."""
     r0, r1 = p.chunk(c)
-    tm = p.spec.wg_tile_m
+    tm = p.tile_m
     step = max(tm, -(-comm_rows // tm) * tm) if comm_rows else tm
     return [(a, min(a + step, r1), 0, p.k) for a in range(r0, r1, step)]
 
@@ -82,7 +82,7 @@ def gated_gemm(p: Problem, slots: Slots, signal: dict, chunks: list[int],
     unchanged GEMM), ordered by the last chunk their rows need; else tiles aligned to the
     chunks (T3's)."""
     if plain:
-        cspace = p.space(slots, "C", [(0, p.m)], tile_n=p.spec.wg_tile_n)
+        cspace = p.space(slots, "C", [(0, p.m)], tile_n=p.kernel.tile_n)
         rank_of = {c: i for i, c in enumerate(chunks)}
         need = lambda t: max(rank_of[c] for c in range(p.world)  # noqa: E731
                              if _overlap(p.chunk(c), cspace.region(t)[:2]))

@@ -71,7 +71,7 @@ def x_space(p: Problem, base: int, owner: int, blocks: int | None = None) -> Til
     """Rank ``owner``'s receive buffer X: one block of its chunk's rows per sender (or per
     one of ``blocks`` senders)."""
     rows = [p.slot_region(s, owner)[:2] for s in range(p.world if blocks is None else blocks)]
-    return TileSpace("X", tile_grid(rows, p.n, p.spec.wg_tile_m, p.tile_n,
+    return TileSpace("X", tile_grid(rows, p.n, p.tile_m, p.tile_n,
                                     p.spec.wg_raster_group), base)
 
 

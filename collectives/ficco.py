@@ -92,7 +92,7 @@ class _Setup:
         self.private = area  # shard-based: the input before its copy into the symmetric
         most = max(b - a for q in range(W) for a, b in self._chunks_of(q))  # buffer
         self.rows = area + (most if executor == "shard" else 0)
-        tm, tn = p.spec.wg_tile_m, p.spec.wg_tile_n
+        tm, tn = p.tile_m, p.kernel.tile_n
         if two_d:  # every rank's slots padded to the largest rank's count
             grids = [_grid_2d(p, self.cols, self._chunks_of(q)) for q in range(W)]
             most = max(len(g) for g in grids)
@@ -213,7 +213,7 @@ class _Setup:
         p = self.p
         grid = _grid(p, blocks[p.rank], ncols, tn, group)
         space = TileSpace(buffer, grid, slots.alloc(f"{buffer} tile", len(grid)))
-        most = max(len(RegularGrid(bl, ncols, p.spec.wg_tile_m, tn)) for bl in blocks.values())
+        most = max(len(RegularGrid(bl, ncols, p.tile_m, tn)) for bl in blocks.values())
         slots.alloc(f"{buffer} pad", most - len(grid))
         return space
 
@@ -228,7 +228,7 @@ class _Setup:
             x0 = p.x_block(q, d)[0]
             a = p.recv_chunks(d)[q][0]
             rows += [(x0 + x - a, x0 + y - a) for x, y in self._pieces_of(q, d) if y > x]
-        return tile_grid(rows, p.k, p.spec.wg_tile_m, p.k)
+        return tile_grid(rows, p.k, p.tile_m, p.k)
 
     # ------------------------------------------------------------------ sources
     def source(self, j: int, d: int) -> tuple[AddressMap | None, tuple]:
@@ -289,7 +289,7 @@ class _Setup:
     def _bands(self, src, dst):
         if not self.two_d or self.copy_1d:
             return [(src, dst)]
-        tm = self.p.spec.wg_tile_m
+        tm = self.p.tile_m
         out = []
         for a in range(src[0], src[1], tm):
             b = min(a + tm, src[1])
@@ -328,7 +328,7 @@ class _Setup:
 def _grid(p: Problem, blocks, ncols: int, tn: int | None = None, group: int | None = None):
     """The tiles of ``blocks`` x ``ncols``: a ``RegularGrid`` (computed when asked) when the
     WG raster is row-major, else the array."""
-    tm, tn = p.spec.wg_tile_m, tn or p.spec.wg_tile_n
+    tm, tn = p.tile_m, tn or p.kernel.tile_n
     g = p.spec.wg_raster_group if group is None else group
     if g <= 1 and not p.param("tile_level", TILE_LEVEL.default):
         return RegularGrid(blocks, ncols, tm, tn)
@@ -338,7 +338,7 @@ def _grid(p: Problem, blocks, ncols: int, tn: int | None = None, group: int | No
 def _grid_2d(p: Problem, cols, rows=None) -> np.ndarray:
     """Tiles of tile_m rows of each row block (default: the chunks) by the column
     blocks."""
-    tm = p.spec.wg_tile_m
+    tm = p.tile_m
     out = []
     for a, b in rows or p.chunks:
         if b <= a:
@@ -371,7 +371,7 @@ def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple
                 break
         if runs is not None:
             items = LaunchItems(space.tiles, runs)
-            kernel = Kernel(TiledGemm(a, "B", True), space, items, items.tiles,
+            kernel = Kernel(TiledGemm(a, "B", True, p.kernel), space, items, items.tiles,
                             np.arange(len(items)), p.stage_size,
                             launches=tuple(s for s in starts[1:] if 0 < s < len(items)))
             return kernel, starts
@@ -388,7 +388,8 @@ def _launch_kernel(p: Problem, space: TileSpace, launches: list[tuple[list[tuple
             n += len(ids)
     wgs = np.concatenate(parts) if parts else np.zeros((0, 6), np.int64)
     wg_tile = np.concatenate(tiles) if tiles else np.zeros(0, np.int64)
-    kernel = Kernel(TiledGemm(a, "B", True), space, wgs, wg_tile, np.arange(len(wgs)),
+    kernel = Kernel(TiledGemm(a, "B", True, p.kernel), space, wgs, wg_tile,
+                    np.arange(len(wgs)),
                     p.stage_size, launches=tuple(s for s in starts[1:] if 0 < s < len(wgs)))
     return kernel, starts
 
@@ -521,7 +522,7 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
 
 def _empty(p: Problem, space: TileSpace) -> Kernel:
     """A kernel with no work (a phase of executors only)."""
-    return Kernel(TiledGemm("AG", "B", True), space, np.zeros((0, 6), np.int64),
+    return Kernel(TiledGemm("AG", "B", True, p.kernel), space, np.zeros((0, 6), np.int64),
                   np.zeros(0, np.int64), np.zeros(0, np.int64), p.stage_size)
 
 

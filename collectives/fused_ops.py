@@ -151,8 +151,9 @@ def gemm_a2a(p: Problem) -> Plan:
     first = np.searchsorted(owner, owner)  # each owner's first tile (tiles are by chunk)
     order = remote_first(p, owner, np.arange(len(space)) - first)
     wgs, wg_tile = make_wgs(space, order, p.k, p.split)
-    kernel = Kernel(TiledGemm("A", "B"), space, wgs, wg_tile, np.arange(len(wgs)),
-                    grid(p, per_cu=p.spec.wgs_per_cu), persistent=True, exit_waits=arrived,
+    kernel = Kernel(TiledGemm("A", "B", False, p.kernel), space, wgs, wg_tile,
+                    np.arange(len(wgs)),
+                    grid(p, per_cu=p.kernel.per_cu), persistent=True, exit_waits=arrived,
                     fair_share=True, store_queue=p.store_queue(p.world - 1))
     amap = AddressMap(space, r, p.world, op, kernel.local_writes())
     for c in range(p.world):

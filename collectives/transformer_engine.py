@@ -96,7 +96,7 @@ def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]]
     layout, inputs, result = op.parts.layout(p, algorithm)
     n, i = p.world, p.rank
     aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
-    cspace = p.space(slots, "C", p.chunks, tile_n=p.spec.wg_tile_n)  # chunk GEMMs: own tiles
+    cspace = p.space(slots, "C", p.chunks, tile_n=p.kernel.tile_n)  # chunk GEMMs: own tiles
     own = aspace.tiles_in(p.chunk_region(i, p.k))
     writes, preload = _held(aspace, own)  # resident before the operation
 
@@ -150,7 +150,7 @@ def _rs_layout(p: Problem, op: Operation, algorithm: str, slots: Slots):
     layout, inputs, _ = op.parts.layout(p, algorithm)
     layout = layout + [(f"R{s}", (p.m, p.n), p.dtype) for s in range(p.world)]
     layout.append(("O", (p.m, p.n), p.dtype))
-    cspace = p.space(slots, "C", p.chunks, tile_n=p.spec.wg_tile_n)
+    cspace = p.space(slots, "C", p.chunks, tile_n=p.kernel.tile_n)
     recv = [TileSpace(f"R{s}", cspace.tiles, cspace.slot_base) for s in range(p.world)]
     ospace = TileSpace("O", cspace.tiles, slots.alloc("O tile", len(cspace)))
     return layout, inputs, cspace, recv, ospace

@@ -139,6 +139,31 @@ class DramSpec:
 
 
 @dataclass(frozen=True)
+class TileShape:
+    """A thread-block tile the library ships: tm x tn output, tk per K step, ``stages``
+    K steps in the software pipeline, ``per_cu`` WGs resident per CU."""
+
+    m: int
+    n: int
+    k: int
+    stages: int
+    per_cu: int
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """The GEMM kernels a device's vendor library ships (``[gemm]``;
+    ``emulator/model/gemm.py`` chooses one per problem and times it)."""
+
+    tiles: tuple[TileShape, ...]
+    mainloop_efficiency: float  # a large GEMM's main loop, of the matrix peak (measured)
+    source: str = ""  # where the tiles and the efficiency come from
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     name: str
     description: str
@@ -182,6 +207,8 @@ class DeviceSpec:
     dram_row_miss_cost: float = 1.0  # channel time of a DRAM access that misses the open
     # row, relative to a row hit
     executors: ExecutorSpec = ExecutorSpec()  # each data mover's share of peak and fixed costs
+    gemm: GemmSpec | None = None  # the library's GEMM kernels ([gemm]; None: one fixed tile
+    # of wg_tile_m x wg_tile_n at the peak)
 
     @property
     def max_resident_wgs(self) -> int:
@@ -357,15 +384,18 @@ def read_toml(name_or_path: str, directory: Path, what: str, presets: list[str])
 
 def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     """Validate a parsed TOML document and build the spec (all keys required)."""
-    unknown = set(data) - _TOP_KEYS - set(_SCHEMA) - set(_OPTIONAL)
+    unknown = set(data) - _TOP_KEYS - set(_SCHEMA) - set(_OPTIONAL) - {"gemm"}
     if unknown:
         raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: "
-                        f"{sorted(_TOP_KEYS | set(_SCHEMA) | set(_OPTIONAL))}")
+                        f"{sorted(_TOP_KEYS | set(_SCHEMA) | set(_OPTIONAL) | {'gemm'})}")
     for key in _TOP_KEYS:
         if not isinstance(data.get(key), str):
             raise SpecError(f"{source}: missing key '{key}' (a string)" if key not in data
                             else f"{source}: '{key}' must be a string, got {data[key]!r}")
     values: dict[str, Any] = {}
+    if "gemm" in data:  # a list of tiles, not numbers: checked on its own
+        values["gemm"] = parse_gemm(data["gemm"], source)
+        data = {k: v for k, v in data.items() if k != "gemm"}
     if isinstance(data.get("compute"), dict) and "atomic_dtypes" in data["compute"]:
         compute = dict(data["compute"])  # a list, not a number: checked here
         atomics = compute.pop("atomic_dtypes")
@@ -460,6 +490,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         wg_inflight_bytes=values["wg_inflight_bytes"],
         dram_banks=values["dram_banks"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
+        gemm=values.get("gemm"),
         executors=ExecutorSpec(
             store_fraction=values["store_fraction"], copy_fraction=values["copy_fraction"],
             put_fraction=values["put_fraction"], put_fence_s=values["put_fence_s"],
@@ -475,6 +506,45 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                       burst_bytes=int(values["dram_burst_bytes"]),
                       starvation_s=values["dram_starvation_s"]),
     )
+
+
+_TILE_KEYS = ("m", "n", "k", "stages", "per_cu")
+
+
+def parse_gemm(table: Any, source: str) -> GemmSpec:
+    """``[gemm]``: ``tiles`` (a list of ``{m, n, k, stages, per_cu}``: the tile, its K step,
+    pipeline depth and resident WGs per CU), ``mainloop_efficiency`` in (0, 1] and
+    ``source`` (where they come from)."""
+    where = f"{source}: [gemm]"
+    if not isinstance(table, dict):
+        raise SpecError(f"{where} must be a table")
+    extra = set(table) - {"tiles", "mainloop_efficiency", "source"}
+    if extra:
+        raise SpecError(f"{where} unknown key(s) {sorted(extra)}; allowed: "
+                        f"['mainloop_efficiency', 'source', 'tiles']")
+    tiles = table.get("tiles")
+    if not isinstance(tiles, list) or not tiles:
+        raise SpecError(f"{where} tiles must be a non-empty list of {{m, n, k, stages, per_cu}}")
+    shapes = []
+    for i, t in enumerate(tiles):
+        if not isinstance(t, dict) or set(t) != set(_TILE_KEYS):
+            raise SpecError(f"{where} tiles[{i}] = {t!r} must have exactly the keys "
+                            f"{', '.join(_TILE_KEYS)}")
+        vals = [checked_value(f"{where} tiles[{i}].{key}", t[key], int, 1, False)
+                for key in _TILE_KEYS]
+        if vals[3] < 2:
+            raise SpecError(f"{where} tiles[{i}].stages = {vals[3]} must be >= 2 (a "
+                            f"pipeline loads one K step while it computes another)")
+        shapes.append(TileShape(*vals))
+    eff = checked_value(f"{where} mainloop_efficiency", table.get("mainloop_efficiency"),
+                        float, 1, False) if "mainloop_efficiency" in table else None
+    if eff is None or eff > 1:
+        raise SpecError(f"{where} mainloop_efficiency must be in (0, 1] (a measured fraction "
+                        f"of the matrix peak), got {table.get('mainloop_efficiency')!r}")
+    src = table.get("source", "")
+    if not isinstance(src, str):
+        raise SpecError(f"{where} source must be a string, got {src!r}")
+    return GemmSpec(tuple(shapes), eff, src)
 
 
 def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:

@@ -122,6 +122,12 @@ def summary_table(doc: dict) -> str:
     ov = [(run["mode"], run["ect_s"], run["overlap_efficiency"]) for run in doc["runs"]
           if run.get("ect_s") is not None]
     alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
+    kern = doc.get("gemm_kernel")
+    if kern and kern.get("modelled"):
+        lines.append(f"GEMM kernel (the library's heuristic): tile {kern['tile']}, "
+                     f"{kern['wgs_per_cu']} WG/CU, {kern['stages']} pipeline stages, main loop "
+                     f"at {kern['efficiency']:.0%} of peak, latency {kern['latency_ns']:.0f} ns; "
+                     f"predicted {kern['predicted_us']:.1f} us")
     if ov and alone:
         lines.append(f"overlap (Flux's metrics; GEMM alone {alone * 1e6:.1f} us): ECT = time - "
                      f"GEMM alone, E = 1 - ECT / ECT of the baseline:")
@@ -385,6 +391,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "device": spec.to_dict(),
         "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
+        # the GEMM kernel the problem's configurations run (``emulator/model/gemm.py``)
+        "gemm_kernel": gemm_kernel(comm, cfg, spec),
         "runs": runs,
         "peak_rss_mb_per_rank": rss,
         "pss_mb_per_rank": pss,
@@ -392,6 +400,15 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "created_unix": time.time(),
     }
     return doc, traced
+
+
+def gemm_kernel(comm, cfg: RunConfig, spec) -> dict | None:
+    """The GEMM kernel of the run's problem (None: an operation without a tiled GEMM)."""
+    from emulator.app.runs import problem
+
+    if cfg.collective in ("emb+a2a", "gemv+ar"):
+        return None
+    return problem(comm, cfg, spec).kernel.describe()
 
 
 def progress(done: int, total: int, run: dict) -> None:

@@ -128,7 +128,7 @@ class KernelRunner:
             self.cost.l2_reset()  # the L2 yet; it starts once its waits are over
             self._prev = None
             launch = self.cost.spec.launch_s
-        resident = spread(self.cost, sum(len(g) for g in groups))
+        resident = spread(self.cost, sum(len(g) for g in groups), self.kernel)
         memo = self._memo_key(groups, resident) if len(groups) == 1 else None
         known = self._memo.get(memo[0]) if memo is not None else None
         if known is None and self._prev is not None and not self._prev[1]:
@@ -499,12 +499,16 @@ def _check_bounds(hbm: Hbm, buffer: str, regions: np.ndarray,
         hbm.region_bytes(buffer, tuple(int(x) for x in regions[np.argmax(bad), :4]))
 
 
-def spread(cost: CostModel, n: int) -> int | None:
+def spread(cost: CostModel, n: int, k: Kernel | None = None) -> int | None:
     """When the device spreads a partial stage of ``n`` WGs over its CUs (``partial_stage =
     "spread"``): each CU holds ceil(n / CUs) of them, so each WG gets 1/(CUs x that) of the
-    peak (the WG slots a stage's time is set by); None: each WG at 1/S of the peak."""
+    peak (the WG slots a stage's time is set by); None: each WG at 1/S of the peak. S:
+    the slots of kernel ``k``'s GEMM kernel when the kernel model times it, else the
+    device's."""
     cus = cost.spec.cus
-    if cost.spec.partial_stage == "spread" and n < cost.spec.wgs_per_stage:
+    gemm = getattr(k.producer, "kernel", None) if k is not None else None
+    slots = gemm.slots(cus) if gemm is not None and gemm.modelled else cost.spec.wgs_per_stage
+    if cost.spec.partial_stage == "spread" and n < slots:
         return -(-n // cus) * cus
     return None
 
@@ -599,7 +603,7 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
     cost.l2_reset()
     first = k.stages()[0]
     groups = k.groups(first)
-    sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(first)),
+    sc = stage_cost(cost, k, routes, groups[0], rank, spread(cost, len(first), k),
                     _shared_reads(cost, k, groups), cu_share, out_e)
     bw = cost.spec.hbm_bw
     read_t = max(sc.compute_s, sc.read_bytes / bw)

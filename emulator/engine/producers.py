@@ -99,10 +99,12 @@ class TiledGemm:
     a: str = "A"
     b: str = "B"
     outputs_cached: bool = False
+    kernel: object = None  # the ``emulator.model.gemm.GemmKernel`` it runs (None: the
+    # device's fixed tile at the peak)
     kind: str = "gemm"
 
     def cost(self, model, items, resident=None):
-        return model.gemm_compute(items, self.outputs_cached, resident)
+        return model.gemm_compute(items, self.outputs_cached, resident, kernel=self.kernel)
 
     def bind(self, hbm, runtime, items, stage_size, out):
         return _GemmWorkspace(hbm, runtime, self.a, self.b, items, stage_size, out, "gemm")

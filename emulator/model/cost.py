@@ -143,16 +143,22 @@ class CostModel:
         return flops * (self.slots if resident is None else max(resident, self.spec.cus)) / peak
 
     def gemm_compute(self, wgs: np.ndarray, outputs_cached: bool = False,
-                     resident: int | None = None, vector: bool = False
+                     resident: int | None = None, vector: bool = False, kernel=None
                      ) -> tuple[float, float, float]:
         """(FLOPs, compute seconds, DRAM read bytes) of GEMM (or GEMV: ``vector``) WGs run
-        at once."""
+        at once; ``kernel``: the ``GemmKernel`` they belong to (its clock when modelled:
+        ``emulator/model/gemm.py``)."""
         h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
         w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
         kk = (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
         flops = 2.0 * h * w * kk
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
-        compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
+        if kernel is not None and kernel.modelled and len(flops):
+            slots = (max(resident, self.spec.cus) if resident is not None
+                     else kernel.slots(self.spec.cus))
+            compute = kernel.wg_seconds(float(kk.max()), slots, peak)
+        else:
+            compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
         panels = self.panels(wgs)

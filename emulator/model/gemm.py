@@ -1,0 +1,133 @@
+"""The GEMM kernel a BLAS library launches for a problem: its tile shape, its occupancy,
+and the clock of its main loop (``cost.py`` times its stages with it).
+
+A device's ``[gemm]`` section (``devices.spec.GemmSpec``) lists the thread-block tiles
+its vendor library ships (CUTLASS's for NVIDIA GPUs, hipBLASLt's macro tiles for AMD),
+each with its K step, software-pipeline depth and resident WGs per CU, and the fraction
+of the matrix peak a large GEMM's main loop reaches (a published measurement of cuBLAS
+or hipBLASLt on that GPU). Without the section a GEMM runs the device's one
+``wg_tile_m x wg_tile_n`` tile at the peak (``GemmKernel.fixed``: the clock before
+this model, T3's simulated GPU).
+
+With the section, a WG of tile ``tm x tn`` over a K slice of ``kk`` (``GemmKernel``):
+
+- **tile quantisation**: a WG computes its whole tile whatever part of it lies inside
+  the matrix (the MMA instructions cover the tile; the edge is masked, not skipped), so
+  its work is ``2 tm tn kk`` FLOPs;
+- **main loop**: with S = CUs x WGs per CU resident, each WG has 1/S of the peak times
+  the measured main-loop efficiency eta; one K step (``tk``) takes
+  ``c = 2 tm tn tk S / (P eta)``;
+- **latency hiding** (Little's law per WG): the pipeline keeps ``stages - 1`` K steps'
+  loads in flight, each answered after the memory latency L (``[memory] latency_ns``),
+  so a step takes at least ``L / (stages - 1)``; a WG with little work per step (a thin
+  tile, few warps) is latency-bound. The steps: ``ceil(kk / tk)``;
+- **prologue**: the pipeline fills before the first step (one latency L per wave).
+
+A WG's time is then ``L + steps x max(c, L / (stages - 1))``; a stage (a wave of S WGs)
+lasts as long as its longest WG (wave quantisation), and its reads and writes go to the
+HBM as before (``cost.py``).
+
+The heuristic (``choose``): every tile of the catalogue is predicted with the same
+formulas over the problem's tiles (row blocks x column tiles, split-K WGs), as waves
+of S (a partial last wave as ``partial_stage`` places it), against the HBM roofline of its compulsory traffic; the least predicted time
+wins, ties to the larger tile, then to the catalogue's order: deterministic, as a
+BLAS heuristic's table is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from devices.spec import TileShape  # noqa: F401  (the catalogue's tiles)
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """The kernel one problem's GEMMs run (``choose``): its tile, and whether its clock is
+    the kernel model's (``modelled``) or the device's fixed tile at the peak."""
+
+    tile_m: int
+    tile_n: int
+    per_cu: int  # WGs resident per CU
+    tile_k: int = 64
+    stages: int = 2
+    efficiency: float = 1.0  # the main loop's fraction of the matrix peak
+    latency_s: float = 0.0  # the memory latency a WG's loads see (0: not modelled)
+    modelled: bool = False  # tile quantisation, efficiency and latency hiding apply
+    predicted_s: float = 0.0  # the heuristic's prediction for the problem (0: fixed tile)
+
+    @classmethod
+    def fixed(cls, spec) -> "GemmKernel":
+        """The device's one tile at the peak (no ``[gemm]`` section)."""
+        return cls(spec.wg_tile_m, spec.wg_tile_n, spec.wgs_per_cu)
+
+    def slots(self, cus: int) -> int:
+        """WGs of one stage (a wave): every CU holds ``per_cu``."""
+        return cus * self.per_cu
+
+    def wg_seconds(self, kk: float, slots: int, peak: float) -> float:
+        """A WG's time over a K slice of ``kk`` when ``slots`` WGs share the peak (module
+        docstring)."""
+        steps = max(1, math.ceil(kk / self.tile_k))
+        step = 2.0 * self.tile_m * self.tile_n * min(kk, self.tile_k) * slots / (
+            peak * self.efficiency)
+        hidden = self.latency_s / max(1, self.stages - 1)
+        return self.latency_s + steps * max(step, hidden)
+
+    def describe(self) -> dict:
+        return {"tile": f"{self.tile_m}x{self.tile_n}x{self.tile_k}", "wgs_per_cu": self.per_cu,
+                "stages": self.stages, "efficiency": self.efficiency,
+                "latency_ns": self.latency_s * 1e9, "modelled": self.modelled,
+                "predicted_us": self.predicted_s * 1e6}
+
+
+def _kernel(spec, tile: TileShape) -> GemmKernel:
+    g = spec.gemm
+    return GemmKernel(tile.m, tile.n, tile.per_cu, tile.k, tile.stages, g.mainloop_efficiency,
+                      spec.mem_latency_s, True)
+
+
+def predict(spec, kernel: GemmKernel, heights: tuple[int, ...], n: int, k: int, split: int,
+            e: int, peak: float) -> float:
+    """The heuristic's time of a GEMM whose output rows come in blocks of ``heights`` (tiled
+    block by block), ``n`` columns, inner ``k`` split over ``split`` WGs per tile, ``e``
+    bytes per element: waves of the kernel's WGs, or the HBM roofline of the compulsory
+    traffic (A and B read once, C written once) if that is longer."""
+    tiles = sum(-(-h // kernel.tile_m) for h in heights if h > 0) * -(-n // kernel.tile_n)
+    wgs = tiles * split
+    slots = kernel.slots(spec.cus)
+    full, last = divmod(wgs, slots)
+    kk = -(-k // split)
+    compute = full * kernel.wg_seconds(kk, slots, peak)
+    if last:  # a partial wave: as many slots, or spread over the CUs first
+        part = (-(-last // spec.cus) * spec.cus if spec.partial_stage == "spread" else slots)
+        compute += kernel.wg_seconds(kk, part, peak)
+    rows = sum(heights)
+    traffic = (rows * k + k * n + split * rows * n) * e
+    return max(compute, traffic / spec.hbm_bw)
+
+
+def choose(spec, heights: tuple[int, ...], n: int, k: int, split: int, dtype: str
+           ) -> GemmKernel:
+    """The kernel for a GEMM of row blocks ``heights`` x ``n`` x ``k`` (``split`` WGs per
+    tile): the device's fixed tile without a ``[gemm]`` section, else the catalogue's
+    tile of least predicted time (ties: the larger tile, then the catalogue's order)."""
+    if spec.gemm is None:
+        return GemmKernel.fixed(spec)
+    return candidates(spec, heights, n, k, split, dtype)[0]
+
+
+def candidates(spec, heights: tuple[int, ...], n: int, k: int, split: int, dtype: str
+               ) -> list[GemmKernel]:
+    """Every catalogue tile as a kernel with its predicted time, best first."""
+    from emulator.model.cost import DTYPE_BYTES
+
+    peak, e = spec.peak_flops(dtype), DTYPE_BYTES[dtype]
+    out = []
+    for i, tile in enumerate(spec.gemm.tiles):
+        kern = _kernel(spec, tile)
+        t = predict(spec, kern, heights, n, k, split, e, peak)
+        out.append((t, -tile.m * tile.n, i, GemmKernel(**{**kern.__dict__, "predicted_s": t})))
+    out.sort(key=lambda x: x[:3])
+    return [x[3] for x in out]

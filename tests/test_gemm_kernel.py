@@ -1,0 +1,146 @@
+"""The GEMM kernel model (``emulator/model/gemm.py``) against hand arithmetic on a toy
+device (tests/data/gemm-kernel.toml): the heuristic's predicted times and its tile
+choice, waves and tile quantisation, latency-bound K loops, the stage compute the
+cost model charges, a whole run's stages; and ``[gemm]`` sections refused when
+malformed."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+DEVICE = ROOT / "tests" / "data" / "gemm-kernel.toml"
+P32 = 2 * 1e9 * 1024  # 2 CUs x 1 GHz x 1024 FLOP/cycle (fp32)
+ETA = 0.5  # the toy main loop's efficiency
+LAT = 500e-9  # the toy memory latency
+BW = 1000e9
+
+
+def _spec():
+    from devices.spec import load_device
+
+    return load_device(str(DEVICE))
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
+# hand arithmetic: a K step of 64 takes 2 tm tn 64 x S / (P eta); the pipeline hides the
+# latency when a step is longer than L / (stages - 1) = 250 ns; a WG over K = 256 takes
+# L (prologue) + 4 steps
+STEP_128 = 2 * 128 * 128 * 64 * 2 / (P32 * ETA)  # S = 2 CUs x 1 per CU: 4.096 us
+STEP_64 = 2 * 64 * 64 * 64 * 4 / (P32 * ETA)  # S = 2 x 2: 2.048 us
+WG_128 = LAT + 4 * STEP_128  # 16.884 us
+WG_64 = LAT + 4 * STEP_64  # 8.692 us
+
+
+def test_the_heuristic_predicts_waves_of_whole_tiles_and_picks_the_least():
+    from emulator.model.gemm import candidates, choose
+
+    spec = _spec()
+    # 256 x 256 x 256 in two chunks of 128 rows: 128-tiles: 4 tiles, 2 waves of 2;
+    # 64-tiles: 16 tiles, 4 waves of 4
+    c = candidates(spec, (128, 128), 256, 256, 1, "fp32")
+    assert [(k.tile_m, k.tile_n) for k in c] == [(128, 128), (64, 64)]
+    assert _close(c[0].predicted_s, 2 * WG_128) and _close(c[1].predicted_s, 4 * WG_64)
+    assert choose(spec, (128, 128), 256, 256, 1, "fp32") == c[0]
+    # chunks of 64 rows: a 128-row tile still computes all its rows (tile quantisation),
+    # so 4 of them take 2 waves as before, while 8 64-tiles take 2 waves of 4
+    thin = candidates(spec, (64, 64), 256, 256, 1, "fp32")
+    assert (thin[0].tile_m, thin[0].tile_n) == (64, 64)
+    assert _close(thin[0].predicted_s, 2 * WG_64) and _close(thin[1].predicted_s, 2 * WG_128)
+
+
+def test_a_short_k_step_waits_for_memory_latency():
+    from emulator.model.gemm import GemmKernel
+
+    # a 16 x 16 tile with a 2-stage pipeline: a step's compute (64 ns at S = 2) is shorter
+    # than the latency it must hide (500 ns / 1 step in flight), so each step takes 500 ns
+    k = GemmKernel(16, 16, 1, 64, 2, ETA, LAT, True)
+    step = 2 * 16 * 16 * 64 * 2 / (P32 * ETA)
+    assert step < LAT
+    assert _close(k.wg_seconds(256, 2, P32), LAT + 4 * LAT)
+    # three stages: two steps in flight hide half each
+    k3 = GemmKernel(16, 16, 1, 64, 3, ETA, LAT, True)
+    assert _close(k3.wg_seconds(256, 2, P32), LAT + 4 * LAT / 2)
+
+
+def test_the_cost_model_charges_a_stage_its_kernels_clock():
+    from emulator.model.cost import CostModel
+    from emulator.model.gemm import choose
+
+    spec = _spec()
+    kern = choose(spec, (128, 128), 256, 256, 1, "fp32")
+    cost = CostModel(spec, "fp32")
+    full = np.array([[0, 128, 0, 128, 0, 256], [0, 128, 128, 256, 0, 256]], np.int64)
+    thin = np.array([[0, 40, 0, 128, 0, 256]], np.int64)  # an edge tile of 40 rows
+    flops, t, _ = cost.gemm_compute(full, kernel=kern)
+    assert flops == 2 * 2 * 128 * 128 * 256 and _close(t, WG_128)
+    flops, t, _ = cost.gemm_compute(thin, kernel=kern)  # useful FLOPs, the whole tile's time
+    assert flops == 2 * 40 * 128 * 256 and _close(t, WG_128)
+    # without a kernel (the device's fixed tile at the peak): the WG's own FLOPs x S / P
+    _, t, _ = cost.gemm_compute(thin)
+    assert _close(t, 2 * 40 * 128 * 256 * spec.wgs_per_stage / P32)
+
+
+def test_without_a_gemm_section_the_fixed_tile_runs_at_the_peak():
+    from devices.spec import load_device
+    from emulator.model.gemm import GemmKernel, choose
+
+    spec = load_device(str(ROOT / "tests" / "data" / "event-log.toml"))
+    k = choose(spec, (128, 128), 256, 256, 1, "fp32")
+    assert k == GemmKernel(128, 128, 1) and not k.modelled
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_run_times_its_gemm_in_waves_of_the_chosen_kernel(tmp_path, ranks):
+    # the sequential GEMM + RS: each rank's GEMM is 256 x 256 x 256 (fp32) in chunks of
+    # 256 / ranks rows; the heuristic picks the 128 tile (2 waves of 2 tiles). Each stage:
+    # its compute (WG_128; its reads, capped at their bytes / compute, end with it), then
+    # its two tiles' writes (2 x 64 KiB at the HBM); the GEMM alone is the two stages
+    out = tmp_path / "run.json"
+    r = run_cli(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
+                 "--mode", "sequential", "--m", "256", "--n", "256", "--k", "256",
+                 "--dtype", "fp32", "--timing-only", "--json", str(out)], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    kern = doc["gemm_kernel"]
+    assert kern["tile"] == "128x128x64" and kern["wgs_per_cu"] == 1 and kern["modelled"]
+    stage = WG_128 + 2 * 128 * 128 * 4 / BW  # (the run's first kernel pays no launch gap)
+    assert _close(doc["runs"][0]["gemm_alone_s"], 2 * stage), doc["runs"][0]
+    assert "GEMM kernel (the library's heuristic): tile 128x128x64" in r.stdout
+
+
+BAD = [
+    ('tiles = []\nmainloop_efficiency = 0.5', "non-empty list"),
+    ('tiles = [{m = 128, n = 128, k = 64, stages = 3}]\nmainloop_efficiency = 0.5',
+     "must have exactly the keys"),
+    ('tiles = [{m = 128, n = 128, k = 64, stages = 1, per_cu = 1}]\nmainloop_efficiency = 0.5',
+     "must be >= 2"),
+    ('tiles = [{m = 0, n = 128, k = 64, stages = 3, per_cu = 1}]\nmainloop_efficiency = 0.5',
+     "impossible hardware"),
+    ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]\nmainloop_efficiency = 1.5',
+     "mainloop_efficiency must be in (0, 1]"),
+    ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]', "mainloop_efficiency"),
+    ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]\n'
+     'mainloop_efficiency = 0.5\nwarps = 4', "unknown key(s) ['warps']"),
+]
+
+
+@pytest.mark.parametrize("section,message", BAD)
+def test_a_malformed_gemm_section_is_refused(tmp_path, section, message):
+    from devices.spec import SpecError, load_device
+
+    text = DEVICE.read_text().split("\n[gemm]\n")[0] + "\n[gemm]\n" + section + "\n"
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as exc:
+        load_device(str(path))
+    assert message in str(exc.value)
+    r = run_cli(["run", "--device", str(path), "--timing-only", "-n", "1"], timeout=120)
+    assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]
