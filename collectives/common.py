@@ -205,11 +205,10 @@ class Problem:
     @cached_property
     def kernel(self) -> GemmKernel:
         """The GEMM kernel every configuration of this problem runs (``emulator/model/
-        gemm.py``): chosen, as a BLAS heuristic would, for the GEMM tiled by chunks (the
-        finest row blocks any configuration's tiles follow); the device's fixed tile when
-        it has no ``[gemm]`` section."""
-        heights = tuple(r1 - r0 for r0, r1 in self.chunks)
-        return choose_kernel(self.spec, heights, self.n, self.k, self.split, self.dtype_name)
+        gemm.py``): chosen, as a BLAS heuristic would, for this rank's GEMM (rows x N x K);
+        the device's fixed tile when it has no ``[gemm]`` section."""
+        return choose_kernel(self.spec, self.rows_here, self.n, self.k, self.split,
+                             self.dtype_name)
 
     @property
     def tile_m(self) -> int:
@@ -240,8 +239,6 @@ class Problem:
         chunk), so every rank's spaces have the same tiles.
         """
         tm, tn = self.kernel.tile_m, self.kernel.tile_n
-        if self.kernel.modelled:  # the heuristic chose the tile for these chunks
-            return tn
         rows = min(r1 - r0 for r0, r1 in self.chunks)
         return tn if rows >= tm else tn * -(-tm // rows)
 

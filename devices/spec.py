@@ -201,6 +201,8 @@ class DeviceSpec:
     max_wgs_per_cu: int = 0  # resident WGs per CU of a light memory-bound kernel (embedding
     # pooling, GEMV): the occupancy limit of persistent grids (0: wgs_per_cu)
     mem_latency_s: float = 0.0  # loaded DRAM latency a WG's reads see (0: not modelled)
+    l2_bw: float = 0.0  # bytes/s the L2 serves the CUs (0: not modelled; the GEMM kernel
+    # model's bound on a K step's panel loads)
     wg_inflight_bytes: int = 0  # read bytes one WG of a memory-bound kernel keeps in flight
     # (with mem_latency_s: its rate is at most inflight / latency, Little's law)
     dram_banks: int = 0  # DRAM banks of the whole HBM (0: row locality not modelled)
@@ -320,6 +322,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         # latency, the bytes a WG keeps in flight, and a row miss's channel time
         "latency_ns": (float, 1e-9, "mem_latency_s", 0.0),
         "wg_inflight_bytes": (int, 1, "wg_inflight_bytes", 0),
+        "l2_gb_per_s": (float, 1e9, "l2_bw", 0.0),
         "dram_banks": (int, 1, "dram_banks", 0),
         "dram_row_miss_cost": (float, 1, "dram_row_miss_cost", 1.0),
     },
@@ -338,7 +341,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
 _TOP_KEYS = {"name", "description"}
 _MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "put_fence_ns", "launch_us", "count", "gb_per_s", "latency_ns",
                 "issue_ns", "dram_channels", "dram_turnaround_ns", "max_wgs_per_cu",
-                "wg_inflight_bytes", "dram_banks"}
+                "wg_inflight_bytes", "dram_banks", "l2_gb_per_s"}
 
 
 def list_presets() -> list[str]:
@@ -488,6 +491,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         max_wgs_per_cu=values["max_wgs_per_cu"],
         mem_latency_s=values["mem_latency_s"],
         wg_inflight_bytes=values["wg_inflight_bytes"],
+        l2_bw=values["l2_bw"],
         dram_banks=values["dram_banks"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
         gemm=values.get("gemm"),

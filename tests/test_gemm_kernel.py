@@ -43,17 +43,16 @@ def test_the_heuristic_predicts_waves_of_whole_tiles_and_picks_the_least():
     from emulator.model.gemm import candidates, choose
 
     spec = _spec()
-    # 256 x 256 x 256 in two chunks of 128 rows: 128-tiles: 4 tiles, 2 waves of 2;
-    # 64-tiles: 16 tiles, 4 waves of 4
-    c = candidates(spec, (128, 128), 256, 256, 1, "fp32")
+    # 256 x 256 x 256: 128-tiles: 4 tiles, 2 waves of 2; 64-tiles: 16 tiles, 4 waves of 4
+    c = candidates(spec, 256, 256, 256, 1, "fp32")
     assert [(k.tile_m, k.tile_n) for k in c] == [(128, 128), (64, 64)]
     assert _close(c[0].predicted_s, 2 * WG_128) and _close(c[1].predicted_s, 4 * WG_64)
-    assert choose(spec, (128, 128), 256, 256, 1, "fp32") == c[0]
-    # chunks of 64 rows: a 128-row tile still computes all its rows (tile quantisation),
-    # so 4 of them take 2 waves as before, while 8 64-tiles take 2 waves of 4
-    thin = candidates(spec, (64, 64), 256, 256, 1, "fp32")
+    assert choose(spec, 256, 256, 256, 1, "fp32") == c[0]
+    # 64 rows: a 128-row tile still computes all its rows (tile quantisation), so its 2
+    # tiles take one wave of WG_128, while 4 64-tiles take one wave of WG_64
+    thin = candidates(spec, 64, 256, 256, 1, "fp32")
     assert (thin[0].tile_m, thin[0].tile_n) == (64, 64)
-    assert _close(thin[0].predicted_s, 2 * WG_64) and _close(thin[1].predicted_s, 2 * WG_128)
+    assert _close(thin[0].predicted_s, WG_64) and _close(thin[1].predicted_s, WG_128)
 
 
 def test_a_short_k_step_waits_for_memory_latency():
@@ -61,13 +60,25 @@ def test_a_short_k_step_waits_for_memory_latency():
 
     # a 16 x 16 tile with a 2-stage pipeline: a step's compute (64 ns at S = 2) is shorter
     # than the latency it must hide (500 ns / 1 step in flight), so each step takes 500 ns
-    k = GemmKernel(16, 16, 1, 64, 2, ETA, LAT, True)
+    k = GemmKernel(16, 16, 1, 64, 2, ETA, LAT, modelled=True)
     step = 2 * 16 * 16 * 64 * 2 / (P32 * ETA)
     assert step < LAT
     assert _close(k.wg_seconds(256, 2, P32), LAT + 4 * LAT)
     # three stages: two steps in flight hide half each
-    k3 = GemmKernel(16, 16, 1, 64, 3, ETA, LAT, True)
+    k3 = GemmKernel(16, 16, 1, 64, 3, ETA, LAT, modelled=True)
     assert _close(k3.wg_seconds(256, 2, P32), LAT + 4 * LAT / 2)
+
+
+def test_a_k_step_waits_for_the_l2_when_its_panels_outrun_it():
+    from emulator.model.gemm import GemmKernel
+
+    # the 128 tile's step computes in 4.096 us; its 2 WGs load 2 x (128 + 128) x 64 x 4 B =
+    # 128 KiB from an L2 of 10 GB/s in 13.1 us: the step takes that
+    k = GemmKernel(128, 128, 1, 64, 3, ETA, LAT, l2_bw=10e9, elem_bytes=4, modelled=True)
+    loads = 2 * 256 * 64 * 4 / 10e9
+    assert loads > STEP_128 and _close(k.wg_seconds(256, 2, P32), LAT + 4 * loads)
+    fast = GemmKernel(128, 128, 1, 64, 3, ETA, LAT, l2_bw=1e15, elem_bytes=4, modelled=True)
+    assert _close(fast.wg_seconds(256, 2, P32), WG_128)
 
 
 def test_the_cost_model_charges_a_stage_its_kernels_clock():
@@ -75,7 +86,7 @@ def test_the_cost_model_charges_a_stage_its_kernels_clock():
     from emulator.model.gemm import choose
 
     spec = _spec()
-    kern = choose(spec, (128, 128), 256, 256, 1, "fp32")
+    kern = choose(spec, 256, 256, 256, 1, "fp32")
     cost = CostModel(spec, "fp32")
     full = np.array([[0, 128, 0, 128, 0, 256], [0, 128, 128, 256, 0, 256]], np.int64)
     thin = np.array([[0, 40, 0, 128, 0, 256]], np.int64)  # an edge tile of 40 rows
@@ -83,6 +94,10 @@ def test_the_cost_model_charges_a_stage_its_kernels_clock():
     assert flops == 2 * 2 * 128 * 128 * 256 and _close(t, WG_128)
     flops, t, _ = cost.gemm_compute(thin, kernel=kern)  # useful FLOPs, the whole tile's time
     assert flops == 2 * 40 * 128 * 256 and _close(t, WG_128)
+    # a wider tile of a thin chunk (16 x 1024: 1x the tile's area) is charged its area
+    wide = np.array([[0, 16, 0, 1024, 0, 256]], np.int64)
+    _, t, _ = cost.gemm_compute(wide, kernel=kern)
+    assert _close(t, WG_128)
     # without a kernel (the device's fixed tile at the peak): the WG's own FLOPs x S / P
     _, t, _ = cost.gemm_compute(thin)
     assert _close(t, 2 * 40 * 128 * 256 * spec.wgs_per_stage / P32)
@@ -93,14 +108,14 @@ def test_without_a_gemm_section_the_fixed_tile_runs_at_the_peak():
     from emulator.model.gemm import GemmKernel, choose
 
     spec = load_device(str(ROOT / "tests" / "data" / "event-log.toml"))
-    k = choose(spec, (128, 128), 256, 256, 1, "fp32")
+    k = choose(spec, 256, 256, 256, 1, "fp32")
     assert k == GemmKernel(128, 128, 1) and not k.modelled
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_a_run_times_its_gemm_in_waves_of_the_chosen_kernel(tmp_path, ranks):
-    # the sequential GEMM + RS: each rank's GEMM is 256 x 256 x 256 (fp32) in chunks of
-    # 256 / ranks rows; the heuristic picks the 128 tile (2 waves of 2 tiles). Each stage:
+    # the sequential GEMM + RS: each rank's GEMM is 256 x 256 x 256 (fp32); the heuristic
+    # picks the 128 tile (2 waves of 2 tiles). Each stage:
     # its compute (WG_128; its reads, capped at their bytes / compute, end with it), then
     # its two tiles' writes (2 x 64 KiB at the HBM); the GEMM alone is the two stages
     out = tmp_path / "run.json"

@@ -156,7 +156,8 @@ class CostModel:
         if kernel is not None and kernel.modelled and len(flops):
             slots = (max(resident, self.spec.cus) if resident is not None
                      else kernel.slots(self.spec.cus))
-            compute = kernel.wg_seconds(float(kk.max()), slots, peak)
+            area = float((h * w).max())  # a wider tile of a thin chunk: its own area
+            compute = kernel.wg_seconds(float(kk.max()), slots, peak, area)
         else:
             compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few

@@ -13,22 +13,26 @@ With the section, a WG of tile ``tm x tn`` over a K slice of ``kk`` (``GemmKerne
 
 - **tile quantisation**: a WG computes its whole tile whatever part of it lies inside
   the matrix (the MMA instructions cover the tile; the edge is masked, not skipped), so
-  its work is ``2 tm tn kk`` FLOPs;
+  its work is ``2 tm tn kk`` FLOPs. (A configuration whose chunks are thinner than
+  ``tm`` tiles them with wider tiles of at least the same area, ``common.Problem.tile_n``:
+  such a tile is charged its own area, as the real kernel's tile spans the chunks;)
 - **main loop**: with S = CUs x WGs per CU resident, each WG has 1/S of the peak times
   the measured main-loop efficiency eta; one K step (``tk``) takes
-  ``c = 2 tm tn tk S / (P eta)``;
+  ``c = 2 tm tn tk S / (P eta)``, or longer when the S WGs' loads of the step's panels,
+  ``S (tm + tn) tk e`` bytes, take longer at the L2's measured bandwidth (``[memory]
+  l2_gb_per_s``): a small tile's arithmetic intensity cannot keep the matrix units fed;
 - **latency hiding** (Little's law per WG): the pipeline keeps ``stages - 1`` K steps'
   loads in flight, each answered after the memory latency L (``[memory] latency_ns``),
   so a step takes at least ``L / (stages - 1)``; a WG with little work per step (a thin
   tile, few warps) is latency-bound. The steps: ``ceil(kk / tk)``;
 - **prologue**: the pipeline fills before the first step (one latency L per wave).
 
-A WG's time is then ``L + steps x max(c, L / (stages - 1))``; a stage (a wave of S WGs)
+A WG's time is then ``L + steps x max(c, L / (stages - 1))`` (c with the L2 bound); a stage (a wave of S WGs)
 lasts as long as its longest WG (wave quantisation), and its reads and writes go to the
 HBM as before (``cost.py``).
 
 The heuristic (``choose``): every tile of the catalogue is predicted with the same
-formulas over the problem's tiles (row blocks x column tiles, split-K WGs), as waves
+formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn), split-K WGs), as waves
 of S (a partial last wave as ``partial_stage`` places it), against the HBM roofline of its compulsory traffic; the least predicted time
 wins, ties to the larger tile, then to the catalogue's order: deterministic, as a
 BLAS heuristic's table is.
@@ -54,6 +58,8 @@ class GemmKernel:
     stages: int = 2
     efficiency: float = 1.0  # the main loop's fraction of the matrix peak
     latency_s: float = 0.0  # the memory latency a WG's loads see (0: not modelled)
+    l2_bw: float = 0.0  # the L2's bytes/s, shared by the WGs' K steps (0: not modelled)
+    elem_bytes: int = 2  # bytes per input element
     modelled: bool = False  # tile quantisation, efficiency and latency hiding apply
     predicted_s: float = 0.0  # the heuristic's prediction for the problem (0: fixed tile)
 
@@ -66,12 +72,17 @@ class GemmKernel:
         """WGs of one stage (a wave): every CU holds ``per_cu``."""
         return cus * self.per_cu
 
-    def wg_seconds(self, kk: float, slots: int, peak: float) -> float:
+    def wg_seconds(self, kk: float, slots: int, peak: float, area: float = 0.0) -> float:
         """A WG's time over a K slice of ``kk`` when ``slots`` WGs share the peak (module
-        docstring)."""
+        docstring); ``area``: the output elements it computes when more than one tile's
+        (a wider tile of a thin chunk), else the whole tile's (tile quantisation)."""
+        scale = max(1.0, area / (self.tile_m * self.tile_n))
         steps = max(1, math.ceil(kk / self.tile_k))
-        step = 2.0 * self.tile_m * self.tile_n * min(kk, self.tile_k) * slots / (
-            peak * self.efficiency)
+        tk = min(kk, self.tile_k)
+        step = 2.0 * self.tile_m * self.tile_n * tk * slots * scale / (peak * self.efficiency)
+        if self.l2_bw:  # every WG loads its step's panels from the L2 at once
+            step = max(step, slots * (self.tile_m + self.tile_n) * tk * self.elem_bytes
+                       * scale / self.l2_bw)
         hidden = self.latency_s / max(1, self.stages - 1)
         return self.latency_s + steps * max(step, hidden)
 
@@ -82,19 +93,18 @@ class GemmKernel:
                 "predicted_us": self.predicted_s * 1e6}
 
 
-def _kernel(spec, tile: TileShape) -> GemmKernel:
+def _kernel(spec, tile: TileShape, e: int) -> GemmKernel:
     g = spec.gemm
     return GemmKernel(tile.m, tile.n, tile.per_cu, tile.k, tile.stages, g.mainloop_efficiency,
-                      spec.mem_latency_s, True)
+                      spec.mem_latency_s, spec.l2_bw, e, True)
 
 
-def predict(spec, kernel: GemmKernel, heights: tuple[int, ...], n: int, k: int, split: int,
-            e: int, peak: float) -> float:
-    """The heuristic's time of a GEMM whose output rows come in blocks of ``heights`` (tiled
-    block by block), ``n`` columns, inner ``k`` split over ``split`` WGs per tile, ``e``
-    bytes per element: waves of the kernel's WGs, or the HBM roofline of the compulsory
-    traffic (A and B read once, C written once) if that is longer."""
-    tiles = sum(-(-h // kernel.tile_m) for h in heights if h > 0) * -(-n // kernel.tile_n)
+def predict(spec, kernel: GemmKernel, m: int, n: int, k: int, split: int, e: int,
+            peak: float) -> float:
+    """The heuristic's time of an ``m`` x ``n`` GEMM over inner ``k`` split over ``split``
+    WGs per tile, ``e`` bytes per element: waves of the kernel's WGs, or the HBM roofline
+    of the compulsory traffic (A and B read once, C written once) if that is longer."""
+    tiles = -(-m // kernel.tile_m) * -(-n // kernel.tile_n)
     wgs = tiles * split
     slots = kernel.slots(spec.cus)
     full, last = divmod(wgs, slots)
@@ -103,31 +113,28 @@ def predict(spec, kernel: GemmKernel, heights: tuple[int, ...], n: int, k: int, 
     if last:  # a partial wave: as many slots, or spread over the CUs first
         part = (-(-last // spec.cus) * spec.cus if spec.partial_stage == "spread" else slots)
         compute += kernel.wg_seconds(kk, part, peak)
-    rows = sum(heights)
-    traffic = (rows * k + k * n + split * rows * n) * e
+    traffic = (m * k + k * n + split * m * n) * e
     return max(compute, traffic / spec.hbm_bw)
 
 
-def choose(spec, heights: tuple[int, ...], n: int, k: int, split: int, dtype: str
-           ) -> GemmKernel:
-    """The kernel for a GEMM of row blocks ``heights`` x ``n`` x ``k`` (``split`` WGs per
-    tile): the device's fixed tile without a ``[gemm]`` section, else the catalogue's
-    tile of least predicted time (ties: the larger tile, then the catalogue's order)."""
+def choose(spec, m: int, n: int, k: int, split: int, dtype: str) -> GemmKernel:
+    """The kernel for an ``m`` x ``n`` x ``k`` GEMM (``split`` WGs per tile): the device's
+    fixed tile without a ``[gemm]`` section, else the catalogue's tile of least predicted
+    time (ties: the larger tile, then the catalogue's order)."""
     if spec.gemm is None:
         return GemmKernel.fixed(spec)
-    return candidates(spec, heights, n, k, split, dtype)[0]
+    return candidates(spec, m, n, k, split, dtype)[0]
 
 
-def candidates(spec, heights: tuple[int, ...], n: int, k: int, split: int, dtype: str
-               ) -> list[GemmKernel]:
+def candidates(spec, m: int, n: int, k: int, split: int, dtype: str) -> list[GemmKernel]:
     """Every catalogue tile as a kernel with its predicted time, best first."""
     from emulator.model.cost import DTYPE_BYTES
 
     peak, e = spec.peak_flops(dtype), DTYPE_BYTES[dtype]
     out = []
     for i, tile in enumerate(spec.gemm.tiles):
-        kern = _kernel(spec, tile)
-        t = predict(spec, kern, heights, n, k, split, e, peak)
+        kern = _kernel(spec, tile, e)
+        t = predict(spec, kern, m, n, k, split, e, peak)
         out.append((t, -tile.m * tile.n, i, GemmKernel(**{**kern.__dict__, "predicted_s": t})))
     out.sort(key=lambda x: x[:3])
     return [x[3] for x in out]
