@@ -161,6 +161,7 @@ class GemmSpec:
     tiles: tuple[TileShape, ...]
     mainloop_efficiency: float  # a large GEMM's main loop, of the matrix peak (measured)
     source: str = ""  # where the tiles and the efficiency come from
+    enabled: bool = True  # False: listed (``t3emu gemm``) but runs keep the fixed tile
 
 
 @dataclass(frozen=True)
@@ -513,19 +514,20 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
 
 
 _TILE_KEYS = ("m", "n", "k", "stages", "per_cu")
+GEMM_KEYS = ("enabled", "mainloop_efficiency", "source", "tiles")
 
 
 def parse_gemm(table: Any, source: str) -> GemmSpec:
     """``[gemm]``: ``tiles`` (a list of ``{m, n, k, stages, per_cu}``: the tile, its K step,
-    pipeline depth and resident WGs per CU), ``mainloop_efficiency`` in (0, 1] and
-    ``source`` (where they come from)."""
+    pipeline depth and resident WGs per CU), ``mainloop_efficiency`` in (0, 1], ``source``
+    (where they come from) and ``enabled`` (default true; false: ``t3emu gemm`` lists the
+    catalogue, runs keep the fixed tile)."""
     where = f"{source}: [gemm]"
     if not isinstance(table, dict):
         raise SpecError(f"{where} must be a table")
-    extra = set(table) - {"tiles", "mainloop_efficiency", "source"}
+    extra = set(table) - set(GEMM_KEYS)
     if extra:
-        raise SpecError(f"{where} unknown key(s) {sorted(extra)}; allowed: "
-                        f"['mainloop_efficiency', 'source', 'tiles']")
+        raise SpecError(f"{where} unknown key(s) {sorted(extra)}; allowed: {list(GEMM_KEYS)}")
     tiles = table.get("tiles")
     if not isinstance(tiles, list) or not tiles:
         raise SpecError(f"{where} tiles must be a non-empty list of {{m, n, k, stages, per_cu}}")
@@ -548,7 +550,10 @@ def parse_gemm(table: Any, source: str) -> GemmSpec:
     src = table.get("source", "")
     if not isinstance(src, str):
         raise SpecError(f"{where} source must be a string, got {src!r}")
-    return GemmSpec(tuple(shapes), eff, src)
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise SpecError(f"{where} enabled must be true or false, got {enabled!r}")
+    return GemmSpec(tuple(shapes), eff, src, enabled)
 
 
 def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:

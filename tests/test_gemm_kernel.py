@@ -131,6 +131,21 @@ def test_a_run_times_its_gemm_in_waves_of_the_chosen_kernel(tmp_path, ranks):
     assert "GEMM kernel (the library's heuristic): tile 128x128x64" in r.stdout
 
 
+def test_the_gemm_command_prints_the_candidates_and_the_pick():
+    r = run_cli(["gemm", "--device", str(DEVICE), "--m", "256", "--n", "256", "--k", "256",
+                 "--dtype", "fp32"], timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.strip().startswith(("128x", "64x"))]
+    assert [x[0] for x in rows] == ["128x128x64", "64x64x64"]
+    # tile, WGs/CU, WGs, waves, predicted us
+    assert rows[0][1:4] == ["1", "4", "2.00"] and rows[1][1:4] == ["2", "16", "4.00"]
+    assert abs(float(rows[0][4]) - 2 * WG_128 * 1e6) < 0.05
+    assert abs(float(rows[1][4]) - 4 * WG_64 * 1e6) < 0.05
+    assert "<- the heuristic's pick" in r.stdout.splitlines()[-2]
+    bad = run_cli(["gemm", "--device", str(DEVICE), "--m", "0", "--n", "1", "--k", "1"])
+    assert bad.returncode == 2 and "--m" in bad.stderr
+
+
 BAD = [
     ('tiles = []\nmainloop_efficiency = 0.5', "non-empty list"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3}]\nmainloop_efficiency = 0.5',

@@ -474,6 +474,71 @@ def _executors(spec) -> list[str]:
             for name, what, key in rows]
 
 
+def _gemm_line(spec) -> str:
+    """The GPU's GEMM kernels: the library's tiles and main-loop efficiency, or the fixed
+    tile at the peak."""
+    g = spec.gemm
+    if g is None:
+        return (f"{'GEMM':<12} one {spec.wg_tile_m}x{spec.wg_tile_n} tile, {spec.wgs_per_cu} "
+                f"WG/CU, at the matrix peak (no [gemm] section)")
+    tiles = ", ".join(f"{t}/{t.stages}s/{t.per_cu}" for t in g.tiles)
+    extra = "".join([f", L2 {spec.l2_bw / 1e12:g} TB/s" if spec.l2_bw else "",
+                     f", latency {spec.mem_latency_s * 1e9:g} ns" if spec.mem_latency_s else ""])
+    off = ("" if g.enabled else f"; not used by runs (enabled = false: one {spec.wg_tile_m}x"
+           f"{spec.wg_tile_n} tile at the peak; --set gpu.gemm.enabled=true runs it)")
+    return (f"{'GEMM':<12} tiles (MxNxK/stages/WGs per CU) {tiles}; main loop at "
+            f"{g.mainloop_efficiency:.1%} of peak{extra}{off} [{g.source or 'no source given'}]")
+
+
+@main.command()
+@click.option("--device", type=str, default=_DEFAULT.device, show_default=True,
+              help="A GPU preset or file (or --system).")
+@click.option("--system", type=str, default=None, help="A system preset or file: its GPU.")
+@click.option("--m", "m", type=click.IntRange(1), required=True, help="Rows of the output.")
+@click.option("--n", "n", type=click.IntRange(1), required=True, help="Columns of the output.")
+@click.option("--k", "k", type=click.IntRange(1), required=True, help="The inner dimension.")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16", "fp32"]), default="fp16",
+              show_default=True)
+@click.option("--split-k", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="WGs per output tile, each over a K slice.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Change a key of the GPU (or system) for this table (as t3emu run).")
+def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
+    """The GEMM kernel the library's heuristic picks for an M x N x K GEMM on a GPU, with
+    every candidate tile of its catalogue: waves, predicted time and throughput
+    (emulator/model/gemm.py; what `t3emu run` records as its gemm_kernel)."""
+    from devices.spec import SpecError, load_device
+    from devices.system import load_system
+    from emulator.model.gemm import candidates, choose
+
+    sets = _overrides(overrides)
+    try:
+        spec = load_system(system, sets) if system else load_device(device, sets)
+    except SpecError as exc:
+        _fail_usage(exc)
+    if spec.dtype_refusal(dtype):
+        _fail_usage(ValueError(spec.dtype_refusal(dtype)))
+    flops = 2.0 * m * n * k
+    peak = spec.peak_flops(dtype)
+    click.echo(f"t3emu: GEMM {m} x {n} x {k} {dtype}" + (f", split-K {split_k}"
+               if split_k > 1 else "") + f" on {spec.name}: {flops / peak * 1e6:.1f} us at "
+               f"the peak ({peak / 1e12:.1f} TFLOP/s)")
+    click.echo(f"  {_gemm_line(spec)}")
+    rows = candidates(spec, m, n, k, split_k, dtype) if spec.gemm else [choose(
+        spec, m, n, k, split_k, dtype)]
+    click.echo(f"  {'tile':<12} {'WGs/CU':>6} {'WGs':>8} {'waves':>7} {'predicted us':>13} "
+               f"{'TFLOP/s':>8} {'of peak':>8}")
+    for i, kern in enumerate(rows):
+        wgs = -(-m // kern.tile_m) * -(-n // kern.tile_n) * split_k
+        waves = wgs / kern.slots(spec.cus)
+        t = kern.predicted_s
+        tf = (f"{t * 1e6:>13.1f} {flops / t / 1e12:8.1f} {flops / t / peak:8.1%}" if t else
+              f"{'- (fixed tile)':>13} {'-':>8} {'-':>8}")
+        click.echo(f"  {f'{kern.tile_m}x{kern.tile_n}x{kern.tile_k}':<12} {kern.per_cu:>6} "
+                   f"{wgs:>8} {waves:>7.2f} {tf}"
+                   + ("  <- the heuristic's pick" if i == 0 else ""))
+
+
 @main.command()
 def devices() -> None:
     """List GPU presets (--device) and system presets (--system) with their key figures, and
@@ -495,6 +560,7 @@ def devices() -> None:
         click.echo(f"  {'':<14} {spec.description}")
         for line in _executors(spec):
             click.echo(f"  {'':<14} {line}")
+        click.echo(f"  {'':<14} {_gemm_line(spec)}")
         click.echo(f"  {'':<14} {'launch':<12} {spec.launch_s * 1e6:g} us per kernel, before it "
                    f"starts on the GPU [{spec.launch_source or 'no source given'}]")
     click.echo("systems (--system NAME or FILE):")

@@ -5,7 +5,8 @@ A device's ``[gemm]`` section (``devices.spec.GemmSpec``) lists the thread-block
 its vendor library ships (CUTLASS's for NVIDIA GPUs, hipBLASLt's macro tiles for AMD),
 each with its K step, software-pipeline depth and resident WGs per CU, and the fraction
 of the matrix peak a large GEMM's main loop reaches (a published measurement of cuBLAS
-or hipBLASLt on that GPU). Without the section a GEMM runs the device's one
+or hipBLASLt on that GPU). Without the section (or with ``enabled = false``: the
+catalogue listed by ``t3emu gemm``, not used by runs) a GEMM runs the device's one
 ``wg_tile_m x wg_tile_n`` tile at the peak (``GemmKernel.fixed``: the clock before
 this model, T3's simulated GPU).
 
@@ -121,7 +122,7 @@ def choose(spec, m: int, n: int, k: int, split: int, dtype: str) -> GemmKernel:
     """The kernel for an ``m`` x ``n`` x ``k`` GEMM (``split`` WGs per tile): the device's
     fixed tile without a ``[gemm]`` section, else the catalogue's tile of least predicted
     time (ties: the larger tile, then the catalogue's order)."""
-    if spec.gemm is None:
+    if spec.gemm is None or not spec.gemm.enabled:
         return GemmKernel.fixed(spec)
     return candidates(spec, m, n, k, split, dtype)[0]
 
