@@ -207,11 +207,26 @@ class DeviceSpec:
     wg_inflight_bytes: int = 0  # read bytes one WG of a memory-bound kernel keeps in flight
     # (with mem_latency_s: its rate is at most inflight / latency, Little's law)
     dram_banks: int = 0  # DRAM banks of the whole HBM (0: row locality not modelled)
+    dram_bank_groups: int = 0  # bank groups per channel: an update's CCDWL delays only the
+    # next access to its group (``update_cost``; 0: every update pays nmc_update_cost)
     dram_row_miss_cost: float = 1.0  # channel time of a DRAM access that misses the open
     # row, relative to a row hit
     executors: ExecutorSpec = ExecutorSpec()  # each data mover's share of peak and fixed costs
     gemm: GemmSpec | None = None  # the library's GEMM kernels ([gemm]; None: one fixed tile
     # of wg_tile_m x wg_tile_n at the peak)
+
+    @property
+    def update_cost(self) -> float:
+        """HBM time of an op-and-store update relative to a write. T3: an update raises the
+        column-to-column delay after it to CCDWL = ``nmc_update_cost`` x CCDL, and CCDL
+        (the burst's own time) governs back-to-back accesses to the same bank group; an
+        access to another group follows after CCDS, which the burst covers. With accesses
+        spread evenly over ``dram_bank_groups`` groups (no bank-group-aware reordering:
+        ASSUMPTION) the next access is in the same group with probability 1/G, so an
+        update costs 1 + (nmc_update_cost - 1) / G writes; without bank groups
+        (``dram_bank_groups`` = 0) every update pays the whole ``nmc_update_cost``."""
+        g = self.dram_bank_groups
+        return 1.0 + (self.nmc_update_cost - 1.0) / g if g else self.nmc_update_cost
 
     @property
     def max_resident_wgs(self) -> int:
@@ -325,6 +340,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "wg_inflight_bytes": (int, 1, "wg_inflight_bytes", 0),
         "l2_gb_per_s": (float, 1e9, "l2_bw", 0.0),
         "dram_banks": (int, 1, "dram_banks", 0),
+        "dram_bank_groups": (int, 1, "dram_bank_groups", 0),
         "dram_row_miss_cost": (float, 1, "dram_row_miss_cost", 1.0),
     },
     "interconnect": {
@@ -342,7 +358,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
 _TOP_KEYS = {"name", "description"}
 _MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "put_fence_ns", "launch_us", "count", "gb_per_s", "latency_ns",
                 "issue_ns", "dram_channels", "dram_turnaround_ns", "max_wgs_per_cu",
-                "wg_inflight_bytes", "dram_banks", "l2_gb_per_s"}
+                "wg_inflight_bytes", "dram_banks", "l2_gb_per_s", "dram_bank_groups"}
 
 
 def list_presets() -> list[str]:
@@ -494,6 +510,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         wg_inflight_bytes=values["wg_inflight_bytes"],
         l2_bw=values["l2_bw"],
         dram_banks=values["dram_banks"],
+        dram_bank_groups=values["dram_bank_groups"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
         gemm=values.get("gemm"),
         executors=ExecutorSpec(

@@ -93,6 +93,35 @@ def _log(clock) -> list:
     return [(e.track, e.name, e.start, e.end) for e in clock.events]
 
 
+@pytest.mark.parametrize("groups,factor", [(0, UPD), (1, UPD), (4, 1 + (UPD - 1) / 4)])
+def test_an_update_delays_only_the_next_access_to_its_bank_group(groups, factor):
+    """T3: CCDWL = 2 x CCDL after an op-and-store, where CCDL spaces back-to-back accesses to
+    one bank group; with G groups the next access is in the update's group 1/G of the time
+    (0: no bank groups modelled, every update pays 2x): an update of B lands in u B / BW
+    with u = 1 + (2 - 1) / G, a store in B / BW (links of 10 TB/s: the HBM decides)."""
+    from devices.spec import load_device
+    from emulator.model import transfers
+    from emulator.model.clock import RankClock
+    from emulator.model.cost import CostModel
+    from emulator.model.topology import Topology
+
+    spec = load_device(str(DEVICE))
+    ic = dataclasses.replace(spec.interconnect, link_bw=10e12)
+    spec = dataclasses.replace(spec, interconnect=ic, dram_bank_groups=groups)
+    clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0)
+    cost = CostModel(spec, "fp32")
+    fast = 10e12
+    t = 10e-6
+    store = transfers.land(clock, cost, t, B, "store", "s")
+    update = transfers.land(clock, cost, 20e-6, B, "update", "u")
+    # each lands from its first byte's arrival (t - B / 10 TB/s): B or u B at the HBM
+    s_end = t - B / fast + B / BW
+    u_end = 20e-6 - B / fast + factor * B / BW
+    assert _close(store, s_end) and _close(update, u_end)
+    assert spec.update_cost == factor
+    _same(_log(clock), [("hbm", "s", t, s_end), ("hbm", "u", 20e-6, u_end)])
+
+
 def test_two_writes_landing_behind_a_switch_share_the_down_port():
     from emulator.model import transfers
 

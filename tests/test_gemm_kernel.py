@@ -146,6 +146,20 @@ def test_the_gemm_command_prints_the_candidates_and_the_pick():
     assert bad.returncode == 2 and "--m" in bad.stderr
 
 
+@pytest.mark.parametrize("m", [256, 512])
+def test_flux_ag_ring_with_tiles_spanning_chunks_runs_and_checks(m):
+    # chunks of m / 4 rows under the 128-row tile: the GEMM's tiles span two chunks and it
+    # reads them over several stages, so a rank's own push is gated by a later stage than
+    # its first forwards; the push goes first and forwards keep the arrival order (the
+    # program order deadlocked here before), numerics against numpy + MPI
+    r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
+                 "--algorithm", "ring", "--collective", "ag+gemm", "--mode",
+                 "flux-ag-ring,sequential", "--m", str(m), "--n", "512", "--k", "128",
+                 "--dtype", "fp32", "--watchdog-s", "30"], timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stdout.count("PASS") == 2
+
+
 BAD = [
     ('tiles = []\nmainloop_efficiency = 0.5', "non-empty list"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3}]\nmainloop_efficiency = 0.5',

@@ -10,8 +10,8 @@ from emulator.engine.kernel import Kernel, LaunchItems
 
 
 def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
-                  nslots: int, slot_of: np.ndarray | None = None
-                  ) -> tuple[list[int], list[DmaCommand]]:
+                  nslots: int, slot_of: np.ndarray | None = None,
+                  resident: np.ndarray | None = None) -> tuple[list[int], list[DmaCommand]]:
     """Fix the rank's program order of stages and queued commands (every executor's).
 
     Stage s sits at position s. A command whose trigger (or, for a pull, whose
@@ -20,8 +20,12 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     it is a sink (a region only marked complete, ``src`` None, which may need peers'
     writes that the peers' later stages make); a sink, and any other command, comes
     after the last stage (``slot_of``: the tracker slot each output tile's write counts
-    into, when a map tracks a region whole). Returns each stage's order index and
-    the commands in program order (with ``order`` and ``compute_after`` set).
+    into, when a map tracks a region whole). A command whose trigger is resident before
+    the kernel (``resident``: the preloaded slots), as an all-gather's push of the rank's
+    own rows, comes first: nothing it waits for comes later, and a command queued after
+    it may wait for what it sends (a peer's forward of those rows). Returns each stage's
+    order index and the commands in program order (with ``order`` and
+    ``compute_after`` set).
     """
     stages = kernel.stages()
     slot_stage = np.full(nslots, -1, np.int32)
@@ -54,14 +58,25 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         keys = [id(cmd.trigger)] + ([id(cmd.result)] if cmd.result is not None else [])
         gated = [gate_stage[k] for k in keys if k in gate_stage]
         written = int(slot_stage[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
-        if gated:
+        if (resident is not None and len(cmd.trigger.slots) and cmd.src is not None
+                and not cmd.pull and bool(resident[cmd.trigger.slots].all())):
+            pos = -1.0
+        elif gated:
             pos = min(gated) - 0.5
         elif written >= 0 and cmd.src is not None:
             pos = min(written + lookahead, last) + 0.5
         else:
             pos = last + 0.5
-        keyed.append((pos, i, cmd))
-    items = sorted([(float(s), -1, None) for s in range(len(stages))] + keyed,
+        keyed.append([pos, i, cmd, written < 0 and cmd.src is not None])
+    # commands that forward what arrives (no stage of the kernel writes their region) keep
+    # the order their builder queued them in, which follows the arrivals: one gated by an
+    # earlier stage draws the ones queued before it along, so the engine never waits for
+    # a later arrival while an earlier one it must pass on is behind it
+    ahead = float("inf")
+    for entry in reversed(keyed):
+        if entry[3]:
+            entry[0] = ahead = min(entry[0], ahead)
+    items = sorted([(float(s), -1, None) for s in range(len(stages))] + [e[:3] for e in keyed],
                    key=lambda x: (x[0], x[1]))
     stage_index, ordered = [], []
     for idx, (pos, _, cmd) in enumerate(items):

@@ -234,8 +234,11 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
                             hbm.specs[ph.kernel.space.buffer].dtype.itemsize)
     if load is not None:  # MCA's measurement of the first stage picks its threshold
         policy.observe_first_stage(*load)
+    resident = np.zeros(tracker.nslots, bool)  # slots preloaded before the phase
+    for slots, _ in ph.preload:
+        resident[np.asarray(slots, np.int64)] = True
     stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots,
-                                          getattr(routes, "slot", None))
+                                          getattr(routes, "slot", None), resident)
     stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
     fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
              else ("", -1))

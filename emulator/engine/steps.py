@@ -34,7 +34,7 @@ class CuStep:
     dst_rank: int
     wait: TrackedRegion | None = None  # what this step must have received first
     wait_bytes: int = 0  # bytes that arrived for ``wait`` (landed in this HBM)
-    wait_op: str = "store"  # how they landed (an update costs nmc_update_cost x)
+    wait_op: str = "store"  # how they landed (an update costs update_cost x)
     signal_slots: list[int] = field(default_factory=list)
     signal_elems: list[int] = field(default_factory=list)
     op: str = "store"  # how ``out`` is written

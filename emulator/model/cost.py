@@ -25,7 +25,8 @@ split-K GEMM, whose WGs update the same tile):
   stage's output bytes when outputs are cached (write-allocate: they occupy
   L2 until written back).
 - writes   = h w eo per WG written to local HBM; an op-and-store update costs
-  ``nmc_update_cost`` x a write (T3: CCDWL = 2 x CCDL). Every output byte
+  ``update_cost`` x a write (T3: CCDWL = 2 x CCDL after it, for the next access to
+  its bank group: ``DeviceSpec.update_cost``). Every output byte
   reaches DRAM (uncached, or written back).
 - timeline: a read phase of ``max(compute, reads at the rate the HBM leaves)``
   then a bursty write phase (T3: "a read phase followed by a bursty write
@@ -64,7 +65,7 @@ CPU link, a NIC), arrival = end + the route's latency.
 DMA command: ``dma_setup_s``, then the source read (B at the HBM) and the link
 transfer stream concurrently; the engine is busy until both end.
 Writes landing from peers are charged to the receiver's HBM as they stream in,
-from (arrival - B / L) on (``nmc_update_cost`` x B for updates, B for stores);
+from (arrival - B / L) on (``update_cost`` x B for updates, B for stores);
 the data is usable when both the last byte has arrived and the HBM has
 absorbed it.
 CU-driven collective step (baseline kernels): reads of its inputs at the HBM
@@ -94,7 +95,7 @@ class StageCost:
     compute_s: float
     read_bytes: float
     write_bytes: float  # bytes written to local HBM
-    write_cost_bytes: float  # bytes x nmc_update_cost for updates
+    write_cost_bytes: float  # bytes x update_cost for updates
     remote_bytes: dict  # dst rank -> bytes stored/updated into a peer over the link
     read_cost_bytes: float | None = None  # HBM channel time of the reads, in bytes at the
     # peak rate (None: read_bytes; more when random rows lose their row locality)
@@ -254,7 +255,7 @@ class CostModel:
         h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
         w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
         out_bytes = h * w * (out_e or self.e)
-        upd = self.spec.nmc_update_cost
+        upd = self.spec.update_cost
         write = write_cost = 0.0
         remote_bytes: dict[int, float] = {}
         for i, op in enumerate(local_ops):
@@ -275,7 +276,7 @@ class CostModel:
         target): the same sums, without a loop per item."""
         out_bytes = ((wgs[:, 1] - wgs[:, 0]).astype(np.float64)
                      * (wgs[:, 3] - wgs[:, 2]).astype(np.float64) * (out_e or self.e))
-        factor = self.spec.nmc_update_cost if op == "update" else 1.0
+        factor = self.spec.update_cost if op == "update" else 1.0
         if op == "none":
             return StageCost(flops, compute, reads, 0.0, 0.0, {})
         return StageCost(flops, compute, reads, sum(out_bytes.tolist(), 0.0),
@@ -283,4 +284,4 @@ class CostModel:
 
     def update_cost_bytes(self, nbytes: float, op: str) -> float:
         """HBM time-equivalent bytes of a write landing as ``op``."""
-        return nbytes * (self.spec.nmc_update_cost if op == "update" else 1.0)
+        return nbytes * (self.spec.update_cost if op == "update" else 1.0)

@@ -39,7 +39,7 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   channel turn its bus around: tWTR + tRTW (``turnaround_s``) per batch of
   ``write_batch`` writes (GPGPU-Sim's write queue drains between its high and
   low watermarks). A communication write that lands while a GEMM stage reads
-  (``CommWindow.compute_after``) costs its bytes x (1 or ``nmc_update_cost``)
+  (``CommWindow.compute_after``) costs its bytes x (1 or ``update_cost``)
   plus ``turnaround_bytes`` per byte; a kernel's own read and write phases follow
   each other, so they pay none.
 - **Counterfactual** (``DramSpec.shared`` = False, the ``contention`` ablation of

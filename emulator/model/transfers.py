@@ -17,7 +17,7 @@ usable at its destination).
 - ``land``: B bytes whose last byte arrived at ``t_arrival`` pass the
   receiver's down port (switch; from ``since`` on when producers' stores sent
   them over a whole kernel, see ``RankClock.receive``), and land in its HBM as they stream in, from
-  ``t_in - B / L`` on, costing B (store) or ``nmc_update_cost`` x B (update) of
+  ``t_in - B / L`` on, costing B (store) or ``update_cost`` x B (update) of
   HBM time under the arbitration policy, plus the read/write turnaround when a
   GEMM stage reads alongside (``Dram.write_cost``); usable at max(t_in, landed).
 - ``dma_push``: the source read is issued to the DRAM as soon as the command is
@@ -40,7 +40,7 @@ usable at its destination).
   by the fence, arrives with it: usable at end + ``nic_latency_s``.
 - ``cu_send``: a CU-driven kernel step on ``share`` of the CUs: read the local
   copies (each B) at the HBM, add them (vector FLOPs at ``share`` of the
-  vector rate), then write the sum locally (B, or ``nmc_update_cost`` x B) or
+  vector rate), then write the sum locally (B, or ``update_cost`` x B) or
   send it on the link while the reads stream, at the share of the route's peak its
   kind achieves (``fraction``: the library's kernels' ``library_fraction``, or
   another CU kernel's stores' ``store_fraction``).
@@ -61,7 +61,7 @@ def _absorb(clock: RankClock, cost: CostModel, first: float, last: float, nbytes
     """When the HBM has absorbed ``nbytes`` written as ``op`` that stream in from ``first``
     to ``last`` (offered to the DRAM as they come), under ``policy`` (``steady``: as one
     stream, ``Dram.stream``)."""
-    cost_bytes = clock.hbm.write_cost(nbytes, op, cost.spec.nmc_update_cost,
+    cost_bytes = clock.hbm.write_cost(nbytes, op, cost.spec.update_cost,
                                       window.compute_after)
     rate = cost_bytes / (last - first) if last > first else None
     serve = clock.hbm.stream if steady else clock.hbm.comm
