@@ -22,10 +22,9 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     after the last stage (``slot_of``: the tracker slot each output tile's write counts
     into, when a map tracks a region whole). A command whose trigger is resident before
     the kernel (``resident``: the preloaded slots), as an all-gather's push of the rank's
-    own rows, comes first: nothing it waits for comes later, and a command queued after
-    it may wait for what it sends (a peer's forward of those rows). Returns each stage's
-    order index and the commands in program order (with ``order`` and
-    ``compute_after`` set).
+    own rows, never comes after a forward of arrivals queued behind it (which may wait for
+    a peer's forward of what it sends). Returns each stage's order index and the commands
+    in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
     slot_stage = np.full(nslots, -1, np.int32)
@@ -58,24 +57,24 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         keys = [id(cmd.trigger)] + ([id(cmd.result)] if cmd.result is not None else [])
         gated = [gate_stage[k] for k in keys if k in gate_stage]
         written = int(slot_stage[cmd.trigger.slots].max()) if len(cmd.trigger.slots) else -1
-        if (resident is not None and len(cmd.trigger.slots) and cmd.src is not None
-                and not cmd.pull and bool(resident[cmd.trigger.slots].all())):
-            pos = -1.0
-        elif gated:
+        if gated:
             pos = min(gated) - 0.5
         elif written >= 0 and cmd.src is not None:
             pos = min(written + lookahead, last) + 0.5
         else:
             pos = last + 0.5
-        keyed.append([pos, i, cmd, written < 0 and cmd.src is not None])
-    # commands that forward what arrives (no stage of the kernel writes their region) keep
-    # the order their builder queued them in, which follows the arrivals: one gated by an
-    # earlier stage draws the ones queued before it along, so the engine never waits for
-    # a later arrival while an earlier one it must pass on is behind it
-    ahead = float("inf")
+        forwards = written < 0 and cmd.src is not None and not cmd.pull  # passes on arrivals
+        ready = (forwards and resident is not None and len(cmd.trigger.slots) > 0
+                 and bool(resident[cmd.trigger.slots].all()))
+        keyed.append([pos, i, cmd, forwards and not ready, ready])
+    # a push of resident rows never comes after a forward queued behind it: the forward may
+    # wait for a peer's forward of what the push sends (else the engines deadlock)
+    behind = float("inf")
     for entry in reversed(keyed):
-        if entry[3]:
-            entry[0] = ahead = min(entry[0], ahead)
+        if entry[4]:
+            entry[0] = min(entry[0], behind)
+        elif entry[3]:
+            behind = min(behind, entry[0])
     items = sorted([(float(s), -1, None) for s in range(len(stages))] + [e[:3] for e in keyed],
                    key=lambda x: (x[0], x[1]))
     stage_index, ordered = [], []

@@ -16,7 +16,7 @@ With the section, a WG of tile ``tm x tn`` over a K slice of ``kk`` (``GemmKerne
   the matrix (the MMA instructions cover the tile; the edge is masked, not skipped), so
   its work is ``2 tm tn kk`` FLOPs. (A configuration whose chunks are thinner than
   ``tm`` tiles them with wider tiles of at least the same area, ``common.Problem.tile_n``:
-  such a tile is charged its own area, as the real kernel's tile spans the chunks;)
+  such a tile is charged its own area, as the real kernel's tile spans the chunks.)
 - **main loop**: with S = CUs x WGs per CU resident, each WG has 1/S of the peak times
   the measured main-loop efficiency eta; one K step (``tk``) takes
   ``c = 2 tm tn tk S / (P eta)``, or longer when the S WGs' loads of the step's panels,
@@ -28,15 +28,18 @@ With the section, a WG of tile ``tm x tn`` over a K slice of ``kk`` (``GemmKerne
   tile, few warps) is latency-bound. The steps: ``ceil(kk / tk)``;
 - **prologue**: the pipeline fills before the first step (one latency L per wave).
 
-A WG's time is then ``L + steps x max(c, L / (stages - 1))`` (c with the L2 bound); a stage (a wave of S WGs)
-lasts as long as its longest WG (wave quantisation), and its reads and writes go to the
-HBM as before (``cost.py``).
+A WG's time is then ``L + steps x max(c, L / (stages - 1))`` (c with the L2 bound); a
+stage (a wave of S WGs) lasts as long as its longest WG (wave quantisation), and its
+reads and writes go to the HBM as before (``cost.py``).
 
 The heuristic (``choose``): every tile of the catalogue is predicted with the same
-formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn), split-K WGs), as waves
-of S (a partial last wave as ``partial_stage`` places it), against the HBM roofline of its compulsory traffic; the least predicted time
-wins, ties to the larger tile, then to the catalogue's order: deterministic, as a
-BLAS heuristic's table is.
+formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn), split-K WGs), as waves of
+S (a partial last wave as ``partial_stage`` places it), against the HBM roofline of its
+compulsory traffic; the least predicted time wins, ties to the larger tile, then to the
+catalogue's order: deterministic, as a BLAS heuristic's table is. Not modelled yet:
+stream-K, a heuristic's own choice of split-K (the run's ``--split-k`` is used), the
+operand layouts of forward and backward GEMMs, and a latency that rises with the
+memory's load (``latency_ns`` is the unloaded pointer-chase latency).
 """
 
 from __future__ import annotations
