@@ -329,6 +329,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "stage_profile": res.profile,
                 "search": res.choice,  # a search configuration: its pick and the candidates
                 "library": res.library,  # phase -> the library's algorithm, protocol, channels
+                "gemm_kernel": res.gemm_kernel,  # the kernel its tiled GEMMs run
                 # the producer's kernel run alone (its longest rank), if the plan has one
                 "gemm_alone_s": (max(sum(t[n][1] - t[n][0] for n in res.alone) for t in times)
                                  if res.alone else None),
@@ -392,7 +393,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         # the GEMM kernel the problem's configurations run (``emulator/model/gemm.py``)
-        "gemm_kernel": gemm_kernel(comm, cfg, spec),
+        "gemm_kernel": next((r["gemm_kernel"] for r in runs if r.get("gemm_kernel")), None),
         "runs": runs,
         "peak_rss_mb_per_rank": rss,
         "pss_mb_per_rank": pss,
@@ -400,15 +401,6 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "created_unix": time.time(),
     }
     return doc, traced
-
-
-def gemm_kernel(comm, cfg: RunConfig, spec) -> dict | None:
-    """The GEMM kernel of the run's problem (None: an operation without a tiled GEMM)."""
-    from emulator.app.runs import problem
-
-    if cfg.collective in ("emb+a2a", "gemv+ar"):
-        return None
-    return problem(comm, cfg, spec).kernel.describe()
 
 
 def progress(done: int, total: int, run: dict) -> None:

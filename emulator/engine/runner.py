@@ -59,6 +59,7 @@ class RankResult:
     alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
     choice: dict = field(default_factory=dict)  # a search configuration: what it chose
     library: dict = field(default_factory=dict)  # phase -> the library's choice for it
+    gemm_kernel: dict | None = None  # the GEMM kernel its tiled GEMMs run (None: none)
     kernel_end: float = 0.0  # when its last kernel ended (a fused operator's kernel ends
     # when its exit polls have seen every incoming flag; executors may still be sending)
 
@@ -193,7 +194,17 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                       policy_info, events, wall_events if opts.record_wall else {}, profile,
                       tuple(dict.fromkeys(ph.name for ph in plan.phases
                                           if isinstance(ph, KernelPhase) and not ph.fused)),
-                      kernel_end=ready, choice=dict(plan.choice), library=plan.library)
+                      kernel_end=ready, choice=dict(plan.choice), library=plan.library,
+                      gemm_kernel=_gemm_kernel(plan))
+
+
+def _gemm_kernel(plan: Plan) -> dict | None:
+    """The GEMM kernel of the plan's first tiled GEMM (``emulator/model/gemm.py``)."""
+    for ph in plan.phases:
+        kern = getattr(getattr(ph, "kernel", None), "producer", None)
+        if getattr(kern, "kind", "") == "gemm" and getattr(kern, "kernel", None) is not None:
+            return kern.kernel.describe()
+    return None
 
 
 PROFILE_BINS = 200
