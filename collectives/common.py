@@ -87,6 +87,8 @@ class Problem:
     dispatch: bool = False  # the dispatch all-to-all (a2a+gemm): ``m`` is the rows every
     # expert receives when balanced; with ``expert_skew`` each rank receives its own
     # (``routed``) and ``chunks`` are the rows of each sender in this rank's input
+    launch: tuple[int, int, int] = ()  # (rows, N, K) of the GEMM launches the kernel is
+    # chosen for (``with_launch``); () : the whole GEMM (the most rows of any rank)
 
     def param(self, name: str, default: float | None = None) -> float:
         """The run's value of parameter ``name`` (``default``: a plan built without a run's
@@ -204,11 +206,24 @@ class Problem:
 
     @cached_property
     def kernel(self) -> GemmKernel:
-        """The GEMM kernel every configuration of this problem runs (``emulator/model/
-        gemm.py``): chosen, as a BLAS heuristic would, for this rank's GEMM (rows x N x K);
-        the device's fixed tile when it has no ``[gemm]`` section."""
-        return choose_kernel(self.spec, self.rows_here, self.n, self.k, self.split,
+        """The GEMM kernel this problem's GEMM launches run (``emulator/model/gemm.py``):
+        chosen, as a BLAS heuristic would, for the launches' shape (``launch``: a
+        configuration that splits the GEMM into smaller launches chooses for those, as
+        each launch of a library GEMM runs its own heuristic), else for the whole GEMM;
+        on the most rows of any rank, so that every rank tiles its buffers alike (peers
+        address them). The device's fixed tile when it has no ``[gemm]`` section."""
+        rows, n, k = self.launch or (self.rows_most, self.n, self.k)
+        return choose_kernel(self.spec, max(1, rows), max(1, n), max(1, k), self.split,
                              self.dtype_name)
+
+    def with_launch(self, rows: int, n: int | None = None, k: int | None = None
+                    ) -> "Problem":
+        """This problem with its GEMM run as launches of ``rows`` x ``n`` x ``k`` (default
+        the whole N, K): its ``kernel`` is chosen for that shape, and its spaces take that
+        kernel's tiles."""
+        import dataclasses
+
+        return dataclasses.replace(self, launch=(int(rows), int(n or self.n), int(k or self.k)))
 
     @property
     def tile_m(self) -> int:

@@ -92,6 +92,7 @@ class _Setup:
         self.private = area  # shard-based: the input before its copy into the symmetric
         most = max(b - a for q in range(W) for a, b in self._chunks_of(q))  # buffer
         self.rows = area + (most if executor == "shard" else 0)
+        self.p = p = p.with_launch(*self._launch_shape())  # its kernel, for its launches
         tm, tn = p.tile_m, p.kernel.tile_n
         if two_d:  # every rank's slots padded to the largest rank's count
             grids = [_grid_2d(p, self.cols, self._chunks_of(q)) for q in range(W)]
@@ -136,6 +137,21 @@ class _Setup:
         self.gmap: AddressMap | None = None
         self.copy_1d = bool(p.param("copy2d", COPY2D.default))
         self.cu_share = p.param("cu_share", CU_SHARE.default)
+
+    def _launch_shape(self) -> tuple[int, int, int]:
+        """(rows, N, K) of the schedule's decomposed GEMM launches, the largest on any rank
+        (every rank tiles alike): 2D, all rows over a column block of K; fused 1D, a
+        gathered block; else a piece (shard-based: a whole shard). A schedule's other
+        launches (hetero's local shard) run the same kernel."""
+        p, W = self.p, self.p.world
+        if self.two_d:
+            return p.rows_most, p.n, max(b - a for a, b in self.cols)
+        if any(self.gather(q) for q in range(W)):
+            rows = max(b - a for q in range(W) for a, b in self._gather_area(q)[1])
+        else:
+            rows = max(y - x for q in range(W) for s in range(W)
+                       for x, y in self._pieces_of(s, q))
+        return rows, p.n, p.k
 
     @property
     def private_region(self) -> tuple[int, int, int, int]:
@@ -424,6 +440,7 @@ def schedule(p: Problem, op: Operation, name: str, executor: str = "dma") -> Pla
         return [ms if name.startswith("uniform") else ms[1:]] * W
 
     st = _Setup(p, op, slots, gather, executor, two_d)
+    p = st.p  # its GEMM launches' kernel
     # transfers: every step's piece to every peer, issued up front (engine queues in order)
     own_sigs: list = []
     for j in range(st.steps):
@@ -534,6 +551,7 @@ def shard(p: Problem, op: Operation) -> Plan:
     W, r = p.world, p.rank
     slots = Slots()
     st = _Setup(p, op, slots, lambda q: [], "shard", whole=True)
+    p = st.p  # its GEMM launches' kernel
     region = st.piece.get((r, 0))
     gates, launches, pushes = [], [], []
     engine = Executor("dma", 0, streams=True)
@@ -749,19 +767,22 @@ def dil(p: Problem, op: Operation) -> Plan:
     m = p.rows_here
     full = _untracked(p, slots, "C", [(0, m)])
 
-    def gemm_phase(name: str, space: TileSpace, rows: int, k0: int, k1: int, op_: str):
-        kernel, _ = _launch_kernel(p, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
+    def gemm_phase(name: str, q: Problem, space: TileSpace, rows: int, k0: int, k1: int,
+                   op_: str):
+        kernel, _ = _launch_kernel(q, space, [([(0, rows, 0, p.n)], k0, k1)], "AG")
         cmap = AddressMap(space, p.rank, p.world, op_, kernel.local_writes(), local_ok=True)
         phases.append(KernelPhase(name, kernel, [cmap], stream, clock=name))
 
-    gemm_phase("gemm", full, m, 0, p.k, "store")
-    scratch = TileSpace("CL", full.tiles, full.slot_base)
-    for ways in SPLITS:
+    gemm_phase("gemm", p, full, m, 0, p.k, "store")
+    for ways in SPLITS:  # each shape's launch runs the kernel chosen for it
         for h in _pieces(m, ways):
-            gemm_phase(f"rows{ways}-{h}", _untracked(p, slots, "CL", [(0, h)]), h, 0, p.k,
+            q = p.with_launch(h)
+            gemm_phase(f"rows{ways}-{h}", q, _untracked(q, slots, "CL", [(0, h)]), h, 0, p.k,
                        "store")
         for d in _pieces(p.k, ways):
-            gemm_phase(f"k{ways}-{d}", scratch, m, 0, d, "update")
+            q = p.with_launch(m, p.n, d)
+            gemm_phase(f"k{ways}-{d}", q, TileSpace("CL", _grid(q, [(0, m)], p.n),
+                                                   full.slot_base), m, 0, d, "update")
     return Plan(first.layout + [("CL", (p.rows_most, p.n), p.dtype)], first.inputs, phases,
                 slots,
                 first.result, isolated=True, arbitration=ARBITRATION)
@@ -776,10 +797,11 @@ def cil(p: Problem, op: Operation) -> Plan:
     slots = Slots()
     first = _comm_phase(p, op, slots, "comm8", False, "dma")
     blocks = [(a, b) for a, b in ring_chunks(p.rows_here, 8) if b > a]
+    q = p.with_launch(max(b - a for a, b in blocks))  # the launches' kernel
 
     def rows8() -> Kernel:
-        space = _untracked(p, slots, "C", blocks)
-        return _launch_kernel(p, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
+        space = _untracked(q, slots, "C", blocks)
+        return _launch_kernel(q, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
                               "AG")[0]
 
     alone = rows8()

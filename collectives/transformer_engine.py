@@ -94,6 +94,7 @@ def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]]
     own chunk with (the aggregate form; the first GEMM waits for it)."""
     slots = Slots()
     layout, inputs, result = op.parts.layout(p, algorithm)
+    p = p.with_launch(max(len(b) for b in blocks) * p.max_chunk)  # a GEMM per block
     n, i = p.world, p.rank
     aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
     cspace = p.space(slots, "C", p.chunks, tile_n=p.kernel.tile_n)  # chunk GEMMs: own tiles
@@ -169,6 +170,7 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     """TE's pipelined split GEMM + RS: ``TE_SPLITS`` column splits, the RS of split j on
     its own SMs beside GEMM j + 1 (module docstring)."""
     slots = Slots()
+    p = p.with_launch(p.rows_most, -(-p.n // TE_SPLITS))  # a GEMM per column split
     layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
     n, i = p.world, p.rank
     cols = np.unique(cspace.tiles[:, 2:4], axis=0)  # the tile columns (c0, c1)
@@ -206,6 +208,7 @@ def te_p2p_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     sent to its owner by the copy engine beside the next GEMM; the N partials summed at
     the end (module docstring)."""
     slots = Slots()
+    p = p.with_launch(p.max_chunk)  # a GEMM per chunk
     layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
     n, i = p.world, p.rank
     order = [(i + s + 1) % n for s in range(n)]

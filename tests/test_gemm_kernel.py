@@ -146,19 +146,68 @@ def test_the_gemm_command_prints_the_candidates_and_the_pick():
     assert bad.returncode == 2 and "--m" in bad.stderr
 
 
-@pytest.mark.parametrize("m", [256, 512])
-def test_flux_ag_ring_with_tiles_spanning_chunks_runs_and_checks(m):
+@pytest.mark.parametrize("m,algorithm", [(256, "ring"), (512, "ring"), (256, "direct")])
+def test_flux_ag_with_tiles_spanning_chunks_runs_and_checks(m, algorithm):
     # chunks of m / 4 rows under the 128-row tile: the GEMM's tiles span two chunks and it
     # reads them over several stages, so a rank's own push is gated by a later stage than
-    # its first forwards; the push goes first and forwards keep the arrival order (the
-    # program order deadlocked here before), numerics against numpy + MPI
+    # the forwards (ring) or the sinks of peers' rows (direct) that gate its first stage;
+    # the push goes first (the program order deadlocked here before), numerics against
+    # numpy + MPI
+    mode = "flux-ag-ring" if algorithm == "ring" else "flux-ag"
     r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
-                 "--algorithm", "ring", "--collective", "ag+gemm", "--mode",
-                 "flux-ag-ring,sequential", "--m", str(m), "--n", "512", "--k", "128",
+                 "--algorithm", algorithm, "--collective", "ag+gemm", "--mode",
+                 f"{mode},sequential", "--m", str(m), "--n", "512", "--k", "128",
                  "--dtype", "fp32", "--watchdog-s", "30"], timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert r.stdout.count("PASS") == 2
 
+
+def _problem(world: int, m: int, n: int, k: int):
+    from collectives.common import Problem
+
+    return Problem(0, world, m, n, k, _spec(), np.dtype(np.float32))
+
+
+def _launch_kernels(mode: str, collective: str, p) -> set:
+    """The kernels the GEMM launches of configuration ``mode`` run."""
+    from emulator.app.catalog import registry
+
+    reg = registry(())
+    plan = reg.configuration(mode).build(p, reg.operation(collective), "direct")
+    return {ph.kernel.producer.kernel for ph in plan.phases
+            if getattr(ph, "kernel", None) is not None and len(ph.kernel.wgs)}
+
+
+def test_gemm_launches_run_the_kernel_chosen_for_their_shape():
+    from emulator.model.gemm import choose
+
+    # 4 ranks, m = 512: the whole GEMM (512 x 512 x 256) picks the 128 tile, a chunk GEMM
+    # of 128 rows with N = 128 the 64 tile (4 128-tiles: 2 waves; 16 64-tiles: 4 waves of
+    # half the step each, less the prologue)
+    p = _problem(4, 512, 128, 256)
+    whole, chunk = choose(_spec(), 512, 128, 256, 1, "fp32"), choose(_spec(), 128, 128, 256,
+                                                                     1, "fp32")
+    assert (whole.tile_m, chunk.tile_m) == (128, 64)
+    assert p.kernel == whole
+    assert _launch_kernels("sequential", "ag+gemm", p) == {whole}
+    # TransformerEngine's ring exchange: one GEMM per chunk, each its own heuristic's pick
+    assert _launch_kernels("te-ring", "ag+gemm", p) == {chunk}
+    # FiCCO's decomposed schedules: launches of a gathered block (uniform fused 1D: m / 4
+    # rows), of a piece (unfused: m / 16 rows) or over a K block (2D: all rows, K / 4)
+    for mode, shape in [("ficco-uniform-fused-1d", (128, 128, 256)),
+                        ("ficco-hetero-unfused-1d", (32, 128, 256)),
+                        ("ficco-uniform-fused-2d", (512, 128, 64))]:
+        assert _launch_kernels(mode, "ag+gemm", p) == {choose(_spec(), *shape, 1, "fp32")}, mode
+    # gemm+ag: each rank computes only its own chunk
+    from types import SimpleNamespace
+
+    from emulator.app.catalog import registry
+    from emulator.app.runs import problem
+
+    cfg = SimpleNamespace(m=512, n=128, k=256, dtype="fp32", split_k=1, seed=0,
+                          operation=registry(()).operation("gemm+ag"),
+                          resolved_params=lambda: ())
+    assert problem(SimpleNamespace(rank=0, size=4), cfg, _spec()).kernel == chunk
 
 BAD = [
     ('tiles = []\nmainloop_efficiency = 0.5', "non-empty list"),

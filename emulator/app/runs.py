@@ -18,9 +18,11 @@ from emulator.runtime import watchdog
 def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
     from collectives.ficco import dispatch
 
-    return Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
-                   np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed,
-                   dispatch=dispatch(cfg.operation))
+    p = Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
+                np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed,
+                dispatch=dispatch(cfg.operation))
+    rows = getattr(cfg.operation.parts, "gemm_rows", None)
+    return p.with_launch(rows(p)) if rows else p
 
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,

@@ -22,8 +22,9 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     after the last stage (``slot_of``: the tracker slot each output tile's write counts
     into, when a map tracks a region whole). A command whose trigger is resident before
     the kernel (``resident``: the preloaded slots), as an all-gather's push of the rank's
-    own rows, never comes after a forward of arrivals queued behind it (which may wait for
-    a peer's forward of what it sends). Returns each stage's order index and the commands
+    own rows, never comes after a command waiting for arrivals queued behind it (a
+    forward, a sink or a pull of peers' rows, which may wait for what a peer sends only
+    once this push has reached it). Returns each stage's order index and the commands
     in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
@@ -63,12 +64,13 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
             pos = min(written + lookahead, last) + 0.5
         else:
             pos = last + 0.5
-        forwards = written < 0 and cmd.src is not None and not cmd.pull  # passes on arrivals
-        ready = (forwards and resident is not None and len(cmd.trigger.slots) > 0
-                 and bool(resident[cmd.trigger.slots].all()))
-        keyed.append([pos, i, cmd, forwards and not ready, ready])
-    # a push of resident rows never comes after a forward queued behind it: the forward may
-    # wait for a peer's forward of what the push sends (else the engines deadlock)
+        held = (written < 0 and resident is not None and len(cmd.trigger.slots) > 0
+                and bool(resident[cmd.trigger.slots].all()))  # its trigger: resident rows
+        ready = held and cmd.src is not None and not cmd.pull  # a push of them
+        keyed.append([pos, i, cmd, written < 0 and not held, ready])
+    # a push of resident rows never comes after a command that waits for arrivals (a
+    # forward, a sink of peers' rows, a pull) queued behind it: that command may wait for
+    # what a peer sends only after this push reaches it (else the engines deadlock)
     behind = float("inf")
     for entry in reversed(keyed):
         if entry[4]:
