@@ -105,6 +105,35 @@ def test_every_policy_by_name():
         policy_named("lottery")
 
 
+def test_a_compute_request_waits_behind_the_communication_queued_ahead_of_it():
+    # loaded latency: FR-FCFS serves a 50-byte burst offered at 0 alone, over [0, 0.5] s:
+    # unserved 50 (0.5 - t) / 0.5 bytes, at most the queue's 10 bytes
+    dram = _dram()
+    assert dram.comm(FrFcfs(), 0.0, 50.0, DURING) == pytest.approx(0.5)
+    assert dram.queued(0.0, 0.0) == pytest.approx(10.0)  # 50 unserved: the queue is full
+    assert dram.queued(0.45, 0.45) == pytest.approx(5.0)
+    # the mean over [0.4, 0.5]: from 10 down to 0 -> 5; over [0.4, 0.6]: 5 x 0.1 / 0.2
+    assert dram.queued(0.4, 0.5) == pytest.approx(5.0)
+    assert dram.queued(0.4, 0.6) == pytest.approx(2.5)
+    # a policy's room: MCA lets communication hold T requests of A bytes per channel (T = 5,
+    # 25 bytes, beyond this queue's 10; a room of 4 bytes caps it), compute-exclusive none
+    mca = Mca()
+    mca.observe_first_stage(0.9)
+    assert mca.comm_room(dram) == 5 * 1 * 5
+    assert dram.queued(0.0, 0.0, 4.0) == pytest.approx(4.0)
+    assert ComputeExclusive().comm_room(dram) == 0.0 and RoundRobin().comm_room(dram) is None
+    assert dram.queued(0.0, 0.0, ComputeExclusive().comm_room(dram)) == 0.0
+    assert dram.queued(0.6, 1.0) == 0.0  # (served bursts are dropped 10 us after)
+    # a steady stream below the HBM's rate (a copy engine paced by its link) keeps nothing
+    # queued; communication on a DRAM of its own (the contention counterfactual) neither
+    steady = _dram()
+    steady.stream(RoundRobin(), 0.0, 50.0, DURING, rate=20.0)
+    assert steady.queued(0.0, 1.0) == 0.0
+    apart = _dram(dataclasses.replace(SMALL, shared=False))
+    apart.comm(FrFcfs(), 0.0, 50.0, DURING)
+    assert apart.queued(0.0, 0.5) == 0.0
+
+
 def test_backlog_counts_only_communication_still_unserved():
     dram = _dram(dataclasses.replace(SMALL, burst_bytes=10))
     dram.comm(RoundRobin(), 0.0, 10.0, DURING)  # fits the queue: half the rate, 0.2 s

@@ -67,6 +67,7 @@ class KernelRunner:
         self.whole_left: dict[int, int] = {}
         self.whole_held: dict[int, int] = {}  # their counts not signalled yet
         cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
+        self._latency_bound = cost.latency_bound(kernel.producer)
 
     # ---------------------------------------------------------------- modelled time
     def _gate_time(self, gates: Gates) -> float:
@@ -97,6 +98,18 @@ class KernelRunner:
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
                             read_scale, self.cu_share, self.out_e)
+        base = sc  # (returned: the memo keeps the stage's cost on an idle queue)
+        if self._latency_bound:  # loaded latency: the communication queued ahead of its loads
+            queued = clock.hbm.queued(start, start + sc.compute_s,
+                                      self.policy.comm_room(clock.hbm))
+            if queued > 0:
+                self.cost.delay = queued / clock.hbm.rate
+                try:
+                    sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
+                                    read_scale, self.cu_share, self.out_e)
+                finally:
+                    self.cost.delay = 0.0
+        self.last_compute = sc.compute_s  # (loaded)
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
@@ -114,7 +127,7 @@ class KernelRunner:
             end = max(end, link_end - queue / (clock.route(dst).rate * share) if queue
                       else link_end)
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
-        return end, arrivals, sc
+        return end, arrivals, base
 
     def _time_stage(self, s: int, groups: list[np.ndarray]) -> tuple[list[float], list[dict]]:
         """An ordinary stage: its groups start together (or at their gates) and the stage
@@ -225,7 +238,7 @@ class KernelRunner:
             end, arr, sc = self._time_items(s, gids, t0, k.stage_size)
             nic = bool(self._nic_left)
             for w, j, st in zip(gids.tolist(), js, starts):
-                e = max(end, st + sc.compute_s)
+                e = max(end, st + self.last_compute)
                 if nic:
                     e += issue * self._issues((w,))
                 self.wg_free[j] = ends[j] = e

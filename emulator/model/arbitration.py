@@ -77,6 +77,10 @@ class Alone:
         """The total rate under which communication may be served (None: the peak)."""
         return None
 
+    def comm_room(self, dram: Dram) -> float | None:
+        """The bytes of the queue communication may hold ahead of a compute request (None:
+        all of it; loaded latency, ``Dram.queued``)."""
+        return None
 
     def describe(self) -> dict:
         return {"policy": self.name}
@@ -136,6 +140,13 @@ class Mca(Alone):
         threshold's utilisation ceiling (the GEMM's own reservations come first)."""
         return self.ceiling_fraction * dram.rate if window.compute_after else None
 
+    def comm_room(self, dram: Dram) -> float | None:
+        """Communication enters a channel's queue only under T requests: at most T accesses
+        per channel are ahead of a compute request."""
+        if math.isinf(self.threshold):
+            return None
+        return self.threshold * dram.channels * dram.access_bytes
+
     def describe(self) -> dict:
         return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
@@ -156,6 +167,10 @@ class ComputeExclusive(Mca):
 
     def ceiling(self, dram: Dram, window: CommWindow) -> float | None:
         return None
+
+    def comm_room(self, dram: Dram) -> float | None:
+        """Communication only in the GEMM's gaps: never ahead of a compute request."""
+        return 0.0
 
     def describe(self) -> dict:
         return {"policy": self.name, "first_stage_utilisation": self.first_stage_utilisation,

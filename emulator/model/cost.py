@@ -43,7 +43,8 @@ over WGs x S / Pv; writes as above (memory-bound: bytes at the HBM rate the
 arbitration leaves).
 Memory-bound kernels (GEMV, embedding pooling): latency and row locality.
 - Latency (Little's law): a WG keeps ``wg_inflight_bytes`` of reads in flight, each
-  answered after the loaded DRAM latency ``mem_latency_s``, so one WG reads at most
+  answered after the DRAM latency ``mem_latency_s`` plus the queueing behind the
+  communication the DRAM's queue holds meanwhile (``delay``), so one WG reads at most
   inflight / latency: a WG's reads of B bytes take at least B x latency / inflight
   (its compute time, the cap on its HBM reservation). P WGs at once reach P x that:
   few WGs cannot fill the HBM.
@@ -126,6 +127,10 @@ class CostModel:
         self.e = DTYPE_BYTES[dtype]
         self.peak = spec.peak_flops(dtype)
         self.slots = spec.wgs_per_stage
+        # the queueing (s) a memory request finds in the DRAM's queue besides the unloaded
+        # latency: set by the kernel runner for a stage that runs beside queued
+        # communication (loaded latency, ``emulator/model/gemm.py``), else 0
+        self.delay = 0.0
         self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
@@ -158,7 +163,7 @@ class CostModel:
             slots = (max(resident, self.spec.cus) if resident is not None
                      else kernel.slots(self.spec.cus))
             area = float((h * w).max())  # a wider tile of a thin chunk: its own area
-            compute = kernel.wg_seconds(float(kk.max()), slots, peak, area)
+            compute = kernel.wg_seconds(float(kk.max()), slots, peak, area, self.delay)
         else:
             compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
@@ -202,12 +207,23 @@ class CostModel:
         self._resident_fits = self._bytes(self._resident) <= self.l2_inputs(wgs, outputs_cached)
 
     def latency_time(self, nbytes: float) -> float:
-        """A WG's least time to read ``nbytes`` (Little's law: inflight / latency per WG);
-        0 when the device does not give both."""
+        """A WG's least time to read ``nbytes`` (Little's law: inflight / latency per WG, the
+        latency loaded by ``delay``); 0 when the device does not give both."""
         s = self.spec
         if not (s.mem_latency_s and s.wg_inflight_bytes):
             return 0.0
-        return nbytes * s.mem_latency_s / s.wg_inflight_bytes
+        return nbytes * (s.mem_latency_s + self.delay) / s.wg_inflight_bytes
+
+    def latency_bound(self, producer) -> bool:
+        """Whether the compute time of ``producer``'s WGs depends on the memory latency (so
+        on ``delay``): a GEMM whose kernel model has a latency, a GEMV or embedding
+        pooling on a device that gives its WGs' requests in flight."""
+        kernel = getattr(producer, "kernel", None)
+        if kernel is not None:
+            return bool(kernel.modelled and kernel.latency_s)
+        s = self.spec
+        return producer.kind in ("gemv", "embedding") and bool(s.mem_latency_s
+                                                           and s.wg_inflight_bytes)
 
     def row_efficiency(self, concurrent: int, row_bytes: float) -> float:
         """Data bytes per byte of HBM channel time when ``concurrent`` WGs each read random

@@ -73,6 +73,7 @@ class Dram:
         self.rate = float(rate)
         self.timeline = BandwidthTimeline(name, self.rate)
         self.channels = dram.channels_for(self.rate)
+        self.access_bytes = float(dram.access_bytes)
         self.queue_bytes = float(self.channels * dram.queue_depth * dram.access_bytes)
         self.burst_bytes = float(min(dram.burst_bytes, self.queue_bytes))
         self.starvation_s = float(dram.starvation_s)
@@ -84,6 +85,7 @@ class Dram:
         self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
+        self._queued: deque = deque(maxlen=4096)  # the bursts of ``comm`` alone (``queued``)
         self.apart: Dram | None = None  # communication's own DRAM (the counterfactual)
         if not dram.shared:
             import dataclasses
@@ -110,6 +112,22 @@ class Dram:
             comm.popleft()
         return _unserved(comm, t)
 
+    def queued(self, t0: float, t1: float, room: float | None = None) -> float:
+        """The communication bytes a compute request entering the queue between ``t0`` and
+        ``t1`` finds ahead of it, on average: the bursts offered and not yet served (each
+        served evenly over its service interval), at most the queue's bytes or the
+        ``room`` a policy lets communication take. Bursts only: a steady stream below the
+        HBM's rate (``stream``) keeps no backlog in the queue."""
+        q = self._queued
+        while q and q[0][2] < t0 - BACKLOG_HORIZON_S:
+            q.popleft()
+        room = self.queue_bytes if room is None else min(room, self.queue_bytes)
+        if room <= 0 or not q:
+            return 0.0
+        if t1 <= t0:
+            return min(room, _unserved(q, t0))
+        return min(room, _mean_unserved(q, t0, t1))
+
     def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
              offered_rate: float | None = None) -> float:
         """Serve ``nbytes`` (cost bytes) of communication offered from ``ready`` (all at
@@ -135,6 +153,7 @@ class Dram:
                 s1, e1 = self._held(policy, window, t, t1, rest, cap)
                 s0, e = (s1, e1) if blocking <= 0 else (min(s0, s1), max(e, e1))
             self._comm.append((t, s0, e, size))
+            self._queued.append((t, s0, e, size))
             if self.record:
                 self.log.append((stream, s0, e, size))
                 self.comm_log.append((s0, s0, e, size))
@@ -263,6 +282,22 @@ class _Apart:
 
 
 _APART = _Apart()
+
+
+def _mean_unserved(bursts, a: float, b: float) -> float:
+    """``_unserved`` averaged over [a, b] (b > a): each burst holds its bytes from its offer
+    to its service start, then drains linearly to its service end."""
+    total = 0.0
+    for offered, start, end, nbytes in bursts:
+        lo, hi = max(a, offered), min(b, end)
+        if hi <= lo:
+            continue
+        whole = max(0.0, min(hi, start) - lo)  # held whole before its service starts
+        total += nbytes * whole
+        x0, x1 = max(lo, start), hi
+        if x1 > x0 and end > start:  # draining: nbytes (end - t) / (end - start)
+            total += nbytes * ((end - x0) ** 2 - (end - x1) ** 2) / (2.0 * (end - start))
+    return total / (b - a)
 
 
 def _unserved(bursts, t: float) -> float:

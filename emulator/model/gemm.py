@@ -39,7 +39,17 @@ compulsory traffic; the least predicted time wins, ties to the larger tile, then
 catalogue's order: deterministic, as a BLAS heuristic's table is. Not modelled yet:
 stream-K, a heuristic's own choice of split-K (the run's ``--split-k`` is used), the
 operand layouts of forward and backward GEMMs, and a latency that rises with the
-memory's load (``latency_ns`` is the unloaded pointer-chase latency).
+memory's load from the GEMM's own traffic (``latency_ns`` is the unloaded pointer-chase
+latency).
+
+**Loaded latency** (``launch.py``): a stage's loads also wait behind the communication
+requests the DRAM's queue holds while the stage computes (``Dram.queued``: the bursts
+offered and not yet served, at most the queue, or the room the arbitration policy lets
+communication take: MCA's T requests per channel, none under compute-exclusive), so L
+becomes L + queued / the HBM's rate in the prologue and in the pipeline's bound
+``L / (stages - 1)``. A burst that fills the queue thus stalls a latency-bound K loop
+although the HBM's bandwidth is not used up; a kernel whose steps hide the latency
+with room to spare does not feel it.
 """
 
 from __future__ import annotations
@@ -76,10 +86,13 @@ class GemmKernel:
         """WGs of one stage (a wave): every CU holds ``per_cu``."""
         return cus * self.per_cu
 
-    def wg_seconds(self, kk: float, slots: int, peak: float, area: float = 0.0) -> float:
+    def wg_seconds(self, kk: float, slots: int, peak: float, area: float = 0.0,
+                   delay: float = 0.0) -> float:
         """A WG's time over a K slice of ``kk`` when ``slots`` WGs share the peak (module
         docstring); ``area``: the output elements it computes when more than one tile's
-        (a wider tile of a thin chunk), else the whole tile's (tile quantisation)."""
+        (a wider tile of a thin chunk), else the whole tile's (tile quantisation);
+        ``delay``: the queueing its loads find in the DRAM's queue besides the unloaded
+        latency (loaded latency: ``Dram.queued``)."""
         scale = max(1.0, area / (self.tile_m * self.tile_n))
         steps = max(1, math.ceil(kk / self.tile_k))
         tk = min(kk, self.tile_k)
@@ -87,8 +100,8 @@ class GemmKernel:
         if self.l2_bw:  # every WG loads its step's panels from the L2 at once
             step = max(step, slots * (self.tile_m + self.tile_n) * tk * self.elem_bytes
                        * scale / self.l2_bw)
-        hidden = self.latency_s / max(1, self.stages - 1)
-        return self.latency_s + steps * max(step, hidden)
+        latency = self.latency_s + delay if self.latency_s else 0.0
+        return latency + steps * max(step, latency / max(1, self.stages - 1))
 
     def describe(self) -> dict:
         return {"tile": f"{self.tile_m}x{self.tile_n}x{self.tile_k}", "wgs_per_cu": self.per_cu,

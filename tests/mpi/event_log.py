@@ -21,6 +21,8 @@ chunk is one stage; every phase pays the 1 us launch):
                (``remote_map``); chunk r is tracked after 2 writes (reduce-scatter).
 - dma-push:    the same reduce-scatter, chunk o's two tiles pushed as updates by
                DMA engines 0 and 1 at once (``dma_map``), round-robin arbitration.
+- loaded-latency: dma-push with a latency-bound GEMM kernel: stage 1's loads wait
+               behind the DMA reads queued in the DRAM (loaded latency).
 - pull:        AG -> GEMM: rank r's A rows are resident; DMA engine 0 writes a flag to
                rank o (``flag_map``), rank o pulls the rows with DMA engine 1
                (``pull_map``); every GEMM WG is gated on the A rows it reads.
@@ -144,10 +146,10 @@ def _space(slots: Slots, name: str, blocks, cols: int, tm: int = TM, tn: int = T
     return TileSpace(name, tiles, slots.alloc(f"{name} tile", len(tiles)))
 
 
-def _gemm(spec, space: TileSpace, order_tiles, a="A", b="Bm", **kw) -> Kernel:
+def _gemm(spec, space: TileSpace, order_tiles, a="A", b="Bm", kernel=None, **kw) -> Kernel:
     ids = [space.tile_at(t) for t in order_tiles]
     wgs, wg_tile = make_wgs(space, ids, K, 1)
-    return Kernel(TiledGemm(a, b), space, wgs, wg_tile, np.arange(len(wgs)),
+    return Kernel(TiledGemm(a, b, kernel=kernel), space, wgs, wg_tile, np.arange(len(wgs)),
                   kw.pop("stage_size", spec.wgs_per_stage), **kw)
 
 
@@ -202,10 +204,10 @@ def wg_stores_log(r, o):
 
 
 # ================================================================ 2. DMA push, 2 engines
-def dma_push_plan(spec, r, o):
+def dma_push_plan(spec, r, o, kernel=None):
     slots = Slots()
     cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
-    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r))
+    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r), kernel=kernel)
     cmap = AddressMap(cspace, r, 2, "update", gemm.local_writes())
     ta, tb = tiles_of(o)
     cmap.dma_map(ta, o, op="update", after=1, executor=Executor("dma", 0))
@@ -223,10 +225,11 @@ def dma_push_want(r, o):
     return _matmul(2, 0)[rows] + _matmul(2, 1)[rows]
 
 
-def dma_push_log(r, o):
+def dma_push_log(r, o, c0: float = WG_S, c1: float = WG_S):
+    """``c0``, ``c1``: the compute of stage 0 and 1 (a WG's time: WG_S at the peak)."""
     ta, tb = tiles_of(o)
     t = LAUNCH
-    s0_end = t + WG_S + UPD * 2 * TILE / BW  # stage 0: read phase, then 2 local updates
+    s0_end = t + c0 + UPD * 2 * TILE / BW  # stage 0: read phase, then 2 local updates
     # command A (DMA engine 0), trigger = tile A after 1 write: complete at stage 0's end
     a_t0 = s0_end + SETUP  # dma_push: t0 = max(done, engine free) + setup
     a_read = a_t0 + TILE / (0.5 * BW)  # round-robin: comm gets half the HBM while a stage follows
@@ -243,12 +246,13 @@ def dma_push_log(r, o):
     b_link = a_link + TILE / L  # the one link to o is A's until a_link: B follows
     b_end = max(b_read, b_link)
     b_arr = b_end + LAT  # last of rank o's pushes into chunk r arrives (symmetric)
-    # stage 1 from s0_end: reads at STAGE_CAP (at most the half A and B leave); the HBM is
-    # full only while B's blocking bytes are served: the reads stall that long
-    assert STAGE_CAP <= 0.5 * BW
-    s1_hbm = s0_end + STAGE_READS / STAGE_CAP + blk / (0.5 * BW)
+    # stage 1 from s0_end: reads at cap = reads / compute (at most the half A and B leave);
+    # the HBM is full only while B's blocking bytes are served: the reads stall that long
+    cap = STAGE_READS / c1
+    assert cap <= 0.5 * BW
+    s1_hbm = s0_end + STAGE_READS / cap + blk / (0.5 * BW)
     assert a_t0 + blk / (0.5 * BW) <= s1_hbm
-    s1_read = max(s0_end + WG_S, s1_hbm)  # read phase ends at max(compute, reads)
+    s1_read = max(s0_end + c1, s1_hbm)  # read phase ends at max(compute, reads)
     s1_end = s1_read + UPD * 2 * TILE / BW  # 2 local updates at the full HBM
     # track chunk r (after the last stage: no cap): rank o's updates land from b_arr - B/L,
     # offered burst by burst as they stream in; the last burst beside stage 1's reads
@@ -256,7 +260,7 @@ def dma_push_log(r, o):
     cost_bytes = UPD * 2 * TILE
     nb = math.ceil(cost_bytes / dram.burst_bytes - 1e-9)
     last = land_from + (nb - 1) * (2 * TILE / L) / nb
-    absorbed = last + (cost_bytes / nb) / (BW - STAGE_CAP if last < s1_hbm else BW)
+    absorbed = last + (cost_bytes / nb) / (BW - cap if last < s1_hbm else BW)
     landed = max(b_arr, absorbed)
     done = max(s1_end, landed)
     return [
@@ -272,6 +276,49 @@ def dma_push_log(r, o):
         ("hbm", f"{nm('C', chunk(r))} remote updates land", b_arr, landed),  # land
         ("tracker", f"{nm('C', chunk(r))} complete", done, done),
     ]
+
+
+# ================================================================ 2b. loaded latency
+# The dma-push plan with the GEMM kernel model's clock (emulator/model/gemm.py): a 128 x 128
+# tile, K step 64 (the whole K: one step), 2 pipeline stages (one step's loads in flight),
+# the main loop at the peak, and a latency of LAT0 = 3 us, longer than the step (WG_S):
+# the K loop is latency-bound, a WG takes L (prologue) + 1 x max(WG_S, L / 1) = 2 L.
+# Stage 0 runs on an idle queue: c0 = 2 LAT0. Stage 1 starts at stage 0's end while the
+# two DMA reads (A, then B behind it in round-robin's lane) are queued: its loads wait
+# behind their mean unserved bytes over its unloaded compute window [s0, s0 + c0]
+# (Dram.queued), so its latency is LAT0 + queued / BW.
+LAT0 = 3e-6
+
+
+def _latency_kernel():
+    from emulator.model.gemm import GemmKernel
+
+    return GemmKernel(TM, TN, WGS_PER_CU, tile_k=K, stages=2, efficiency=1.0,
+                      latency_s=LAT0, elem_bytes=E, modelled=True)
+
+
+def loaded_plan(spec, r, o):
+    return dma_push_plan(spec, r, o, kernel=_latency_kernel())
+
+
+def loaded_log(r, o):
+    c0 = 2 * LAT0  # L + max(WG_S, L): latency-bound
+    assert LAT0 > WG_S
+    s0_end = LAUNCH + c0 + UPD * 2 * TILE / BW
+    a_t0 = s0_end + SETUP  # both DMA reads offered at once (each one burst: TILE <= 64 KiB)
+    a_end = a_t0 + TILE / (0.5 * BW)  # A: served in round-robin's half from a_t0
+    # B: the part beyond the queue's room (blk) is served alone beside A from a_t0, the rest
+    # behind A in the lane (dma-push's arithmetic)
+    blk = max(0.0, 2 * TILE - Dram("x", BW, load_device(str(DEVICE)).dram).queue_bytes)
+    assert a_t0 + blk / (0.5 * BW) <= a_end
+    b_end = a_end + (TILE - blk) / (0.5 * BW)
+    w0, w1 = s0_end, s0_end + c0  # stage 1's unloaded compute window
+    assert b_end <= w1
+    # mean unserved bytes over the window: each burst is served evenly from its service
+    # start (both a_t0) to its end, so it holds TILE x (end - a_t0) / 2 byte-seconds
+    queued = (TILE * (a_end - a_t0) / 2 + TILE * (b_end - a_t0) / 2) / (w1 - w0)
+    c1 = 2 * (LAT0 + queued / BW)  # the loaded latency, prologue and pipeline bound
+    return dma_push_log(r, o, c0, c1)
 
 
 # ================================================================ 3. pull after a flag
@@ -707,6 +754,7 @@ def self_slots_log(r, o):
 CASES = {
     "wg-stores": (wg_stores_plan, wg_stores_want, wg_stores_log),
     "dma-push": (dma_push_plan, dma_push_want, dma_push_log),
+    "loaded-latency": (loaded_plan, dma_push_want, loaded_log),
     "pull": (pull_plan, pull_want, pull_log),
     "flag": (flag_plan, flag_want, flag_log),
     "nic": (nic_plan, nic_want, nic_log),
