@@ -78,12 +78,17 @@ def test_mca_anti_starvation_issues_held_communication_after_the_wait_limit():
     assert ex.lookahead == 1 and ex.ceiling(_dram(spec), DURING) is None
 
 
-@pytest.mark.parametrize("u1, threshold", [(0.9, 5), (0.6, 10), (0.3, 30), (0.1, None)])
-def test_mca_threshold_follows_the_first_stage_intensity(u1, threshold):
+# the first stage's occupancy q1 = u1 / (1 - u1) requests per channel (M/M/1): 9, 1.5,
+# 0.43, 0.11; at the band edges u1 = 0.75, 0.5, 0.25: q1 = 3, 1, 1/3 exactly
+@pytest.mark.parametrize("u1, threshold", [(0.9, 5), (0.6, 10), (0.3, 30), (0.1, None),
+                                           (0.75, 5), (0.5, 10), (0.25, 30), (1.0, 5)])
+def test_mca_threshold_follows_the_first_stage_occupancy(u1, threshold):
     mca = Mca()
     mca.observe_first_stage(u1)
     mca.observe_first_stage(0.0)  # only the first (isolated) stage counts
     assert mca.describe()["occupancy_threshold"] == threshold
+    q1 = mca.describe()["first_stage_occupancy"]
+    assert q1 == (float("inf") if u1 == 1.0 else pytest.approx(u1 / (1 - u1)))
     t = threshold or float("inf")
     assert mca.ceiling_fraction == pytest.approx(1.0 if threshold is None else t / (t + 1))
 

@@ -18,13 +18,16 @@ stream at the whole rate (T3: "drained at kernel boundaries").
 - ``Mca`` (``t3-mca``): compute first; communication is issued only while the
   queue's occupancy is under a threshold T, so it never fills the queue (no
   blocking), and it gets what the GEMM leaves: T (5, 10, 30 requests or no
-  limit) is chosen from the GEMM's memory intensity in its first, isolated
-  stage: u1 = its DRAM bytes / (its DRAM time x peak); u1 >= 0.75 -> 5,
-  >= 0.5 -> 10, >= 0.25 -> 30, else no limit (ASSUMPTION: T3 names the four
-  thresholds, not the intensity bands; we split the range evenly). A channel
-  served as an M/M/1 queue holds T requests on average at utilisation
-  T/(T+1), so communication is served only while the total stays under that
-  ceiling (``ceiling``). Compute first: the next GEMM stage is reserved before
+  limit) is chosen from the queue occupancy the GEMM's first, isolated stage
+  shows: its utilisation u1 = its DRAM bytes / (its DRAM time x peak), and a
+  channel served as an M/M/1 queue holds q1 = u1 / (1 - u1) requests on average
+  (``occupancy``); q1 >= 3 -> 5, >= 1 -> 10, >= 1/3 -> 30, else no limit
+  (ASSUMPTION: T3 names the four thresholds, not the occupancies that pick them;
+  the bands are u1 >= 0.75, 0.5 and 0.25, the range split evenly). By the same
+  queue model a channel holds T requests on average at utilisation T/(T+1), so
+  communication is served only while the total stays under that ceiling
+  (``ceiling``), and at most T requests per channel of it are ahead of a GEMM
+  request (``comm_room``: loaded latency). Compute first: the next GEMM stage is reserved before
   the communication its previous stage triggered (``lookahead`` = 1), so the
   GEMM's reads and write bursts take what they need and communication the rest
   under the ceiling. Anti-starvation: a request that has waited the DRAM's
@@ -109,7 +112,14 @@ class FrFcfs(Alone):
         return (nbytes if window.compute_after else 0.0), None
 
 
-MCA_THRESHOLDS = ((0.75, 5), (0.5, 10), (0.25, 30))  # (first-stage utilisation >=, T)
+# (the first stage's queue occupancy >=, T): requests per channel, M/M/1 of its utilisation
+MCA_THRESHOLDS = ((3.0, 5), (1.0, 10), (1.0 / 3.0, 30))
+
+
+def occupancy(utilisation: float) -> float:
+    """Mean requests per channel in a queue served at ``utilisation`` of its rate (M/M/1:
+    u / (1 - u)), the model that also turns a threshold T into MCA's ceiling T/(T+1)."""
+    return math.inf if utilisation >= 1.0 else utilisation / (1.0 - utilisation)
 
 
 class Mca(Alone):
@@ -128,7 +138,9 @@ class Mca(Alone):
             return
         self.first_stage_utilisation = utilisation
         self.read_utilisation = reads
-        self.threshold = next((t for u, t in MCA_THRESHOLDS if utilisation >= u), math.inf)
+        q = occupancy(utilisation)
+        self.threshold = next((t for o, t in MCA_THRESHOLDS if q >= o * (1 - 1e-12)),
+                              math.inf)
 
     @property
     def ceiling_fraction(self) -> float:
@@ -151,6 +163,8 @@ class Mca(Alone):
         return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
                 "first_stage_utilisation": self.first_stage_utilisation,
+                "first_stage_occupancy": (None if self.first_stage_utilisation is None
+                                          else occupancy(self.first_stage_utilisation)),
                 "first_stage_read_utilisation": self.read_utilisation,
                 "ceiling_fraction": self.ceiling_fraction}
 
