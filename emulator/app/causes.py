@@ -3,7 +3,8 @@ counterfactual devices of ``emulator/model/ablation.py`` (costs removed one afte
 other, in ``ORDER``), and the gain split by how much each removal closes the gap.
 
 The counterfactual runs are timing-only (their modelled times are those of numeric
-runs) and use the configuration's own plan: a search configuration (``flux-best``)
+runs) and use the configuration's own plan (built once, run on each counterfactual
+device): a search configuration (``flux-best``)
 is timed as the candidate it chose, a heuristic (``ficco-auto``) picks from the real
 device as it did.
 """
@@ -23,13 +24,14 @@ def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[
     from mpi4py import MPI
 
     from emulator.app.catalog import registry
-    from emulator.app.runs import run_mode
+    from emulator.app.runs import build, run_built
 
     reg = registry(cfg.configs)
     pairs = {m: reg.baseline_of(m) for m in ends}
     pairs = {m: b for m, b in pairs.items() if b in ends}
     needed = list(dict.fromkeys([*pairs, *pairs.values()]))
     times = {m: [ends[m]] for m in needed}
+    plans: dict = {}  # each configuration's plan, built once from the real device
     for removed in steps():
         twin = dataclasses.replace(cfg, ablate=removed, causes=False, timing_only=True,
                                    trace=None, record_wall=False, inject_fault=None)
@@ -37,7 +39,9 @@ def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[
         for m in needed:
             name = choices.get(m, m)
             if name not in ran:
-                res = run_mode(comm, twin, spec, None, name, memory)
+                if name not in plans:
+                    plans[name] = build(comm, twin, spec, name)
+                res = run_built(comm, twin, spec, plans[name], name, None, memory)
                 ran[name] = comm.allreduce(res.end, op=MPI.MAX)
             times[m].append(ran[name])
     return times

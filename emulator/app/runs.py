@@ -36,12 +36,26 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarra
     reg = registry(cfg.configs)
     if reg.configuration(mode).search:
         return _best(comm, cfg, spec, inputs, mode, memory, earlier or {})
-    p = problem(comm, cfg, spec)
-    plan = reg.configuration(mode).build(p, reg.operation(cfg.collective), cfg.algorithm)
+    return run_built(comm, cfg, spec, build(comm, cfg, spec, mode), mode, inputs, memory)
+
+
+def build(comm, cfg: RunConfig, spec: DeviceSpec, mode: str):
+    """The plan of configuration ``mode`` (not a search) on this rank, from the real device
+    (a heuristic picks as it would)."""
+    reg = registry(cfg.configs)
+    return reg.configuration(mode).build(problem(comm, cfg, spec), reg.operation(cfg.collective),
+                                         cfg.algorithm)
+
+
+def run_built(comm, cfg: RunConfig, spec: DeviceSpec, plan, mode: str,
+              inputs: dict[str, np.ndarray] | None = None,
+              memory: DeviceMemory | None = None) -> RankResult:
+    """Run ``plan`` (``build``'s) as configuration ``mode``, timed on the device with the
+    costs ``cfg.ablate`` removed (a plan is the same on every counterfactual device, so the
+    causes split runs one plan on each)."""
     opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
                       "ring" if cfg.algorithm == "ring" else "direct")
-    # built from the real device (a heuristic picks as it would), timed on the ablated one
-    return run_plan(comm, plan, ablate(p.spec, cfg.ablate), mode, inputs, opts, memory)
+    return run_plan(comm, plan, ablate(spec, cfg.ablate), mode, inputs, opts, memory)
 
 
 def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
