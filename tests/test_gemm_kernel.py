@@ -178,6 +178,20 @@ def _launch_kernels(mode: str, collective: str, p) -> set:
             if getattr(ph, "kernel", None) is not None and len(ph.kernel.wgs)}
 
 
+def test_launches_with_kernels_of_their_own_compute_the_right_numbers():
+    # the same shapes as below, run: TE's chunk GEMMs and FiCCO's decomposed launches tile
+    # C with the 64 tile, the sequential GEMM with the 128 tile; numerics against numpy +
+    # MPI's all-gather
+    modes = ["sequential", "te-ring", "ficco-uniform-fused-1d", "ficco-hetero-unfused-1d",
+             "ficco-uniform-fused-2d"]
+    r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
+                 "--algorithm", "direct", "--collective", "ag+gemm", "--mode", ",".join(modes),
+                 "--m", "512", "--n", "128", "--k", "256", "--dtype", "fp32",
+                 "--watchdog-s", "60"], timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stdout.count("PASS") == len(modes), r.stdout
+
+
 def test_gemm_launches_run_the_kernel_chosen_for_their_shape():
     from emulator.model.gemm import choose
 
