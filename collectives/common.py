@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -221,9 +221,7 @@ class Problem:
         """This problem with its GEMM run as launches of ``rows`` x ``n`` x ``k`` (default
         the whole N, K): its ``kernel`` is chosen for that shape, and its spaces take that
         kernel's tiles."""
-        import dataclasses
-
-        return dataclasses.replace(self, launch=(int(rows), int(n or self.n), int(k or self.k)))
+        return replace(self, launch=(int(rows), int(n or self.n), int(k or self.k)))
 
     @property
     def tile_m(self) -> int:

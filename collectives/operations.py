@@ -32,8 +32,6 @@ class OperationParts:
     fused: Callable  # (p, slots, algorithm) -> (kernel, maps, preload)
     consumer: bool = False  # the collective feeds the GEMM (it runs first)
     then_ag: bool = False  # an all-gather follows (all-reduce = RS + AG)
-    gemm_rows: Callable | None = None  # (p) -> rows of each rank's GEMM when it computes
-    # fewer than ``m`` (its kernel is chosen for them); None: all ``m``
 
     def ag_after(self, p: Problem, slots: Slots, algorithm: str):
         """AR's AG kernel and its credit (it overwrites peers' C chunks: wait until they
@@ -99,8 +97,7 @@ ALL_REDUCE = OperationParts(
 ALL_GATHER = OperationParts(
     "ag", "gemm+ag", _layout(_none, True, _whole),
     lambda p, s: plain_gemm(p, s, rows=[p.chunk(p.rank)]),
-    lambda p, s, a, nmc: ALGORITHMS[a].ag_steps(p, s), _one_map("ag_map"),
-    gemm_rows=lambda p: p.max_chunk)  # each rank computes its own chunk
+    lambda p, s, a, nmc: ALGORITHMS[a].ag_steps(p, s), _one_map("ag_map"))
 
 
 def _a2a_fused(p: Problem, slots: Slots, algorithm: str):

@@ -21,8 +21,8 @@ def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
     p = Problem(comm.rank, comm.size, cfg.m, cfg.n, cfg.k, spec,
                 np.dtype(NP_DTYPE[cfg.dtype]), cfg.split_k, cfg.resolved_params(), cfg.seed,
                 dispatch=dispatch(cfg.operation))
-    rows = getattr(cfg.operation.parts, "gemm_rows", None)
-    return p.with_launch(rows(p)) if rows else p
+    # an operation whose ranks each compute their own chunk: the kernel is chosen for it
+    return p.with_launch(p.max_chunk) if cfg.operation.compute_rows == "own" else p
 
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,

@@ -93,12 +93,13 @@ class KernelRunner:
     def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None,
                     read_scale: float = 1.0, sc=None):
         """Reserve items run at once from ``start``; return (end, arrival per destination
-        rank, their StageCost)."""
+        rank, their StageCost on an idle DRAM queue (what the memo keeps), their compute
+        time with the queue's loaded latency)."""
         clock, k = self.clock, self.kernel
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
                             read_scale, self.cu_share, self.out_e)
-        base = sc  # (returned: the memo keeps the stage's cost on an idle queue)
+        base = sc
         if self._latency_bound:  # loaded latency: the communication queued ahead of its loads
             queued = clock.hbm.queued(start, start + sc.compute_s,
                                       self.policy.comm_room(clock.hbm))
@@ -109,7 +110,6 @@ class KernelRunner:
                                     read_scale, self.cu_share, self.out_e)
                 finally:
                     self.cost.delay = 0.0
-        self.last_compute = sc.compute_s  # (loaded)
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
@@ -127,7 +127,7 @@ class KernelRunner:
             end = max(end, link_end - queue / (clock.route(dst).rate * share) if queue
                       else link_end)
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
-        return end, arrivals, base
+        return end, arrivals, base, sc.compute_s
 
     def _time_stage(self, s: int, groups: list[np.ndarray]) -> tuple[list[float], list[dict]]:
         """An ordinary stage: its groups start together (or at their gates) and the stage
@@ -151,7 +151,7 @@ class KernelRunner:
             start = max(stage_start, self._gate_time(self.kernel.gates_of(ids))) + launch
             if launch:
                 clock.log("launch", f"stage {s}", start - launch, start)
-            end, arr, sc = self._time_items(s, ids, start, resident, scale, known)
+            end, arr, sc, _ = self._time_items(s, ids, start, resident, scale, known)
             if memo is not None and known is None:
                 self._memo[memo[0]] = sc
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
@@ -207,7 +207,7 @@ class KernelRunner:
             one = ids[j : j + 1]
             start = max(float(self.wg_free[j]), self._gate_time(k.gates_of(one)))
             starts.append(start)
-            end, arr, sc = self._time_items(s, one, start, k.stage_size)
+            end, arr, sc, _ = self._time_items(s, one, start, k.stage_size)
             end += issue * self._issues(one)
             self.wg_free[j] = end
             clock.log(f"wg{j}", f"task {int(w)}", start, end, flops=sc.flops,
@@ -235,10 +235,10 @@ class KernelRunner:
             starts = [max(float(self.wg_free[j]), gate) for j in js]
             t0 = min(starts)
             first = min(first, t0)
-            end, arr, sc = self._time_items(s, gids, t0, k.stage_size)
+            end, arr, sc, compute = self._time_items(s, gids, t0, k.stage_size)
             nic = bool(self._nic_left)
             for w, j, st in zip(gids.tolist(), js, starts):
-                e = max(end, st + self.last_compute)
+                e = max(end, st + compute)
                 if nic:
                     e += issue * self._issues((w,))
                 self.wg_free[j] = ends[j] = e
