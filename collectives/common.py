@@ -230,8 +230,9 @@ class Problem:
 
     @property
     def stage_size(self) -> int:
-        """WGs of one GEMM stage (a wave): the CUs x the kernel's WGs per CU."""
-        return self.kernel.slots(self.spec.cus)
+        """Work items of one GEMM stage (a wave): the CUs x the kernel's WGs per CU, over
+        the WGs the heuristic's split-K gives each item."""
+        return self.kernel.items(self.spec.cus)
 
     @property
     def others(self) -> list[int]:

@@ -151,7 +151,8 @@ def gemm_a2a(p: Problem) -> Plan:
     first = np.searchsorted(owner, owner)  # each owner's first tile (tiles are by chunk)
     order = remote_first(p, owner, np.arange(len(space)) - first)
     wgs, wg_tile = make_wgs(space, order, p.k, p.split)
-    kernel = Kernel(TiledGemm("A", "B", False, p.kernel), space, wgs, wg_tile,
+    # a persistent kernel's WGs each own their tiles: the chosen tile without split-K
+    kernel = Kernel(TiledGemm("A", "B", False, p.kernel.data_parallel()), space, wgs, wg_tile,
                     np.arange(len(wgs)),
                     grid(p, per_cu=p.kernel.per_cu), persistent=True, exit_waits=arrived,
                     fair_share=True, store_queue=p.store_queue(p.world - 1))

@@ -45,14 +45,61 @@ def test_the_heuristic_predicts_waves_of_whole_tiles_and_picks_the_least():
     spec = _spec()
     # 256 x 256 x 256: 128-tiles: 4 tiles, 2 waves of 2; 64-tiles: 16 tiles, 4 waves of 4
     c = candidates(spec, 256, 256, 256, 1, "fp32")
-    assert [(k.tile_m, k.tile_n) for k in c] == [(128, 128), (64, 64)]
-    assert _close(c[0].predicted_s, 2 * WG_128) and _close(c[1].predicted_s, 4 * WG_64)
-    assert choose(spec, 256, 256, 256, 1, "fp32") == c[0]
+    dp = [k for k in c if k.split_k == 1 and not k.stream_k]
+    assert [(k.tile_m, k.tile_n) for k in dp] == [(128, 128), (64, 64)]
+    assert _close(dp[0].predicted_s, 2 * WG_128) and _close(dp[1].predicted_s, 4 * WG_64)
+    # no partial wave remains, so no stream-K; split-K 2 of the 128 tile: 4 waves of one
+    # tile's 2 WGs over 2 steps each (plus the partials' round trip), slower
+    assert not any(k.stream_k for k in c)
+    s2 = next(k for k in c if (k.tile_m, k.split_k) == (128, 2))
+    assert _close(s2.predicted_s, 4 * (LAT + 2 * STEP_128))
+    assert choose(spec, 256, 256, 256, 1, "fp32") == c[0] == dp[0]
     # 64 rows: a 128-row tile still computes all its rows (tile quantisation), so its 2
     # tiles take one wave of WG_128, while 4 64-tiles take one wave of WG_64
-    thin = candidates(spec, 64, 256, 256, 1, "fp32")
+    thin = [k for k in candidates(spec, 64, 256, 256, 1, "fp32") if k.split_k == 1
+            and not k.stream_k]
     assert (thin[0].tile_m, thin[0].tile_n) == (64, 64)
     assert _close(thin[0].predicted_s, WG_64) and _close(thin[1].predicted_s, WG_128)
+
+
+def test_a_thin_gemm_over_a_long_k_is_split_over_the_idle_wgs():
+    from emulator.model.gemm import candidates, choose
+
+    spec = _spec()
+    # 64 x 64 x 4096: one 64-tile, one WG of 64 steps on a wave of 4 slots: L + 64 STEP_64;
+    # split-K 4: its 4 WGs each take 16 steps, one wave: L + 16 STEP_64 (the partials'
+    # 2 x 4 x 64 x 64 x 4 B and the operands' 2.1 MB at the HBM take far less); stream-K
+    # spreads the same 64 iterations over the same 4 WGs (a tie: split-K is preferred)
+    c = candidates(spec, 64, 64, 4096, 1, "fp32")
+    pick = choose(spec, 64, 64, 4096, 1, "fp32")
+    assert (pick.tile_m, pick.split_k, pick.stream_k) == (64, 4, False)
+    assert _close(pick.predicted_s, LAT + 16 * STEP_64)
+    dp = next(k for k in c if (k.tile_m, k.split_k, k.stream_k) == (64, 1, False))
+    sk = next(k for k in c if (k.tile_m, k.stream_k) == (64, True))
+    assert _close(dp.predicted_s, LAT + 64 * STEP_64) and _close(sk.predicted_s,
+                                                                 pick.predicted_s)
+    assert pick.fixup_bytes(1, 4096, spec.cus) == 2 * 4 * 64 * 64 * 4
+    # split-K only where it leaves every WG a K step and fits a wave: K = 128 (2 steps)
+    assert {k.split_k for k in candidates(spec, 64, 64, 128, 1, "fp32")} == {1, 2}
+    # a run that splits K itself gets data-parallel kernels only
+    assert {(k.split_k, k.stream_k) for k in candidates(spec, 64, 64, 4096, 2, "fp32")} \
+        == {(1, False)}
+
+
+def test_stream_k_spreads_a_partial_waves_iterations_over_every_wg():
+    from emulator.model.gemm import choose
+
+    spec = _spec()
+    # 64 x 192 x 4096: three 64-tiles on a wave of 4 slots. Data-parallel: L + 64 STEP_64;
+    # split-K 4: a stage holds one tile, three stages of L + 16 STEP_64 (99.8 us); stream-K:
+    # the 3 x 64 iterations over the 4 WGs, 48 each: L + 48 STEP_64 (98.8 us)
+    pick = choose(spec, 64, 192, 4096, 1, "fp32")
+    assert (pick.tile_m, pick.split_k, pick.stream_k) == (64, 1, True)
+    assert _close(pick.predicted_s, LAT + 48 * STEP_64)
+    assert pick.stage_wgs(3, 4096, spec.cus) == (4, 48)
+    # a full wave runs data-parallel: 4 items, one WG each over all 64 steps
+    assert pick.stage_wgs(4, 4096, spec.cus) == (4, 64)
+    assert pick.fixup_bytes(4, 4096, spec.cus) == 0
 
 
 def test_a_short_k_step_waits_for_memory_latency():
@@ -131,6 +178,27 @@ def test_a_run_times_its_gemm_in_waves_of_the_chosen_kernel(tmp_path, ranks):
     assert "GEMM kernel (the library's heuristic): tile 128x128x64" in r.stdout
 
 
+@pytest.mark.parametrize("ranks,timing", [(1, True), (2, True), (2, False)])
+def test_a_run_times_a_split_k_kernel_as_one_stage_of_its_wgs(tmp_path, ranks, timing):
+    # each rank's GEMM is 64 x 64 x 4096 (fp32): the heuristic splits the one tile's K over
+    # the wave's 4 WGs (test above); the GEMM is one stage: its compute L + 16 STEP_64 (its
+    # reads, 2.2 MB with the partials, take 2.2 us at the HBM), then the tile's write; a
+    # numeric run checks the whole tile computed as one item of the plan
+    out = tmp_path / "run.json"
+    r = run_cli(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
+                 "--mode", "sequential", "--m", "64", "--n", "64", "--k", "4096",
+                 "--dtype", "fp32", "--json", str(out)] + (["--timing-only"] if timing else []),
+                timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    kern = doc["gemm_kernel"]
+    assert (kern["tile"], kern["split_k"], kern["stream_k"]) == ("64x64x64", 4, False)
+    stage = LAT + 16 * STEP_64 + 64 * 64 * 4 / BW
+    assert _close(doc["runs"][0]["gemm_alone_s"], stage), doc["runs"][0]
+    assert "tile 64x64x64 split-K 4," in r.stdout
+    assert timing or "PASS" in r.stdout
+
+
 def test_the_gemm_command_prints_the_candidates_and_the_pick():
     r = run_cli(["gemm", "--device", str(DEVICE), "--m", "256", "--n", "256", "--k", "256",
                  "--dtype", "fp32"], timeout=120)
@@ -180,8 +248,8 @@ def _launch_kernels(mode: str, collective: str, p) -> set:
 
 def test_launches_with_kernels_of_their_own_compute_the_right_numbers():
     # the same shapes as below, run: TE's chunk GEMMs and FiCCO's decomposed launches tile
-    # C with the 64 tile, the sequential GEMM with the 128 tile; numerics against numpy +
-    # MPI's all-gather
+    # C with the kernels chosen for their shapes, the sequential GEMM with the 128 tile;
+    # numerics against numpy + MPI's all-gather
     modes = ["sequential", "te-ring", "ficco-uniform-fused-1d", "ficco-hetero-unfused-1d",
              "ficco-uniform-fused-2d"]
     r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
@@ -195,13 +263,14 @@ def test_launches_with_kernels_of_their_own_compute_the_right_numbers():
 def test_gemm_launches_run_the_kernel_chosen_for_their_shape():
     from emulator.model.gemm import choose
 
-    # 4 ranks, m = 512: the whole GEMM (512 x 512 x 256) picks the 128 tile, a chunk GEMM
-    # of 128 rows with N = 128 the 64 tile (4 128-tiles: 2 waves; 16 64-tiles: 4 waves of
-    # half the step each, less the prologue)
+    # 4 ranks, m = 512: the whole GEMM (512 x 128 x 256) picks the 128 tile data-parallel
+    # (4 tiles: 2 full waves), a chunk GEMM of 128 rows its one 128 tile split-K 2 (one wave
+    # of 2 WGs over 2 steps each: L + 2 STEP_128, tied with the 64 tile's one wave of 4 WGs
+    # over 4 half steps; ties go to the larger tile)
     p = _problem(4, 512, 128, 256)
     whole, chunk = choose(_spec(), 512, 128, 256, 1, "fp32"), choose(_spec(), 128, 128, 256,
                                                                      1, "fp32")
-    assert (whole.tile_m, chunk.tile_m) == (128, 64)
+    assert (whole.tile_m, whole.split_k, chunk.tile_m, chunk.split_k) == (128, 1, 128, 2)
     assert p.kernel == whole
     assert _launch_kernels("sequential", "ag+gemm", p) == {whole}
     # TransformerEngine's ring exchange: one GEMM per chunk, each its own heuristic's pick

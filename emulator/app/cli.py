@@ -505,8 +505,9 @@ def _gemm_line(spec) -> str:
               help="Change a key of the GPU (or system) for this table (as t3emu run).")
 def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
     """The GEMM kernel the library's heuristic picks for an M x N x K GEMM on a GPU, with
-    every candidate tile of its catalogue: waves, predicted time and throughput
-    (emulator/model/gemm.py; what `t3emu run` records as its gemm_kernel)."""
+    every tile of its catalogue at its best K decomposition (data-parallel, split-K, or
+    stream-K): WGs, waves, predicted time and throughput (emulator/model/gemm.py; what
+    `t3emu run` records as its gemm_kernel)."""
     from devices.spec import SpecError, load_device
     from devices.system import load_system
     from emulator.model.gemm import candidates, choose
@@ -524,17 +525,25 @@ def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
                if split_k > 1 else "") + f" on {spec.name}: {flops / peak * 1e6:.1f} us at "
                f"the peak ({peak / 1e12:.1f} TFLOP/s)")
     click.echo(f"  {_gemm_line(spec)}")
-    rows = candidates(spec, m, n, k, split_k, dtype) if spec.gemm else [choose(
-        spec, m, n, k, split_k, dtype)]
-    click.echo(f"  {'tile':<12} {'WGs/CU':>6} {'WGs':>8} {'waves':>7} {'predicted us':>13} "
+    rows = [choose(spec, m, n, k, split_k, dtype)]
+    if spec.gemm:  # each tile's best K decomposition (data-parallel, split-K, stream-K)
+        rows, seen = [], set()
+        for kern in candidates(spec, m, n, k, split_k, dtype):
+            if (kern.tile_m, kern.tile_n, kern.tile_k, kern.per_cu) not in seen:
+                seen.add((kern.tile_m, kern.tile_n, kern.tile_k, kern.per_cu))
+                rows.append(kern)
+    click.echo(f"  {'kernel':<25} {'WGs/CU':>6} {'WGs':>8} {'waves':>7} {'predicted us':>13} "
                f"{'TFLOP/s':>8} {'of peak':>8}")
     for i, kern in enumerate(rows):
-        wgs = -(-m // kern.tile_m) * -(-n // kern.tile_n) * split_k
-        waves = wgs / kern.slots(spec.cus)
+        items = -(-m // kern.tile_m) * -(-n // kern.tile_n) * split_k
+        per = kern.items(spec.cus)
+        wgs = items // per * per * kern.split_k + (
+            kern.stage_wgs(items % per, -(-k // split_k), spec.cus)[0] if items % per else 0)
+        waves = items / per
         t = kern.predicted_s
         tf = (f"{t * 1e6:>13.1f} {flops / t / 1e12:8.1f} {flops / t / peak:8.1%}" if t else
               f"{'- (fixed tile)':>13} {'-':>8} {'-':>8}")
-        click.echo(f"  {f'{kern.tile_m}x{kern.tile_n}x{kern.tile_k}':<12} {kern.per_cu:>6} "
+        click.echo(f"  {kern.name:<25} {kern.per_cu:>6} "
                    f"{wgs:>8} {waves:>7.2f} {tf}"
                    + ("  <- the heuristic's pick" if i == 0 else ""))
 

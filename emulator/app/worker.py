@@ -124,7 +124,9 @@ def summary_table(doc: dict) -> str:
     alone = next((run["gemm_alone_s"] for run in doc["runs"] if run.get("gemm_alone_s")), None)
     kern = doc.get("gemm_kernel")
     if kern and kern.get("modelled"):
-        lines.append(f"GEMM kernel (the library's heuristic): tile {kern['tile']}, "
+        dec = (f" split-K {kern['split_k']}" if kern.get("split_k", 1) > 1 else "") + (
+            " stream-K" if kern.get("stream_k") else "")
+        lines.append(f"GEMM kernel (the library's heuristic): tile {kern['tile']}{dec}, "
                      f"{kern['wgs_per_cu']} WG/CU, {kern['stages']} pipeline stages, main loop "
                      f"at {kern['efficiency']:.0%} of peak, latency {kern['latency_ns']:.0f} ns; "
                      f"predicted {kern['predicted_us']:.1f} us")

@@ -520,8 +520,9 @@ def spread(cost: CostModel, n: int, k: Kernel | None = None) -> int | None:
     device's."""
     cus = cost.spec.cus
     gemm = getattr(k.producer, "kernel", None) if k is not None else None
-    slots = gemm.slots(cus) if gemm is not None and gemm.modelled else cost.spec.wgs_per_stage
-    if cost.spec.partial_stage == "spread" and n < slots:
+    if gemm is not None and gemm.modelled:  # the kernel spreads its own WGs (split-K's
+        return None  # several per item: ``GemmKernel.stage_seconds``)
+    if cost.spec.partial_stage == "spread" and n < cost.spec.wgs_per_stage:
         return -(-n // cus) * cus
     return None
 

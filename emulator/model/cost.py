@@ -159,11 +159,14 @@ class CostModel:
         kk = (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
         flops = 2.0 * h * w * kk
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
+        fixup = 0.0
         if kernel is not None and kernel.modelled and len(flops):
-            slots = (max(resident, self.spec.cus) if resident is not None
-                     else kernel.slots(self.spec.cus))
+            cus = self.spec.cus
             area = float((h * w).max())  # a wider tile of a thin chunk: its own area
-            compute = kernel.wg_seconds(float(kk.max()), slots, peak, area, self.delay)
+            compute = kernel.stage_seconds(
+                len(flops), float(kk.max()), cus, peak, self.spec.partial_stage == "spread",
+                area, self.delay, None if resident is None else max(resident, cus))
+            fixup = kernel.fixup_bytes(len(flops), float(kk.max()), cus)
         else:
             compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
@@ -171,7 +174,7 @@ class CostModel:
         panels = self.panels(wgs)
         unique = self._bytes(panels)
         if not unique:
-            return float(flops.sum()), compute, 0.0
+            return float(flops.sum()), compute, fixup
         naive = float(((h + w) * kk * self.e).sum())
         l2 = self.l2_inputs(wgs, outputs_cached)
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
@@ -179,7 +182,7 @@ class CostModel:
         reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
         if self._resident and self._resident_fits:  # panels the previous stage left in L2
             reads -= self._bytes(panels & self._resident)
-        return float(flops.sum()), compute, max(0.0, reads)
+        return float(flops.sum()), compute, max(0.0, reads) + fixup
 
     # ---------------------------------------------------------------- the L2 across stages
     def panels(self, wgs: np.ndarray) -> frozenset:

@@ -32,15 +32,30 @@ A WG's time is then ``L + steps x max(c, L / (stages - 1))`` (c with the L2 boun
 stage (a wave of S WGs) lasts as long as its longest WG (wave quantisation), and its
 reads and writes go to the HBM as before (``cost.py``).
 
-The heuristic (``choose``): every tile of the catalogue is predicted with the same
-formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn), split-K WGs), as waves of
-S (a partial last wave as ``partial_stage`` places it), against the HBM roofline of its
-compulsory traffic; the least predicted time wins, ties to the larger tile, then to the
-catalogue's order: deterministic, as a BLAS heuristic's table is. Not modelled yet:
-stream-K, a heuristic's own choice of split-K (the run's ``--split-k`` is used), the
-operand layouts of forward and backward GEMMs, and a latency that rises with the
-memory's load from the GEMM's own traffic (``latency_ns`` is the unloaded pointer-chase
-latency).
+**K decompositions** (the library's, inside one work item of the plan, so the tracker
+and the numerics see one tile as before):
+
+- **split-K** by s: each tile's K loop is split over s WGs of the same wave (a stage
+  holds S / s tiles), each over ceil(steps / s) steps; their fp32 partial tiles go to a
+  workspace and are read back by the reduction (cuBLASLt's reduction in the compute
+  type): 2 x s x tm x tn x 4 bytes per tile, charged to the HBM with the stage's reads.
+  ASSUMPTION: the workspace is in DRAM (an L2 that keeps it would make this cheaper).
+- **stream-K** (CUTLASS's data-parallel + stream-K hybrid): full waves as data-parallel,
+  and a last wave of n < S tiles spreads its n x steps K iterations evenly over up to S
+  WGs, which share tiles through the same workspace (one partial per WG).
+
+The heuristic (``choose``): every tile of the catalogue, data-parallel, split by each
+factor cuBLASLt's own search tries (``SPLIT_K``, each WG keeping at least a K step) and
+stream-K where a partial wave remains, is predicted with the same formulas over the
+GEMM's tiles (ceil(M / tm) x ceil(N / tn)) as waves (a partial last wave as
+``partial_stage`` places it), against the HBM roofline of its compulsory traffic plus the
+partials' round trip; the least predicted time wins, ties to the larger tile, then the
+catalogue's order, then data-parallel, split-K (the smaller factor), stream-K:
+deterministic, as a BLAS heuristic's table is.
+A run that splits K itself (``--split-k`` > 1: T3's updates) gets data-parallel kernels
+only; a persistent kernel runs its tile data-parallel. Not modelled yet: the operand
+layouts of forward and backward GEMMs, and a latency that rises with the memory's load
+from the GEMM's own traffic (``latency_ns`` is the unloaded pointer-chase latency).
 
 **Loaded latency** (``launch.py``): a stage's loads also wait behind the communication
 requests the DRAM's queue holds while the stage computes (``Dram.queued``: the bursts
@@ -55,7 +70,7 @@ with room to spare does not feel it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from devices.spec import TileShape  # noqa: F401  (the catalogue's tiles)
 
@@ -76,6 +91,9 @@ class GemmKernel:
     elem_bytes: int = 2  # bytes per input element
     modelled: bool = False  # tile quantisation, efficiency and latency hiding apply
     predicted_s: float = 0.0  # the heuristic's prediction for the problem (0: fixed tile)
+    split_k: int = 1  # WGs the library splits each tile's K loop over (their fp32 partial
+    # sums reduced through a workspace): one work item of the plan runs as split_k WGs
+    stream_k: bool = False  # a partial last wave's K iterations spread over every WG
 
     @classmethod
     def fixed(cls, spec) -> "GemmKernel":
@@ -86,6 +104,47 @@ class GemmKernel:
         """WGs of one stage (a wave): every CU holds ``per_cu``."""
         return cus * self.per_cu
 
+    def items(self, cus: int) -> int:
+        """Work items (tiles, or the run's own K slices of them) of one stage: the wave's
+        WGs over the WGs each item's K loop is split over."""
+        return max(1, self.slots(cus) // self.split_k)
+
+    def data_parallel(self) -> "GemmKernel":
+        """This kernel without the heuristic's split-K and stream-K (a persistent kernel's
+        WGs each own their items)."""
+        return replace(self, split_k=1, stream_k=False)
+
+    def stage_wgs(self, n: int, kk: float, cus: int) -> tuple[int, int]:
+        """(WGs, K steps of the longest) of a stage of ``n`` items over K slices of ``kk``:
+        split-K's ``split_k`` WGs per item, each over ceil(steps / split_k) steps; under
+        stream-K a stage of fewer items than a wave's spreads its n x steps iterations
+        evenly over up to the wave's WGs (CUTLASS's data-parallel + stream-K hybrid)."""
+        steps = max(1, math.ceil(kk / self.tile_k))
+        if self.stream_k and n < self.items(cus):
+            wgs = max(1, min(self.slots(cus), n * steps))
+            return wgs, math.ceil(n * steps / wgs)
+        return n * self.split_k, math.ceil(steps / self.split_k)
+
+    def fixup_bytes(self, n: int, kk: float, cus: int) -> float:
+        """Bytes of the fp32 partial tiles a stage of ``n`` items writes to the workspace and
+        reads back to reduce them (0 when every item is one WG's): each WG sharing a tile
+        writes its partial once and the reduction reads it once."""
+        wgs, _ = self.stage_wgs(n, kk, cus)
+        return 2.0 * wgs * self.tile_m * self.tile_n * 4 if wgs > n else 0.0
+
+    def stage_seconds(self, n: int, kk: float, cus: int, peak: float, spread: bool,
+                      area: float = 0.0, delay: float = 0.0,
+                      resident: int | None = None) -> float:
+        """The compute time of a stage of ``n`` items over K slices of ``kk`` (its longest
+        WG): its WGs (``stage_wgs``) share the peak as a wave's slots, or, fewer than a
+        wave on a device that spreads them (``spread``), as ceil(WGs / CUs) per CU;
+        ``resident``: the WGs sharing the peak when the caller knows them (persistent)."""
+        wgs, steps = self.stage_wgs(n, kk, cus)
+        if resident is None:
+            slots = self.slots(cus)
+            resident = -(-wgs // cus) * cus if spread and wgs < slots else slots
+        return self.step_seconds(steps, min(kk, self.tile_k), resident, peak, area, delay)
+
     def wg_seconds(self, kk: float, slots: int, peak: float, area: float = 0.0,
                    delay: float = 0.0) -> float:
         """A WG's time over a K slice of ``kk`` when ``slots`` WGs share the peak (module
@@ -93,9 +152,13 @@ class GemmKernel:
         (a wider tile of a thin chunk), else the whole tile's (tile quantisation);
         ``delay``: the queueing its loads find in the DRAM's queue besides the unloaded
         latency (loaded latency: ``Dram.queued``)."""
+        return self.step_seconds(max(1, math.ceil(kk / self.tile_k)), min(kk, self.tile_k),
+                                 slots, peak, area, delay)
+
+    def step_seconds(self, steps: int, tk: float, slots: int, peak: float, area: float = 0.0,
+                     delay: float = 0.0) -> float:
+        """A WG's time over ``steps`` K steps of ``tk`` (``wg_seconds``)."""
         scale = max(1.0, area / (self.tile_m * self.tile_n))
-        steps = max(1, math.ceil(kk / self.tile_k))
-        tk = min(kk, self.tile_k)
         step = 2.0 * self.tile_m * self.tile_n * tk * slots * scale / (peak * self.efficiency)
         if self.l2_bw:  # every WG loads its step's panels from the L2 at once
             step = max(step, slots * (self.tile_m + self.tile_n) * tk * self.elem_bytes
@@ -107,7 +170,21 @@ class GemmKernel:
         return {"tile": f"{self.tile_m}x{self.tile_n}x{self.tile_k}", "wgs_per_cu": self.per_cu,
                 "stages": self.stages, "efficiency": self.efficiency,
                 "latency_ns": self.latency_s * 1e9, "modelled": self.modelled,
+                "split_k": self.split_k, "stream_k": self.stream_k,
                 "predicted_us": self.predicted_s * 1e6}
+
+    @property
+    def name(self) -> str:
+        """The tile and its K decomposition, as ``t3emu gemm`` and summaries print it."""
+        return (f"{self.tile_m}x{self.tile_n}x{self.tile_k}"
+                + (f" split-K {self.split_k}" if self.split_k > 1 else "")
+                + (" stream-K" if self.stream_k else ""))
+
+
+# The split-K factors cuBLASLt's own search tries for an algorithm that supports split-K
+# (NVIDIA CUDALibrarySamples, cuBLASLt LtSgemmCustomFind: splitKSequenceA = {2, 3, 4, 5, 6,
+# 8, 12, 16, 32}); the heuristic here predicts each with the model's clock
+SPLIT_K = (2, 3, 4, 5, 6, 8, 12, 16, 32)
 
 
 def _kernel(spec, tile: TileShape, e: int) -> GemmKernel:
@@ -119,39 +196,55 @@ def _kernel(spec, tile: TileShape, e: int) -> GemmKernel:
 def predict(spec, kernel: GemmKernel, m: int, n: int, k: int, split: int, e: int,
             peak: float) -> float:
     """The heuristic's time of an ``m`` x ``n`` GEMM over inner ``k`` split over ``split``
-    WGs per tile, ``e`` bytes per element: waves of the kernel's WGs, or the HBM roofline
-    of the compulsory traffic (A and B read once, C written once) if that is longer."""
-    tiles = -(-m // kernel.tile_m) * -(-n // kernel.tile_n)
-    wgs = tiles * split
-    slots = kernel.slots(spec.cus)
-    full, last = divmod(wgs, slots)
+    WGs per tile by the run, ``e`` bytes per element: waves of the kernel's items (with
+    its split-K or stream-K), or the HBM roofline of the compulsory traffic (A and B read
+    once, C written once, the partial tiles' round trip) if that is longer."""
+    tiles = -(-m // kernel.tile_m) * -(-n // kernel.tile_n) * split
+    per = kernel.items(spec.cus)
+    full, last = divmod(tiles, per)
     kk = -(-k // split)
-    compute = full * kernel.wg_seconds(kk, slots, peak)
-    if last:  # a partial wave: as many slots, or spread over the CUs first
-        part = (-(-last // spec.cus) * spec.cus if spec.partial_stage == "spread" else slots)
-        compute += kernel.wg_seconds(kk, part, peak)
-    traffic = (m * k + k * n + split * m * n) * e
+    spread = spec.partial_stage == "spread"
+    compute = full * kernel.stage_seconds(per, kk, spec.cus, peak, spread)
+    fixup = full * kernel.fixup_bytes(per, kk, spec.cus)
+    if last:
+        compute += kernel.stage_seconds(last, kk, spec.cus, peak, spread)
+        fixup += kernel.fixup_bytes(last, kk, spec.cus)
+    traffic = (m * k + k * n + split * m * n) * e + fixup
     return max(compute, traffic / spec.hbm_bw)
 
 
 def choose(spec, m: int, n: int, k: int, split: int, dtype: str) -> GemmKernel:
     """The kernel for an ``m`` x ``n`` x ``k`` GEMM (``split`` WGs per tile): the device's
-    fixed tile without a ``[gemm]`` section, else the catalogue's tile of least predicted
-    time (ties: the larger tile, then the catalogue's order)."""
+    fixed tile without a ``[gemm]`` section, else the catalogue's kernel of least
+    predicted time (ties: the larger tile, the catalogue's order, then data-parallel,
+    split-K by the smaller factor, stream-K)."""
     if spec.gemm is None or not spec.gemm.enabled:
         return GemmKernel.fixed(spec)
     return candidates(spec, m, n, k, split, dtype)[0]
 
 
-def candidates(spec, m: int, n: int, k: int, split: int, dtype: str) -> list[GemmKernel]:
-    """Every catalogue tile as a kernel with its predicted time, best first."""
+def candidates(spec, m: int, n: int, k: int, split: int, dtype: str,
+               decompositions: bool = True) -> list[GemmKernel]:
+    """Every catalogue tile as a kernel with its predicted time, best first: data-parallel,
+    split-K by each of ``SPLIT_K`` that leaves every WG a K step, and stream-K where a
+    partial wave remains (``decompositions``; none when the run splits K itself)."""
     from emulator.model.cost import DTYPE_BYTES
 
     peak, e = spec.peak_flops(dtype), DTYPE_BYTES[dtype]
     out = []
     for i, tile in enumerate(spec.gemm.tiles):
-        kern = _kernel(spec, tile, e)
-        t = predict(spec, kern, m, n, k, split, e, peak)
-        out.append((t, -tile.m * tile.n, i, GemmKernel(**{**kern.__dict__, "predicted_s": t})))
-    out.sort(key=lambda x: x[:3])
-    return [x[3] for x in out]
+        base = _kernel(spec, tile, e)
+        variants = [base]
+        if decompositions and split == 1:
+            steps = -(-k // tile.k)
+            variants += [replace(base, split_k=s) for s in SPLIT_K
+                         if s <= min(steps, base.slots(spec.cus))]
+            tiles = -(-m // tile.m) * -(-n // tile.n)
+            if tiles % base.items(spec.cus):
+                variants.append(replace(base, stream_k=True))
+        for kern in variants:
+            t = predict(spec, kern, m, n, k, split, e, peak)
+            out.append(((t, -tile.m * tile.n, i, kern.stream_k, kern.split_k),
+                        replace(kern, predicted_s=t)))
+    out.sort(key=lambda x: x[0])
+    return [x[1] for x in out]
