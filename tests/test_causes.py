@@ -12,6 +12,7 @@ from emulator.model.ablation import ORDER, AblationError, ablate, check, split, 
 from tests.conftest import run_cli, run_mpi_script
 
 CHECKS = ["launches launch-wait", "launches cu-steps",
+          "gemm-efficiency (unablated) loaded-latency", "gemm-efficiency loaded-latency",
           "link-efficiency (unablated, fraction 0.5) cu-steps", "link-efficiency cu-steps",
           "contention (unablated) dma-push", "contention dma-push",
           "dram-traffic wg-stores", "dram-traffic cu-steps", "dram-traffic launch-wait"]
@@ -34,12 +35,13 @@ def test_each_counterfactual_gives_the_hand_derived_log(job, check_):
 
 
 def test_split_telescopes_to_the_gain():
-    base = [10.0, 9.0, 8.0, 8.0, 5.0]
-    conf = [6.0, 6.0, 6.0, 5.5, 4.0]
+    base = [10.0, 9.0, 8.0, 8.0, 8.0, 5.0]
+    conf = [6.0, 6.0, 4.5, 6.0, 5.5, 4.0]
     parts = split(base, conf)
-    # gaps 4, 3, 2, 2.5, 1: launches 1, link 1, contention -0.5, dram 1.5, overlap 1
-    assert parts == {"launches": 1.0, "link-efficiency": 1.0, "contention": -0.5,
-                     "dram-traffic": 1.5, "overlap": 1.0}
+    # gaps 4, 3, 3.5, 2, 2.5, 1: launches 1, GEMM efficiency -0.5, link 1.5, contention
+    # -0.5, dram 1.5, overlap 1
+    assert parts == {"launches": 1.0, "gemm-efficiency": -0.5, "link-efficiency": 1.5,
+                     "contention": -0.5, "dram-traffic": 1.5, "overlap": 1.0}
     assert sum(parts.values()) == base[0] - conf[0]
     assert steps()[-1] == ORDER and len(steps()) == len(ORDER)
 
@@ -62,6 +64,9 @@ def test_ablate_changes_only_its_fields():
     assert free.dram.channels_for(free.hbm_bw) == spec.dram.channels_for(spec.hbm_bw)
     assert (free.cus, free.clock_hz, free.interconnect.link_bw) == \
         (spec.cus, spec.clock_hz, spec.interconnect.link_bw)
+    on = ablate(load_device("a100-sxm", (("gpu.gemm.enabled", True),)), ("gemm-efficiency",))
+    assert on.gemm is not None and not on.gemm.enabled and on.gemm.tiles == spec.gemm.tiles
+    assert ablate(load_device("t3-sim"), ("gemm-efficiency",)) == load_device("t3-sim")
 
 
 def test_run_causes_add_up_and_the_json_carries_them(tmp_path):

@@ -4,7 +4,9 @@ other, in ``ORDER``), and the gain split by how much each removal closes the gap
 
 The counterfactual runs are timing-only (their modelled times are those of numeric
 runs) and use the configuration's own plan (built once, run on each counterfactual
-device): a search configuration (``flux-best``)
+device); a step that leaves the device as it was (``gemm-efficiency`` on a GPU without a
+modelled GEMM kernel) reuses the previous step's times instead of running again. A
+search configuration (``flux-best``)
 is timed as the candidate it chose, a heuristic (``ficco-auto``) picks from the real
 device as it did.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from emulator.model.ablation import ORDER, split, steps
+from emulator.model.ablation import ORDER, ablate, split, steps
 
 
 def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[str, str],
@@ -32,7 +34,14 @@ def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[
     needed = list(dict.fromkeys([*pairs, *pairs.values()]))
     times = {m: [ends[m]] for m in needed}
     plans: dict = {}  # each configuration's plan, built once from the real device
+    clock = spec  # the device the previous step's runs were timed on
     for removed in steps():
+        device = ablate(spec, removed)
+        if device == clock:  # this step removes nothing here (no modelled GEMM kernel): the
+            for m in needed:  # same device gives the same times (deterministic clock)
+                times[m].append(times[m][-1])
+            continue
+        clock = device
         twin = dataclasses.replace(cfg, ablate=removed, causes=False, timing_only=True,
                                    trace=None, record_wall=False, inject_fault=None)
         ran: dict[str, float] = {}  # a tuner's pick is often a configuration of the job too

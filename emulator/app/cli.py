@@ -17,6 +17,7 @@ from collectives import ALGORITHMS, TOPOLOGIES
 from emulator.app.catalog import registry
 from emulator.app.config import VALUES, ConfigError, RunConfig
 from emulator.app.launcher import under_mpi
+from emulator.model.ablation import ORDER
 
 _DEFAULT = RunConfig()
 _REG = registry()
@@ -52,12 +53,12 @@ def _counterfactuals(command):
     command = click.option(
         "--causes", is_flag=True,
         help="Split each configuration's gain over its baseline into causes by "
-             "counterfactual runs (4 more timing-only runs of each configuration).")(command)
+             f"counterfactual runs (up to {len(ORDER)} more timing-only runs of each "
+             "configuration).")(command)
     return click.option(
         "--ablate", type=str, default="",
         help="Remove these costs from every run (a counterfactual): comma-separated from "
-             "launches, link-efficiency, contention, dram-traffic (see docs/concepts.md, 'Causes "
-             "of a gain').")(command)
+             f"{', '.join(ORDER)} (see docs/concepts.md, 'Causes of a gain').")(command)
 
 
 def _fail_usage(exc: Exception) -> None:

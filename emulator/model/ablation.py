@@ -15,6 +15,11 @@ plugins included, gets the same counterfactuals. What each removes:
 
 - ``launches``: every kernel launch is free (``DeviceSpec.launch_s`` = 0): the
   launch of every phase and of every further launch of a multi-launch kernel.
+- ``gemm-efficiency``: the GEMM kernel model's costs are gone (``[gemm] enabled`` =
+  false on the clock's device): a stage of a modelled kernel takes its useful FLOPs at
+  the matrix peak, with no tile or wave quantisation, main-loop efficiency, latency, L2
+  bound or split-K workspace (its tiles stay the ones the heuristic chose). GEMMs of
+  the device's fixed tile (no ``[gemm]`` section) are unchanged.
 - ``link-efficiency``: every executor achieves the link's (and NIC's) peak:
   library collectives' ``library_fraction`` (and ``[network]
   library_fraction``) = 1, and the ``[executors]`` fractions of the GPU's own
@@ -35,9 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 
-ORDER = ("launches", "link-efficiency", "contention", "dram-traffic")
+ORDER = ("launches", "gemm-efficiency", "link-efficiency", "contention", "dram-traffic")
 HELP = {
     "launches": "kernel launches cost nothing",
+    "gemm-efficiency": "GEMM stages at the matrix peak on their useful FLOPs (no tile or wave "
+                       "quantisation, main-loop efficiency, latency or split-K workspace)",
     "link-efficiency": "every executor at the link's peak (library, store, copy and put "
                        "fractions 1)",
     "contention": "communication's DRAM traffic served beside compute's, not sharing its "
@@ -71,6 +78,8 @@ def ablate(spec, names: tuple[str, ...]):
     names = check(tuple(names))
     if "launches" in names:
         spec = dataclasses.replace(spec, launch_s=0.0)
+    if "gemm-efficiency" in names and spec.gemm is not None:
+        spec = dataclasses.replace(spec, gemm=dataclasses.replace(spec.gemm, enabled=False))
     if "link-efficiency" in names:
         spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
             spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),

@@ -131,6 +131,9 @@ class CostModel:
         # latency: set by the kernel runner for a stage that runs beside queued
         # communication (loaded latency, ``emulator/model/gemm.py``), else 0
         self.delay = 0.0
+        # the kernel model times modelled GEMM kernels (off: the ``gemm-efficiency``
+        # counterfactual, their stages at the peak on their useful FLOPs)
+        self.kernel_model = spec.gemm is not None and spec.gemm.enabled
         self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
@@ -160,7 +163,9 @@ class CostModel:
         flops = 2.0 * h * w * kk
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
         fixup = 0.0
-        if kernel is not None and kernel.modelled and len(flops):
+        if kernel is not None and kernel.modelled and not self.kernel_model:
+            compute = float(flops.sum()) / peak if len(flops) else 0.0
+        elif kernel is not None and kernel.modelled and len(flops):
             cus = self.spec.cus
             area = float((h * w).max())  # a wider tile of a thin chunk: its own area
             compute = kernel.stage_seconds(
@@ -223,7 +228,7 @@ class CostModel:
         pooling on a device that gives its WGs' requests in flight."""
         kernel = getattr(producer, "kernel", None)
         if kernel is not None:
-            return bool(kernel.modelled and kernel.latency_s)
+            return bool(kernel.modelled and kernel.latency_s and self.kernel_model)
         s = self.spec
         return producer.kind in ("gemv", "embedding") and bool(s.mem_latency_s
                                                            and s.wg_inflight_bytes)

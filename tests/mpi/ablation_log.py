@@ -6,6 +6,10 @@ usage: ablation_log.py   (2 ranks)
 
 - launches:        launch-wait (two launches) and cu-steps with ``launch_us`` = 0: the
                    hand logs of event_log.py with LAUNCH = 0 (and no launch events).
+- gemm-efficiency: loaded-latency (the dma-push plan whose GEMM runs a modelled kernel,
+                   latency-bound) on the toy device given a ``[gemm]`` section: unablated,
+                   its hand log; ablated, each stage's 2 tiles take their FLOPs at the peak
+                   (2 x WG_FLOPS / F = WG_S), so the log of the plain dma-push case.
 - link-efficiency: cu-steps on the toy device with library_fraction 0.5: unablated, its
                    send holds the link for B / 0.5 (cu_steps_log(frac=0.5)); ablated, the
                    log of the device at fraction 1 (cu_steps_log()).
@@ -31,7 +35,7 @@ import numpy as np
 from mpi4py import MPI
 
 import event_log as ev
-from devices.spec import load_device
+from devices.spec import GemmSpec, load_device
 from emulator.engine.runner import RunOptions, run_plan
 from emulator.model.ablation import FREE_DRAM, ablate
 from emulator.model.dram import Dram
@@ -113,6 +117,12 @@ def checks(r: int, o: int):
         for case in ("launch-wait", "cu-steps"):
             out.append(("launches", case, spec, ablate(spec, ("launches",)),
                         no_launches(_log(case, r, o))))
+    gemm = dataclasses.replace(spec, gemm=GemmSpec((), 1.0))  # the kernel model on
+    out.append(("gemm-efficiency (unablated)", "loaded-latency", None, gemm,
+                _log("loaded-latency", r, o)))
+    out.append(("gemm-efficiency", "loaded-latency", gemm, ablate(gemm, ("gemm-efficiency",)),
+                _log("dma-push", r, o)))
+    assert ablate(spec, ("gemm-efficiency",)) == spec  # no [gemm]: nothing to remove
     out.append(("link-efficiency (unablated, fraction 0.5)", "cu-steps", None, half,
                 _log("cu-steps", r, o, frac=0.5)))
     out.append(("link-efficiency", "cu-steps", half, ablate(half, ("link-efficiency",)),
