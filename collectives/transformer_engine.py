@@ -145,13 +145,14 @@ def te_ring_aggregate_ag(p: Problem, op: Operation, algorithm: str) -> Plan:
     return _ag_steps(p, op, algorithm, blocks, (i + 2) % n, i + 1 if i % 2 == 0 else i - 1)
 
 
-def _rs_layout(p: Problem, op: Operation, algorithm: str, slots: Slots):
+def _rs_layout(p: Problem, op: Operation, algorithm: str, slots: Slots, tile_n: int):
     """The RS forms' buffers: C (the partials), R<s> (rank s's partial blocks landing
-    here; their arrivals count at C's tiles) and O (the reduced chunk, the result)."""
+    here; their arrivals count at C's tiles) and O (the reduced chunk, the result); C
+    tiled by chunks with tiles ``tile_n`` wide."""
     layout, inputs, _ = op.parts.layout(p, algorithm)
     layout = layout + [(f"R{s}", (p.m, p.n), p.dtype) for s in range(p.world)]
     layout.append(("O", (p.m, p.n), p.dtype))
-    cspace = p.space(slots, "C", p.chunks, tile_n=p.kernel.tile_n)
+    cspace = p.space(slots, "C", p.chunks, tile_n=tile_n)
     recv = [TileSpace(f"R{s}", cspace.tiles, cspace.slot_base) for s in range(p.world)]
     ospace = TileSpace("O", cspace.tiles, slots.alloc("O tile", len(cspace)))
     return layout, inputs, cspace, recv, ospace
@@ -171,7 +172,12 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     its own SMs beside GEMM j + 1 (module docstring)."""
     slots = Slots()
     p = p.with_launch(p.rows_most, -(-p.n // TE_SPLITS))  # a GEMM per column split
-    layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
+    # a split's GEMM spans every chunk's rows: under the kernel model (which charges whole
+    # tiles) chunks thinner than its tile are tiled with wider tiles of the tile's area
+    # (``Problem.tile_n``), so a tile is charged once, not once per chunk it spans; the
+    # fixed tile's clock charges each WG its own FLOPs, so its tiles stay
+    layout, inputs, cspace, recv, ospace = _rs_layout(
+        p, op, algorithm, slots, p.tile_n if p.kernel.modelled else p.kernel.tile_n)
     n, i = p.world, p.rank
     cols = np.unique(cspace.tiles[:, 2:4], axis=0)  # the tile columns (c0, c1)
     nsplit = min(TE_SPLITS, len(cols))
@@ -209,7 +215,8 @@ def te_p2p_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     the end (module docstring)."""
     slots = Slots()
     p = p.with_launch(p.max_chunk)  # a GEMM per chunk
-    layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots)
+    layout, inputs, cspace, recv, ospace = _rs_layout(p, op, algorithm, slots,
+                                                      p.kernel.tile_n)  # a GEMM per chunk
     n, i = p.world, p.rank
     order = [(i + s + 1) % n for s in range(n)]
     phases: list = []

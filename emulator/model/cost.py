@@ -39,9 +39,9 @@ L2), its FLOPs on the vector ALUs: compute = max over WGs of 2 h w kK x S / Pv
 (Pv = vector FLOP/s; 0 if the spec gives none): memory-bound in practice.
 Elementwise stage (a reduction of n source copies into one tile, or a copy
 when n = 1): reads n h w e per WG, (n - 1) h w vector FLOPs, compute = max
-over WGs x S / Pv; writes as above (memory-bound: bytes at the HBM rate the
-arbitration leaves).
-Memory-bound kernels (GEMV, embedding pooling): latency and row locality.
+over WGs x S / Pv, or the WG's latency bound on its n h w e bytes of reads (below) if
+longer; writes as above (memory-bound: bytes at the HBM rate the arbitration leaves).
+Memory-bound kernels (GEMV, embedding pooling, elementwise): latency and row locality.
 - Latency (Little's law): a WG keeps ``wg_inflight_bytes`` of reads in flight, each
   answered after the DRAM latency ``mem_latency_s`` plus the queueing behind the
   communication the DRAM's queue holds meanwhile (``delay``), so one WG reads at most
@@ -230,8 +230,8 @@ class CostModel:
         if kernel is not None:
             return bool(kernel.modelled and kernel.latency_s and self.kernel_model)
         s = self.spec
-        return producer.kind in ("gemv", "embedding") and bool(s.mem_latency_s
-                                                           and s.wg_inflight_bytes)
+        return producer.kind in ("gemv", "embedding", "elementwise") and bool(
+            s.mem_latency_s and s.wg_inflight_bytes)
 
     def row_efficiency(self, concurrent: int, row_bytes: float) -> float:
         """Data bytes per byte of HBM channel time when ``concurrent`` WGs each read random
@@ -264,11 +264,14 @@ class CostModel:
     def elementwise_compute(self, wgs: np.ndarray, copies: int,
                             resident: int | None = None) -> tuple[float, float, float]:
         """(FLOPs, compute seconds, DRAM read bytes) of elementwise WGs summing ``copies``
-        source tiles each (a copy when 1)."""
+        source tiles each (a copy when 1): the slower of the vector ALUs and the WG's
+        latency bound on its reads (Little's law, as a GEMV's)."""
         elems = ((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).astype(np.float64)
         flops = (copies - 1) * elems
-        compute = (self.wg_seconds(float(flops.max()), self.spec.vector_flops(self.dtype),
-                                   resident) if len(flops) else 0.0)
+        compute = (max(self.wg_seconds(float(flops.max()), self.spec.vector_flops(self.dtype),
+                                       resident),
+                       self.latency_time(float(copies * elems.max() * self.e)))
+                   if len(flops) else 0.0)
         return float(flops.sum()), compute, float(copies * elems.sum() * self.e)
 
     def with_writes(self, wgs: np.ndarray, flops: float, compute: float, reads: float,
