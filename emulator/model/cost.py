@@ -17,8 +17,12 @@ split-K GEMM, whose WGs update the same tile):
   from DRAM once and served from the L2 to its other readers while the stage's
   working set Wk = U x 2 K_STEP / kK (two K-steps of every panel) fits in L2in;
   what does not fit is re-read by every WG that uses it. P: the panels this
-  stage shares with the previous stage of the same kernel, when all of that
-  stage's panels fitted in L2in (they are still there). So the WG order decides
+  stage shares with the previous stage of the same kernel, times the share of
+  that stage's panels L2in holds, min(1, L2in / its panels' bytes): all of them
+  when they fitted, and a share that falls smoothly as the working set grows past
+  the L2 (ASSUMPTION: the L2's replacement is not strict LRU, whose cyclic scans
+  of a working set larger than the cache would keep nothing: a hashed
+  set-associative cache keeps a share about proportional to its capacity). So the WG order decides
   the traffic: which tiles share a stage (its distinct panels) and which
   consecutive stages share panels. L2in is the L2 left for inputs: all of it
   when GEMM outputs bypass the L2 (T3 allocates them uncached), L2 minus the
@@ -185,8 +189,8 @@ class CostModel:
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
         window = unique * min(1.0, 2 * K_STEP / float(kk.max()))
         reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
-        if self._resident and self._resident_fits:  # panels the previous stage left in L2
-            reads -= self._bytes(panels & self._resident)
+        if self._resident and self._resident_share:  # panels the previous stage left in L2
+            reads -= self._bytes(panels & self._resident) * self._resident_share
         return float(flops.sum()), compute, max(0.0, reads) + fixup
 
     # ---------------------------------------------------------------- the L2 across stages
@@ -206,13 +210,16 @@ class CostModel:
 
     def l2_reset(self) -> None:
         """A new kernel: nothing of its inputs is in the L2 yet."""
-        self._resident, self._resident_fits = frozenset(), False
+        self._resident, self._resident_share = frozenset(), 0.0
 
     def l2_commit(self, wgs: np.ndarray, outputs_cached: bool) -> None:
-        """A stage has run: its panels stay in the L2 for the next stage if they all fit
-        beside its cached outputs (LRU: the next stage's hits are the panels it shares)."""
+        """A stage has run: its panels stay in the L2 for the next stage, all of them if they
+        fit beside its cached outputs, else the share of them the L2 holds (module
+        docstring); the next stage's hits are that share of the panels it shares."""
         self._resident = self.panels(wgs)
-        self._resident_fits = self._bytes(self._resident) <= self.l2_inputs(wgs, outputs_cached)
+        held = self._bytes(self._resident)
+        self._resident_share = min(1.0, self.l2_inputs(wgs, outputs_cached) / held) if held \
+            else 0.0
 
     def latency_time(self, nbytes: float) -> float:
         """A WG's least time to read ``nbytes`` (Little's law: inflight / latency per WG, the
