@@ -34,7 +34,7 @@ _GPU_SECTIONS: dict[str, set[str]] = {
     s: set(_SCHEMA.get(s, {})) | set(_OPTIONAL.get(s, {})) for s in dict.fromkeys(
         [*_SCHEMA, *_OPTIONAL])}
 _GPU_SECTIONS["compute"].add("atomic_dtypes")
-_GPU_SECTIONS["gemm"] = {"enabled", "mainloop_efficiency", "source", "tiles"}
+_GPU_SECTIONS["gemm"] = {"enabled", "mainloop_efficiency", "source", "stream_k", "tiles"}
 
 
 def _system_keys() -> dict[str, set[str]]:

@@ -162,6 +162,8 @@ class GemmSpec:
     mainloop_efficiency: float  # a large GEMM's main loop, of the matrix peak (measured)
     source: str = ""  # where the tiles and the efficiency come from
     enabled: bool = True  # False: listed (``t3emu gemm``) but runs keep the fixed tile
+    stream_k: bool = False  # the library's heuristic may pick stream-K kernels (split-K it
+    # always may: cuBLASLt's and hipBLASLt's algorithms split K)
 
 
 @dataclass(frozen=True)
@@ -531,14 +533,15 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
 
 
 _TILE_KEYS = ("m", "n", "k", "stages", "per_cu")
-GEMM_KEYS = ("enabled", "mainloop_efficiency", "source", "tiles")
+GEMM_KEYS = ("enabled", "mainloop_efficiency", "source", "stream_k", "tiles")
 
 
 def parse_gemm(table: Any, source: str) -> GemmSpec:
     """``[gemm]``: ``tiles`` (a list of ``{m, n, k, stages, per_cu}``: the tile, its K step,
     pipeline depth and resident WGs per CU), ``mainloop_efficiency`` in (0, 1], ``source``
-    (where they come from) and ``enabled`` (default true; false: ``t3emu gemm`` lists the
-    catalogue, runs keep the fixed tile)."""
+    (where they come from), ``enabled`` (default true; false: ``t3emu gemm`` lists the
+    catalogue, runs keep the fixed tile) and ``stream_k`` (default false: whether the
+    heuristic may pick stream-K kernels)."""
     where = f"{source}: [gemm]"
     if not isinstance(table, dict):
         raise SpecError(f"{where} must be a table")
@@ -567,10 +570,13 @@ def parse_gemm(table: Any, source: str) -> GemmSpec:
     src = table.get("source", "")
     if not isinstance(src, str):
         raise SpecError(f"{where} source must be a string, got {src!r}")
-    enabled = table.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise SpecError(f"{where} enabled must be true or false, got {enabled!r}")
-    return GemmSpec(tuple(shapes), eff, src, enabled)
+    flags = []
+    for key, default in (("enabled", True), ("stream_k", False)):
+        flag = table.get(key, default)
+        if not isinstance(flag, bool):
+            raise SpecError(f"{where} {key} must be true or false, got {flag!r}")
+        flags.append(flag)
+    return GemmSpec(tuple(shapes), eff, src, *flags)
 
 
 def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:

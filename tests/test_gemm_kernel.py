@@ -48,12 +48,15 @@ def test_the_heuristic_predicts_waves_of_whole_tiles_and_picks_the_least():
     dp = [k for k in c if k.split_k == 1 and not k.stream_k]
     assert [(k.tile_m, k.tile_n) for k in dp] == [(128, 128), (64, 64)]
     assert _close(dp[0].predicted_s, 2 * WG_128) and _close(dp[1].predicted_s, 4 * WG_64)
-    # no partial wave remains, so no stream-K; split-K 2 of the 128 tile: 4 waves of one
-    # tile's 2 WGs over 2 steps each (plus the partials' round trip), slower
-    assert not any(k.stream_k for k in c)
-    s2 = next(k for k in c if (k.tile_m, k.split_k) == (128, 2))
-    assert _close(s2.predicted_s, 4 * (LAT + 2 * STEP_128))
+    # no partial wave remains, so no stream-K; the tiles fill the waves, so no split-K
+    assert all(k.split_k == 1 and not k.stream_k for k in c)
     assert choose(spec, 256, 256, 256, 1, "fp32") == c[0] == dp[0]
+    # 128 x 128 x 256: one 128-tile on a wave of 2 slots: split-K 2 (one wave of 2 WGs over
+    # 2 steps each: L + 2 STEP_128) is a candidate, and ties with the 64-tile's one wave of
+    # 4 WGs over 4 half steps (ties go to the larger tile)
+    one = candidates(spec, 128, 128, 256, 1, "fp32")
+    s2 = next(k for k in one if (k.tile_m, k.split_k) == (128, 2))
+    assert _close(s2.predicted_s, LAT + 2 * STEP_128) and one[0] == s2
     # 64 rows: a 128-row tile still computes all its rows (tile quantisation), so its 2
     # tiles take one wave of WG_128, while 4 64-tiles take one wave of WG_64
     thin = [k for k in candidates(spec, 64, 256, 256, 1, "fp32") if k.split_k == 1

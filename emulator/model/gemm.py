@@ -42,17 +42,21 @@ and the numerics see one tile as before):
   ASSUMPTION: the workspace is in DRAM (an L2 that keeps it would make this cheaper).
 - **stream-K** (CUTLASS's data-parallel + stream-K hybrid): full waves as data-parallel,
   and a last wave of n < S tiles spreads its n x steps K iterations evenly over up to S
-  WGs, which share tiles through the same workspace (one partial per WG).
+  WGs, which share tiles through the same workspace (one partial per WG). Only where the
+  catalogue says the library's heuristic picks such kernels (``[gemm] stream_k``; no
+  preset does: CUTLASS ships stream-K kernels, but no source found shows cuBLAS's or
+  hipBLASLt's heuristic choosing them for these GPUs' f16 GEMMs).
 
 The heuristic (``choose``): every tile of the catalogue, data-parallel, split by each
-factor cuBLASLt's own search tries (``SPLIT_K``, each WG keeping at least a K step) and
-stream-K where a partial wave remains, is predicted with the same formulas over the
-GEMM's tiles (ceil(M / tm) x ceil(N / tn)) as waves (a partial last wave as
-``partial_stage`` places it), against the HBM roofline of its compulsory traffic plus the
-partials' round trip; the least predicted time wins, ties to the larger tile, then the
-catalogue's order, then data-parallel, split-K (the smaller factor), stream-K:
-deterministic, as a BLAS heuristic's table is.
-A run that splits K itself (``--split-k`` > 1: T3's updates) gets data-parallel kernels
+factor cuBLASLt's own search tries (``SPLIT_K``, each WG keeping at least a K step) where
+the tiles fill less than one wave (the case split-K is for: CUTLASS's split-K example,
+"small M and N, large K"; a library does not split a GEMM that fills the GPU) and
+stream-K where a partial wave remains (and the catalogue allows it), is predicted with
+the same formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn)) as waves (a partial
+last wave as ``partial_stage`` places it), against the HBM roofline of its compulsory
+traffic plus the partials' round trip; the least predicted time wins, ties to the larger
+tile, then the catalogue's order, then data-parallel, split-K (the smaller factor),
+stream-K: deterministic, as a BLAS heuristic's table is. A run that splits K itself (``--split-k`` > 1: T3's updates) gets data-parallel kernels
 only; a persistent kernel runs its tile data-parallel. Not modelled yet: the operand
 layouts of forward and backward GEMMs, and a latency that rises with the memory's load
 from the GEMM's own traffic (``latency_ns`` is the unloaded pointer-chase latency).
@@ -226,8 +230,10 @@ def choose(spec, m: int, n: int, k: int, split: int, dtype: str) -> GemmKernel:
 def candidates(spec, m: int, n: int, k: int, split: int, dtype: str,
                decompositions: bool = True) -> list[GemmKernel]:
     """Every catalogue tile as a kernel with its predicted time, best first: data-parallel,
-    split-K by each of ``SPLIT_K`` that leaves every WG a K step, and stream-K where a
-    partial wave remains (``decompositions``; none when the run splits K itself)."""
+    split-K (when its tiles fill less than a wave) by each of ``SPLIT_K`` that leaves every
+    WG a K step and fits a wave, and
+    stream-K where a partial wave remains and the catalogue says the library picks it
+    (``[gemm] stream_k``) (``decompositions``; none when the run splits K itself)."""
     from emulator.model.cost import DTYPE_BYTES
 
     peak, e = spec.peak_flops(dtype), DTYPE_BYTES[dtype]
@@ -237,10 +243,11 @@ def candidates(spec, m: int, n: int, k: int, split: int, dtype: str,
         variants = [base]
         if decompositions and split == 1:
             steps = -(-k // tile.k)
-            variants += [replace(base, split_k=s) for s in SPLIT_K
-                         if s <= min(steps, base.slots(spec.cus))]
             tiles = -(-m // tile.m) * -(-n // tile.n)
-            if tiles % base.items(spec.cus):
+            if tiles < base.slots(spec.cus):  # split-K's case: too few tiles for a wave
+                variants += [replace(base, split_k=s) for s in SPLIT_K
+                             if s <= min(steps, base.slots(spec.cus))]
+            if spec.gemm.stream_k and tiles % base.items(spec.cus):
                 variants.append(replace(base, stream_k=True))
         for kern in variants:
             t = predict(spec, kern, m, n, k, split, e, peak)

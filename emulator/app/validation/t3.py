@@ -311,6 +311,31 @@ def _twice_table(sw: Sweeps) -> list[str]:
     return lines
 
 
+def _latency_note() -> str:
+    """Why loaded latency leaves T3's GEMM alone: its K step against a full queue's delay,
+    from the t3-sim preset."""
+    from devices.spec import load_device
+    from emulator.model.cost import K_STEP
+    from emulator.model.dram import Dram
+
+    spec = load_device("t3-sim")
+    step = 2 * spec.wg_tile_m * spec.wg_tile_n * K_STEP * spec.wgs_per_stage \
+        / spec.peak_flops("fp16")
+    full = Dram("t3-sim", spec.hbm_bw, spec.dram).queue_bytes / spec.hbm_bw
+    return (f"T3 finds MCA's gain in the latency that queue-filling bursts add to each "
+            f"GEMM read. The model has that latency (a latency-bound kernel's loads wait "
+            f"behind the communication queued in the DRAM, `Dram.queued`), but T3's "
+            f"GEMM is not latency-bound: a {spec.wg_tile_m}x{spec.wg_tile_n} WG's K step "
+            f"of {K_STEP} takes {step * 1e6:.2f} us at {spec.wgs_per_stage} WGs, while a "
+            f"queue full of communication ({full * 1e9:.0f} ns of the HBM) delays a read "
+            f"far less than that, so the tile's pipeline hides it (even one step in "
+            f"flight would); a K loop that felt it would need a per-CU limit on requests "
+            f"in flight far below a tile's panels, which no source gives for T3's GPU "
+            f"(its preset has no `[gemm]` section or memory latency). What MCA wins here "
+            f"is bytes: bursts that would fill the queue and block the GEMM's reads (the "
+            f"T3-MCA over T3 rows show what that leaves of T3's 13%).")
+
+
 def _notes(sw: Sweeps) -> list[str]:
     lines = ["## What decides it", "",
              "- Round-robin (`t3`): a stage's DMA reads are issued together as its regions "
@@ -325,9 +350,7 @@ def _notes(sw: Sweeps) -> list[str]:
              "assumption: T3 names the thresholds, not the bands); where the GEMM's read "
              "phase alone keeps the queue over T (ur >= T/(T+1)), a request waits at most "
              "the anti-starvation limit (1 us, `DramSpec.starvation_s`, an assumption) and "
-             "then takes what the GEMM leaves. The model charges a burst's bytes, not the "
-             "latency queue-filling bursts add to each GEMM read, which is where T3 finds "
-             "MCA's gain (the T3-MCA over T3 rows show what that leaves of it).",
+             "then takes what the GEMM leaves. " + _latency_note(),
              "- The L2 (`emulator/model/cost.py`): a stage's distinct panels are read once, "
              "and panels shared with the previous stage stay when they fit; so the TP 32 FC "
              "layers are memory-intensive (they re-read B every stage) and the TP 8/16 ones "
@@ -347,10 +370,16 @@ def _notes(sw: Sweeps) -> list[str]:
             f"- Not for the paper's reason: T3 puts T-NLG FC-1 at TP 16 furthest from ideal "
             f"because bypassing the L2 for the GEMM's outputs (needed for near-memory "
             f"updates) hurts that cache-sensitive GEMM. In the model FC-1 (backward) and "
-            f"FC-2 (forward) have the same per-GPU shape (M = T, N = H, K = 4H/TP; the "
-            f"transposed and non-transposed GEMMs cost the same) and every GEMM, the "
-            f"baseline's included, bypasses the L2 (`TiledGemm.outputs_cached` is False "
-            f"everywhere), so the L2-bypass cost cannot single out a case; "
+            f"FC-2 (forward) have the same per-GPU shape (M = T, N = H, K = 4H/TP) and "
+            f"differ only in the weight's layout (the forward reads W2 stored K-major, the "
+            f"backward W1 stored N-major: a K step of a B panel is 128 B or 256 B "
+            f"contiguous per row), which costs the same here: both are whole 64 B DRAM "
+            f"accesses and t3-sim has no DRAM row model to tell them apart (no source gives "
+            f"one for T3's HBM2 beyond its bank groups). The baseline's GEMM caches its "
+            f"outputs (write-allocate: they take L2 room from its inputs) and T3's bypasses "
+            f"the L2 (`TiledGemm.outputs_cached`); as no GEMM reads its outputs back, the "
+            f"bypass here only frees room for the inputs and cannot cost T3 anything, on "
+            f"FC-1 or FC-2; "
             f"{len(same)} of {len([k for k in by if k[1] == 'FC-1'])} FC-1 cases run "
             f"exactly as their FC-2 twin.")
     if MAIN in sw and TWICE in sw:
