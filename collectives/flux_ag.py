@@ -65,14 +65,16 @@ class _Input:
         for t in self.space.tiles_in(region):
             self.signal[self.space.region(t)] = sig
 
-    def plan(self, op: Operation, algorithm: str, chunks: list[int], slots: Slots) -> Plan:
+    def plan(self, op: Operation, algorithm: str, chunks: list[int], slots: Slots,
+             arrival_order: bool = False) -> Plan:
         p = self.p
         layout, inputs, result = op.parts.layout(p, algorithm)
         kernel, cmap = consumer.gated_gemm(p, slots, self.signal, chunks, plain=True)
         extra = [self.own_push] if self.own_push.entries else []
         phase = KernelPhase("ag+gemm", kernel, [cmap, *extra, self.map], op.parts.stream,
                             fused=True,
-                            preload=consumer.resident(p, self.space, self.own))
+                            preload=consumer.resident(p, self.space, self.own),
+                            arrival_order=arrival_order)
         return Plan(layout, inputs, [phase], slots, result, arbitration=ARBITRATION)
 
 
@@ -126,7 +128,7 @@ def ring_push(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle
                 inp.mark(region, amap.track(region, after=1) if c == p.left or p.world == 1
                          else amap.dma_map(region, p.left, op="store", after=1))
         return inp.plan(op, algorithm, _order(p, [p.ring_at(s) for s in range(p.world)],
-                                              swizzle), slots)
+                                              swizzle), slots, arrival_order=True)
     return inp.plan(op, algorithm, _order(p, _ring2d(p, inp), swizzle), slots)
 
 

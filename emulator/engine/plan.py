@@ -72,6 +72,8 @@ class KernelPhase:
     # phases "<name>.kernel" and "<name>.executors" (a concurrent run measured for losses)
     margin: float = 0.0  # share of the CUs kept from the kernel for a concurrent one (TE's
     # ``set_sm_margin``) even when none runs beside it in this phase
+    arrival_order: bool = False  # its forwards are queued in the order their data arrives
+    # (a 1D ring): program order keeps them so (``program.program_order``)
 
 
 @dataclass

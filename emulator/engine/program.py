@@ -11,7 +11,8 @@ from emulator.engine.kernel import Kernel, LaunchItems
 
 def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
                   nslots: int, slot_of: np.ndarray | None = None,
-                  resident: np.ndarray | None = None) -> tuple[list[int], list[DmaCommand]]:
+                  resident: np.ndarray | None = None, arrival_order: bool = False
+                  ) -> tuple[list[int], list[DmaCommand]]:
     """Fix the rank's program order of stages and queued commands (every executor's).
 
     Stage s sits at position s. A command whose trigger (or, for a pull, whose
@@ -24,7 +25,10 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     the kernel (``resident``: the preloaded slots), as an all-gather's push of the rank's
     own rows, never comes after a command waiting for arrivals queued behind it (a
     forward, a sink or a pull of peers' rows, which may wait for what a peer sends only
-    once this push has reached it). Returns each stage's order index and the commands
+    once this push has reached it); and, with ``arrival_order`` (forwards queued as their
+    data arrives: a 1D ring), a forward is moved up to any forward queued behind it on
+    the same executor to the same peer that a stage pulls ahead. Returns each
+    stage's order index and the commands
     in program order (with ``order`` and ``compute_after`` set).
     """
     stages = kernel.stages()
@@ -77,6 +81,16 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
             entry[0] = min(entry[0], behind)
         elif entry[3]:
             behind = min(behind, entry[0])
+    # where forwards are queued in arrival order (a 1D ring), they keep it per executor and
+    # destination: a forward (ungated when no stage waits on its chunk alone: a stage gates
+    # on the latest chunk it reads) never comes after one queued behind it that a stage
+    # pulls ahead, as the peer waits for the earlier chunk first
+    ahead: dict = {}  # per executor and destination: its forwards' queue
+    for entry in reversed(keyed if arrival_order else []):
+        cmd = entry[2]
+        if entry[3] and cmd.src is not None and not cmd.pull:
+            key = (cmd.executor.kind, cmd.executor.index, cmd.dst_rank)
+            entry[0] = ahead[key] = min(entry[0], ahead.get(key, float("inf")))
     items = sorted([(float(s), -1, None) for s in range(len(stages))] + [e[:3] for e in keyed],
                    key=lambda x: (x[0], x[1]))
     stage_index, ordered = [], []

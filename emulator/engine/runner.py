@@ -249,7 +249,8 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     for slots, _ in ph.preload:
         resident[np.asarray(slots, np.int64)] = True
     stage_index, commands = program_order(ph.kernel, commands, policy.lookahead, tracker.nslots,
-                                          getattr(routes, "slot", None), resident)
+                                          getattr(routes, "slot", None), resident,
+                                          ph.arrival_order)
     stage_faults = ("raise", "kill", "stall")  # in stage 1 (stage 0 with a single stage)
     fault = ((fault_kind, min(1, len(stage_index) - 1)) if fault_kind in stage_faults
              else ("", -1))
