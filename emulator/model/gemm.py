@@ -48,9 +48,10 @@ and the numerics see one tile as before):
   hipBLASLt's heuristic choosing them for these GPUs' f16 GEMMs).
 
 The heuristic (``choose``): every tile of the catalogue, data-parallel, split by each
-factor cuBLASLt's own search tries (``SPLIT_K``, each WG keeping at least a K step) where
-the tiles fill less than one wave (the case split-K is for: CUTLASS's split-K example,
-"small M and N, large K"; a library does not split a GEMM that fills the GPU) and
+factor cuBLASLt's own search tries (``SPLIT_K``, each WG keeping at least a K step) whose
+WGs still fit one wave (the case split-K is for: CUTLASS's split-K example, "small M and
+N, large K", a grid too small to fill the GPU; a library does not split a GEMM that fills
+it) and
 stream-K where a partial wave remains (and the catalogue allows it), is predicted with
 the same formulas over the GEMM's tiles (ceil(M / tm) x ceil(N / tn)) as waves (a partial
 last wave as ``partial_stage`` places it), against the HBM roofline of its compulsory
@@ -230,8 +231,7 @@ def choose(spec, m: int, n: int, k: int, split: int, dtype: str) -> GemmKernel:
 def candidates(spec, m: int, n: int, k: int, split: int, dtype: str,
                decompositions: bool = True) -> list[GemmKernel]:
     """Every catalogue tile as a kernel with its predicted time, best first: data-parallel,
-    split-K (when its tiles fill less than a wave) by each of ``SPLIT_K`` that leaves every
-    WG a K step and fits a wave, and
+    split-K by each of ``SPLIT_K`` whose WGs still fit one wave and each keep a K step, and
     stream-K where a partial wave remains and the catalogue says the library picks it
     (``[gemm] stream_k``) (``decompositions``; none when the run splits K itself)."""
     from emulator.model.cost import DTYPE_BYTES
@@ -244,9 +244,9 @@ def candidates(spec, m: int, n: int, k: int, split: int, dtype: str,
         if decompositions and split == 1:
             steps = -(-k // tile.k)
             tiles = -(-m // tile.m) * -(-n // tile.n)
-            if tiles < base.slots(spec.cus):  # split-K's case: too few tiles for a wave
-                variants += [replace(base, split_k=s) for s in SPLIT_K
-                             if s <= min(steps, base.slots(spec.cus))]
+            # split-K's case: too few tiles for a wave, split to fill it (one wave at most)
+            variants += [replace(base, split_k=s) for s in SPLIT_K
+                         if s <= steps and tiles * s <= base.slots(spec.cus)]
             if spec.gemm.stream_k and tiles % base.items(spec.cus):
                 variants.append(replace(base, stream_k=True))
         for kern in variants:
