@@ -95,7 +95,7 @@ def test_row_locality_and_latency_model():
     eff = [cost.row_efficiency(p, 512) for p in (1, 100, 400, 800)]
     assert eff[0] > eff[1] > eff[2] > eff[3] > 0.5  # R = 8 accesses per row, miss = 2 hits
     assert eff[0] == pytest.approx(8 / (2 + 7 * (1 / (1 + 1 / 512) + (1 - 1 / (1 + 1 / 512)) * 2)))
-    assert cost.latency_time(4096) == pytest.approx(700e-9)  # 4 KB in flight per 700 ns
+    assert cost.latency_time(4096) == pytest.approx(345e-9)  # 4 KB in flight per 345 ns
     items = np.array([[0, 2, 0, 256, 0, 70]], np.int64)  # 2 bags of 70 rows of D = 256
     flops, compute, reads = cost.gather_compute(items, 256, 8)
     assert reads == 2 * 70 * (256 * 2 + 8) and flops == 2 * 70 * 256
