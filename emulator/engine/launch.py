@@ -515,9 +515,9 @@ def _check_bounds(hbm: Hbm, buffer: str, regions: np.ndarray,
 def spread(cost: CostModel, n: int, k: Kernel | None = None) -> int | None:
     """When the device spreads a partial stage of ``n`` WGs over its CUs (``partial_stage =
     "spread"``): each CU holds ceil(n / CUs) of them, so each WG gets 1/(CUs x that) of the
-    peak (the WG slots a stage's time is set by); None: each WG at 1/S of the peak. S:
-    the slots of kernel ``k``'s GEMM kernel when the kernel model times it, else the
-    device's."""
+    peak (the WG slots a stage's time is set by); None: each WG at 1/S of the peak (S:
+    the device's slots), or a modelled GEMM kernel, which spreads its own WGs
+    (``GemmKernel.stage_seconds``: split-K runs several per item)."""
     cus = cost.spec.cus
     gemm = getattr(k.producer, "kernel", None) if k is not None else None
     if gemm is not None and gemm.modelled:  # the kernel spreads its own WGs (split-K's

@@ -27,9 +27,9 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     forward, a sink or a pull of peers' rows, which may wait for what a peer sends only
     once this push has reached it); and, with ``arrival_order`` (forwards queued as their
     data arrives: a 1D ring), a forward is moved up to any forward queued behind it on
-    the same executor to the same peer that a stage pulls ahead. Returns each
-    stage's order index and the commands
-    in program order (with ``order`` and ``compute_after`` set).
+    the same executor to the same peer that a stage pulls ahead. Returns each stage's
+    order index and the commands in program order (with ``order`` and ``compute_after``
+    set).
     """
     stages = kernel.stages()
     slot_stage = np.full(nslots, -1, np.int32)
