@@ -201,16 +201,24 @@ def rounds_over_stages(p: dict) -> float:
     """The persistent GEMM's time over the plain GEMM's from wave quantisation alone: the
     plain kernel runs ceil(tiles / S) stages of S WGs (each WG 1/S of the device), the
     persistent grid of P = S less the communication context's share runs ceil(tiles / P)
-    rounds (each WG 1/P of it): (rounds x P) / (stages x S)."""
+    rounds (each WG 1/max(P, CUs) of it, ``cost.py``): (rounds x max(P, CUs)) / (stages x S).
+    The tile and WGs per CU are the point's GEMM kernel's (the kernel model's choice),
+    else the device's fixed tile."""
     import math
 
     from collectives.persistent import SHMEM_OCCUPANCY_LOSS
 
-    ds = p["device_spec"]
-    tiles = math.ceil(p["m"] / ds["wg_tile_m"]) * math.ceil(p["n"] / ds["wg_tile_n"])
-    slots = ds["cus"] * ds["wgs_per_cu"]
+    ds, kern = p["device_spec"], p.get("gemm_kernel") or {}
+    if kern.get("modelled"):
+        tm, tn = (int(x) for x in kern["tile"].split("x")[:2])
+        per_cu = kern["wgs_per_cu"]
+    else:
+        tm, tn, per_cu = ds["wg_tile_m"], ds["wg_tile_n"], ds["wgs_per_cu"]
+    tiles = math.ceil(p["m"] / tm) * math.ceil(p["n"] / tn)
+    slots = ds["cus"] * per_cu
     grid = max(1, int(slots * (1.0 - SHMEM_OCCUPANCY_LOSS)))
-    return math.ceil(tiles / grid) * grid / (math.ceil(tiles / slots) * slots)
+    share = max(grid, ds["cus"])
+    return math.ceil(tiles / grid) * share / (math.ceil(tiles / slots) * slots)
 
 
 def _notes(sw: Sweeps) -> list[str]:
@@ -260,8 +268,9 @@ def _notes(sw: Sweeps) -> list[str]:
             f"- GEMM + All-to-All, not for the paper's reason: where the collective is under "
             f"10% of the baseline ({len(gemm)} points), the fused operator's time over "
             f"max(compute, communication) follows wave quantisation alone: the persistent "
-            f"grid (12.5% fewer WGs, each a larger share of the device) runs "
-            f"ceil(tiles / P) rounds against the plain GEMM's ceil(tiles / S) stages "
+            f"grid of P WGs (12.5% fewer than the S of a plain stage of the same tile; each "
+            f"WG 1/max(P, CUs) of the device) runs ceil(tiles / P) rounds against the plain "
+            f"GEMM's ceil(tiles / S) stages "
             f"(predicted " + ", ".join(f"{rounds_over_stages(p):.3f}" for p in gemm)
             + "; modelled " + ", ".join(f"{time_of(p, FUSED) / time_of(p, BOUND):.3f}"
                                         for p in gemm)
