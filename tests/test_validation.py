@@ -226,3 +226,19 @@ def test_validate_needs_a_directory():
     r = CliRunner().invoke(main, ["validate"])
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "give at least one sweep directory" in r.stderr
+
+
+def test_rounds_over_stages_uses_the_points_gemm_kernel():
+    """The fused-ops page's wave-quantisation check, hand-derived: 2048 x 4096 of 128 x 128
+    tiles = 512. The kernel model's 1 WG per CU on 104 CUs: a plain stage of S = 104, the
+    persistent grid P = int(104 x 0.875) = 91 WGs each at 1/max(91, 104) of the device:
+    ceil(512/91) = 6 rounds x 104 over ceil(512/104) = 5 stages x 104 = 1.2. Without a
+    modelled kernel the device's fixed tile (here 2 WGs per CU: S = 208, P = 182 at
+    1/182 each): 3 x 182 / (3 x 208) = 0.875."""
+    from emulator.app.validation.fused_ops import rounds_over_stages
+
+    ds = {"cus": 104, "wg_tile_m": 128, "wg_tile_n": 128, "wgs_per_cu": 2}
+    p = {"m": 2048, "n": 4096, "device_spec": ds,
+         "gemm_kernel": {"tile": "128x128x32", "wgs_per_cu": 1, "modelled": True}}
+    assert rounds_over_stages(p) == pytest.approx(1.2)
+    assert rounds_over_stages({**p, "gemm_kernel": None}) == pytest.approx(0.875)
