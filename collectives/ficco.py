@@ -597,7 +597,8 @@ def ideal(p: Problem, op: Operation) -> Plan:
     longer."""
     slots = Slots()
     plan = _comm_phase(p, op, slots, "comm", True, "dma")
-    space = _untracked(p, slots, "C", p.chunks)
+    space = _untracked(p, slots, "C", [(0, p.rows_here)])  # one GEMM over all its rows,
+    # tiled as the serial baseline's (``plain_gemm``), not per sender's block
     kernel, _ = _launch_kernel(p, space, [([(0, p.rows_here, 0, p.n)], 0, p.k)], "AG")
     cmap = AddressMap(space, p.rank, p.world, "store", kernel.local_writes(), local_ok=True)
     plan.phases.append(KernelPhase("gemm", kernel, [cmap], plan.phases[0].stream,
