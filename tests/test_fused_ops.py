@@ -61,6 +61,24 @@ def test_scale_out_embedding_across_two_emulated_hosts(tmp_path, system, hosts):
             assert a[key] == b[key], (system, a["mode"], key)
 
 
+@pytest.mark.parametrize("operation", ["gemv+ar", "gemm+a2a"])
+def test_the_zero_copy_operators_are_refused_across_nodes(operation):
+    """Their WGs store into peers' memory, which no GPU can do across the network: refused
+    before launch (exit 2, one line naming why); --mode all leaves them out and runs the
+    rest; on 2 nodes x 2 GPUs too (a peer on the other node), not on one node of 4."""
+    proc = run_cli(["run", "--system", "mi210-2node", "--collective", operation,
+                    *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
+    assert proc.returncode == 2 and "no GPU can issue to another node" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli(["run", "--system", "mi210-2node", "--collective", operation,
+                    *SHAPES[operation], "--mode", "all", "--timing-only"], timeout=120)
+    assert proc.returncode == 0 and "fused" not in proc.stderr.split("sequential", 1)[1]
+    for system, rc in ((TWO_BY_TWO, 2), ("mi210x4", 0)):
+        proc = run_cli(["run", "--system", system, "--collective", operation,
+                        *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
+        assert proc.returncode == rc, proc.stderr
+
+
 def test_communication_aware_order_cuts_the_skew_between_nodes(emulate):
     """Two nodes: in index order rank 0 pools its own samples first and sends its remote
     slices last, so rank 1 waits for them at the end; remote slices first removes it."""

@@ -272,7 +272,7 @@ class RunConfig:
                               f"{ic.gpus_per_node}); leave -n out or give -n {size}")
         reg = registry(self.configs)
         for mode in self.modes if self.mode != "all" else ():
-            why = reg.refusal(mode, spec, self.dtype, self.ranks)
+            why = reg.refusal(mode, spec, self.dtype, self.ranks, self.collective)
             if why:
                 raise ConfigError("--mode", self.mode, why)
         if size:
@@ -301,7 +301,8 @@ class RunConfig:
             return self
         reg = registry(self.configs)
         ranks = self.ranks if ranks is None else ranks
-        keep = [m for m in self.modes if not reg.refusal(m, spec, self.dtype, ranks)
+        keep = [m for m in self.modes
+                if not reg.refusal(m, spec, self.dtype, ranks, self.collective)
                 and not self._unbalanced(reg, m)]
         return self if len(keep) == len(self.modes) else dataclasses.replace(
             self, mode=",".join(keep))

@@ -70,7 +70,7 @@ def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
 
     reg = registry(cfg.configs)
     names = [n for n in reg.candidates(mode, reg.operation(cfg.collective), cfg.algorithm)
-             if not reg.refusal(n, spec, cfg.dtype, cfg.ranks)]
+             if not reg.refusal(n, spec, cfg.dtype, cfg.ranks, cfg.collective)]
     timed, ends = {}, {}
     for name in names:  # every rank has run the same configurations before this one
         timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, name, memory)

@@ -299,7 +299,7 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
             # the modes its algorithm runs that the system can run at its size in the
             # scenario's dtype (TransformerEngine refuses a job across nodes)
             modes = tuple(m for m in case["modes"] if m in applies
-                          and not reg.refusal(m, spec, doc["dtype"], tp))
+                          and not reg.refusal(m, spec, doc["dtype"], tp, op.name))
             if not modes:
                 raise ScenarioError(f"{where}: none of the modes applies to {op.name} on "
                                     f"{name} (its algorithm {algo} runs {', '.join(applies)})")

@@ -132,6 +132,8 @@ class Configuration:
     # across nodes), so ``atomics`` does not refuse it
     refuses: Callable | None = None  # (spec, ranks) -> why it cannot run a job of ``ranks``
     # GPUs on that device or system ("": it can), as the real software refuses it
+    refuses_op: Callable | None = None  # (spec, ranks, operation name) -> the same, for a
+    # configuration that runs some of its operations only on some systems
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
     params: dict = field(default_factory=dict)  # name -> Param: its knobs
@@ -192,11 +194,16 @@ class Registry:
         return tuple(n for n, c in self.configurations.items() if c.applies(op)
                      and (algorithm is None or not c.algorithms or algorithm in c.algorithms))
 
-    def refusal(self, name: str, spec, dtype: str, ranks: int = 0) -> str:
+    def refusal(self, name: str, spec, dtype: str, ranks: int = 0, op: str | None = None
+                ) -> str:
         """Why configuration ``name`` cannot run on device ``spec`` in ``dtype`` with
-        ``ranks`` GPUs ("" : it can)."""
+        ``ranks`` GPUs ("" : it can); ``op``: the operation's name, for the refusals that
+        depend on it."""
         cfg = self.configuration(name)
         if cfg.refuses is not None and ranks and (why := cfg.refuses(spec, ranks)):
+            return f"{name}: {why}"
+        if (cfg.refuses_op is not None and ranks and op is not None
+                and (why := cfg.refuses_op(spec, ranks, self.operation(op).name))):
             return f"{name}: {why}"
         if cfg.atomics and dtype not in spec.atomic_dtypes and not (
                 cfg.wide_atomics is not None and ranks and cfg.wide_atomics(spec, dtype, ranks)):
