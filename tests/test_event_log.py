@@ -72,7 +72,7 @@ def _same(got: list, want: list) -> None:
         assert g[:2] == w[:2] and _close(g[2], w[2]) and _close(g[3], w[3]), (g, w)
 
 
-def _clock(switched: bool = False, library: float = 1.0, **fractions):
+def _clock(switched: bool = False, library: float = 1.0, nodes: int = 1, **fractions):
     from devices.spec import load_device
     from emulator.model.clock import RankClock
     from emulator.model.cost import CostModel
@@ -83,6 +83,9 @@ def _clock(switched: bool = False, library: float = 1.0, **fractions):
     spec = dataclasses.replace(spec, executors=dataclasses.replace(spec.executors, **fractions))
     ic = dataclasses.replace(spec.interconnect, topology="switch" if switched else "full-mesh",
                              library_fraction=library)
+    if nodes > 1:  # one GPU per node, each node's NIC (the device's) into a fabric
+        ic = dataclasses.replace(ic, gpus_per_node=1, nodes=nodes, network="fabric",
+                                 nics_per_node=1, nic_bw=NIC_BW, nic_latency_s=NIC_LAT)
     spec = dataclasses.replace(spec, interconnect=ic)
     clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0,
                       nics=spec.nics, nic_bw=spec.nic_bw)
@@ -162,9 +165,11 @@ def test_dma_push_and_pull_wait_for_a_busy_engine():
 
 
 def test_nic_puts_share_the_nic_and_the_flag_follows_the_data():
+    """Two puts to the GPU of the other node: each crosses the route, the node's NIC port
+    (its rate, the fabric's latency); the second waits for the first's bytes."""
     from emulator.model import transfers
 
-    clock, cost = _clock()
+    clock, cost = _clock(nodes=2)
     nic = clock.executor("nic", 0)
     e1, a1 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "p")
     e2, a2 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "q")
@@ -211,12 +216,20 @@ def test_each_executor_holds_the_link_for_its_bytes_over_its_own_fraction():
                                  share=0.25, executor="library")
     lib_end = stores_end + B / (0.4 * L)  # after the stores on the same link
     assert _close(e_lib, max(lib_end, stores_end + B / BW))
+    # a put to the node peer (a GPU-initiated put that stays in the node) crosses the
+    # node's link at put_fraction of it, after the stores and the library's kernel
     nic = clock.executor("nic", 0)
-    e_put, a_put = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "p")
-    put_end = max(B / BW, B / (0.8 * NIC_BW))
-    assert _close(e_put, put_end) and _close(a_put, put_end + NIC_LAT)
+    e_put, a_put = transfers.nic_put(clock, cost, nic, lib_end, 1, B, "p")
+    put_end = lib_end + max(B / BW, B / (0.8 * L))
+    assert _close(e_put, put_end) and _close(a_put, put_end + LAT)
     _same(_log(clock), [("dma", "c -> 1", t0, copy_end), ("link->1", "dma c", t0, copy_end),
                         ("link->1", "s", copy_end, stores_end),
                         ("link->1", "cu l", stores_end, lib_end),
                         ("cu-kernel", "l -> 1", stores_end, lib_end),
-                        ("nic", "put p -> 1", 0.0, put_end)])
+                        ("link->1", "put p", lib_end, put_end),
+                        ("nic", "put p -> 1", lib_end, put_end)])
+    # across nodes: the NIC port at put_fraction of the NIC's rate, the fabric's latency
+    clock, cost = _clock(nodes=2, put_fraction=0.8)
+    e_put, a_put = transfers.nic_put(clock, cost, clock.executor("nic", 0), 0.0, 1, B, "p")
+    put_end = max(B / BW, B / (0.8 * NIC_BW))
+    assert _close(e_put, put_end) and _close(a_put, put_end + NIC_LAT)

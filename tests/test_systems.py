@@ -183,9 +183,39 @@ def test_routes_shared_ports_and_ring_order():
     nodes = [t.node(r) for r in t.ring()][:: 8]
     assert nodes == [0, 1, 3, 2]
     assert t.route(0, 3 * 8).latency == pytest.approx(3000e-9 + 700e-9)  # two links away
+    # dimension-ordered (X, then Y): every torus link of the route is a hop
+    assert [h.port for h in t.route(0, 3 * 8).hops] == ["port-up[0]", "torus[0:x+]",
+                                                       "torus[2:y+]"]
+
     ringed = dataclasses.replace(load_system("t3-sim").interconnect)
     with pytest.raises(NoRoute, match="neighbours only"):
         Topology(ringed, 8).route(0, 2)
+
+
+def test_a_torus_route_contends_on_every_link():
+    """A 4 x 4 torus of one GPU per node, every GPU sending to every other (direct). Each
+    link's sharers are the distinct sources of the routes that cross it (counted here
+    from the routes themselves) and a route's rate is the least share of its links. By
+    hand, link x+ out of node 0 (x = 0, y = 0) carries the X phase of routes in row y = 0
+    only, going + (x distance 1 or the tie 2): from x = 0 to x = 1, 2 and from x = 3 to
+    x = 1 through x = 0: 2 sources, nodes 0 and 12."""
+    from devices.system import load_system
+    from emulator.model.topology import Topology
+
+    ic = load_system("mi210-torus16").interconnect
+    t = Topology(ic, 16, "direct")
+    users: dict[str, set[int]] = {}
+    for s in range(16):
+        for d in range(16):
+            if s != d:
+                for h in t.route(s, d).hops:
+                    users.setdefault(h.port, set()).add(s)
+    assert {p: len(u) for p, u in users.items()} == t.sharers()
+    far = t.route(0, 10)  # 2 steps in x, 2 in y: four links, four hops of latency
+    assert len(far.hops) == 4
+    assert far.latency == pytest.approx(ic.nic_latency_s + 3 * ic.torus_hop_latency_s)
+    assert far.rate == pytest.approx(min(ic.nic_bw / len(users[h.port]) for h in far.hops))
+    assert t.sharers()["torus[0:x+]"] == 2
 
 
 @pytest.mark.parametrize("collective,topology", [("rs", "full-mesh"), ("a2a", "full-mesh"),

@@ -17,8 +17,8 @@ Intra-node (one hop unless said):
 Inter-node: the GPU's NIC (``nics_per_node`` NICs, the node's GPUs spread
 evenly over them) into a non-blocking fabric (``fabric``: ``latency`` end to
 end) or a 2D torus of nodes (``torus2d``: dimension-ordered, shortest way
-round, ``latency`` plus ``torus_hop_latency`` per further node; the first
-torus link is the hop whose rate counts).
+round, ``latency`` plus ``torus_hop_latency`` per further node; every torus link
+of the route is a hop, shared by all the flows that cross it).
 Ports several GPUs send across (a socket link, a NIC, a torus link) are split
 evenly among the GPUs whose flows cross them in the job's traffic pattern:
 each rank to the one before it on the ring (``ring``), or every rank to every
@@ -158,9 +158,9 @@ class Topology:
         hops = [Hop(f"port-up[{src}]", L, 0.0)] if ic.topology == "pcie" else []
         nic = (src % self.per_node) // (self.per_node // ic.nics_per_node)
         if ic.network == "torus2d":
-            hop, far = self._torus_first_hop(self.node(src), self.node(dst))
-            hops.append(Hop(hop, ic.nic_bw, ic.nic_latency_s
-                            + (far - 1) * ic.torus_hop_latency_s, shared=True))
+            links = self._torus_links(self.node(src), self.node(dst))
+            hops += [Hop(port, ic.nic_bw, ic.nic_latency_s if i == 0 else
+                         ic.torus_hop_latency_s, shared=True) for i, port in enumerate(links)]
         else:
             hops.append(Hop(f"nic-out[{self.node(src)}.{nic}]", ic.nic_bw, ic.nic_latency_s,
                             shared=True))
@@ -171,19 +171,23 @@ class Topology:
         d = (a - b) % g
         return d in (1, g - 1)
 
-    def _torus_first_hop(self, a: int, b: int) -> tuple[str, int]:
-        """The first link of a dimension-ordered route from node a to node b, and the
-        number of node-to-node links the route crosses."""
+    def _torus_links(self, a: int, b: int) -> list[str]:
+        """The node-to-node links of the dimension-ordered route from node a to node b: X
+        first, then Y, each the shortest way round (ties: the + direction)."""
         X, Y = self.ic.torus
-        (ax, ay), (bx, by) = divmod(a, Y), divmod(b, Y)
-        dx, dy = (bx - ax) % X, (by - ay) % Y
-        steps_x = min(dx, X - dx)
-        steps_y = min(dy, Y - dy)
-        if steps_x:
-            port = f"torus[{a}:x{'+' if dx <= X - dx else '-'}]"
-        else:
-            port = f"torus[{a}:y{'+' if dy <= Y - dy else '-'}]"
-        return port, steps_x + steps_y
+        (x, y), (bx, by) = divmod(a, Y), divmod(b, Y)
+        links = []
+        for dim, size, pos, end in (("x", X, x, bx), ("y", Y, y, by)):
+            d = (end - pos) % size
+            step, sign = (1, "+") if d <= size - d else (-1, "-")
+            for _ in range(min(d, size - d)):
+                links.append(f"torus[{x * Y + y}:{dim}{sign}]")
+                pos = (pos + step) % size
+                if dim == "x":
+                    x = pos
+                else:
+                    y = pos
+        return links
 
     def ring(self) -> tuple[int, ...]:
         """An order of all ranks for ring algorithms: node by node (a snake over a torus),

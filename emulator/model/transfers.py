@@ -35,9 +35,10 @@ usable at its destination).
 - ``flag_put``: a signal with no data: ``dma_setup_s`` on the engine, then lat.
 - ``nic_put`` (GPU-initiated, ROC_SHMEM style): the issuing WG has paid
   ``nic_issue_s`` per put and per flag put and ``put_fence_s`` between them
-  (charged by the kernel); the NIC reads the source at the HBM while it sends at
-  ``put_fraction`` of its line rate; the flag put, ordered behind the data
-  by the fence, arrives with it: usable at end + ``nic_latency_s``.
+  (charged by the kernel); the NIC reads the source at the HBM while it sends on the
+  route (``send``: its NIC port, shared with every other transfer through it) at
+  ``put_fraction`` of the route's peak; the flag put, ordered behind the data by the
+  fence, arrives with it: usable at end + the route's latency.
 - ``cu_send``: a CU-driven kernel step on ``share`` of the CUs: read the local
   copies (each B) at the HBM, add them (vector FLOPs at ``share`` of the
   vector rate), then write the sum locally (B, or ``update_cost`` x B) or
@@ -182,12 +183,14 @@ def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
 
 def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbytes: float,
             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
-    """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives."""
+    """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives.
+    It crosses the route to ``dst`` (the NIC's port shared with every other transfer
+    that leaves through it, and the route's latency: a torus's further hops included)."""
     read_end = clock.hbm.comm(policy, done, nbytes, window, "nic reads")
-    nic_end = nic.reserve(done, nbytes / cost.spec.executors.put_fraction)[1]
+    nic_end = send(clock, dst, done, nbytes, f"put {what}", fraction(clock, cost, dst, "put"))
     end = max(read_end, nic_end)
     clock.log("nic", f"put {what} -> {dst}", done, end, bytes=nbytes)
-    return end, end + cost.spec.nic_latency_s
+    return end, end + clock.latency(dst)
 
 
 def cu_send(clock: RankClock, cost: CostModel, cu, done: float, dst: int, copies: int,

@@ -28,8 +28,9 @@ chunk is one stage; every phase pays the 1 us launch):
                (``pull_map``); every GEMM WG is gated on the A rows it reads.
 - flag:        a GEMM whose chunk r raises a flag at rank o once written; rank r's
                stage 1 is gated on the flag rank o raises (no data moves).
-- nic:         chunk o is sent to rank o's receive buffer R by a NIC put (issue cost,
-               NIC rate, NIC latency), R tracked at rank o.
+- nic:         on two nodes of one GPU (each node's NIC the device's ``[nic]``, into a
+               fabric), chunk o is sent to rank o's receive buffer R by a NIC put
+               (issue cost; the route: the NIC's rate and latency), R tracked at rank o.
 - cu-executor: reduce-scatter whose chunk o is sent by a concurrent CU kernel on half
                the CUs, adding a local input X on the way (``Executor("cu", 0.5)``,
                ``adds=``).
@@ -451,9 +452,9 @@ def nic_log(r, o):
     s0_end = s0_read + 2 * TILE / BW + 2 * NIC_ISSUE  # 2 stores, + 2 nic_issue_s (put + flag)
     put = s0_end  # nic_put issued when the region is written
     put_read = put + 2 * TILE / BW  # the NIC's read of B at the (idle) HBM
-    put_nic = put + 2 * TILE / NIC_BW  # B on the NIC's own timeline
+    put_nic = put + 2 * TILE / NIC_BW  # B on the route: the NIC port
     put_end = max(put_read, put_nic)
-    put_arr = put_end + NIC_LAT  # the flag, behind the data: end + nic latency
+    put_arr = put_end + NIC_LAT  # the flag, behind the data: end + the route's latency
     # stage 1 from s0_end: the NIC's read (ordered before it) holds the whole HBM until put_read
     s1_read = max(s0_end + WG_S, put_read + STAGE_READS / STAGE_CAP)
     s1_end = s1_read + 2 * TILE / BW  # 2 stores
@@ -464,6 +465,7 @@ def nic_log(r, o):
         ("launch", "nic", 0.0, t),  # launch_us
         ("gemm", "stage 0", t, s0_end),  # the group that completes the NIC region issues
         ("tracker", f"{nm('C', chunk(o))} complete", s0_end, s0_end),  # local writes only
+        ("link->" + str(o), f"put {nm('C', chunk(o))}", put, put_nic),  # the NIC port
         ("nic", f"put {nm('C', chunk(o))} -> {o}", put, put_end),  # nic_put
         ("gemm", "stage 1", s0_end, s1_end),
         ("hbm", f"{nm('R', R)} remote stores land", put_arr, landed),  # land at rank r
@@ -807,6 +809,15 @@ def compare(want: list, got: list) -> tuple[bool, str]:
     return ok, head + "\n" + "\n".join(rows)
 
 
+def two_nodes(spec):
+    """The toy device as two nodes of one GPU, each node's NIC the device's ``[nic]``."""
+    import dataclasses
+
+    ic = dataclasses.replace(spec.interconnect, gpus_per_node=1, nodes=2, network="fabric",
+                             nics_per_node=1, nic_bw=NIC_BW, nic_latency_s=NIC_LAT)
+    return dataclasses.replace(spec, interconnect=ic)
+
+
 def main(names: list[str]) -> int:
     comm = MPI.COMM_WORLD
     if comm.size != 2:
@@ -820,8 +831,9 @@ def main(names: list[str]) -> int:
     failed = []
     for name in names or list(CASES):
         build, want_of, log_of = CASES[name]
-        plan, inputs = build(spec, r, o)
-        res = run_plan(comm, plan, spec, name, inputs, opts)
+        on = two_nodes(spec) if name == "nic" else spec
+        plan, inputs = build(on, r, o)
+        res = run_plan(comm, plan, on, name, inputs, opts)
         want = want_of(r, o)
         data_ok = res.result is not None and np.array_equal(res.result, want)
         log_ok, table = compare(log_of(r, o), _events(res))
