@@ -174,6 +174,14 @@ def test_fused_scenario_sweeps_params_and_reports_the_designs_views(tmp_path):
     assert "time against occupancy" in proc.stdout and "cut %" in proc.stdout
     for fig in ("fused_time.png", "fused_skew.png", "fused_occupancy.png"):
         assert (out / fig).is_file(), fig
+    # interrupted before results.json was written: the points' own JSONs (system points,
+    # whose jobs run without --device) are taken as done, not run again
+    before = (out / "results.csv").read_text()
+    (out / "results.json").unlink()
+    proc = run_cli(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{len(keys)} already done" in proc.stderr and "(0 run now" in proc.stderr
+    assert (out / "results.csv").read_text() == before
 
 
 def test_bad_scenario_params_are_refused(tmp_path):

@@ -97,9 +97,10 @@ def _record(p: Point, doc: dict) -> dict:
 def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     """A point JSON left by an earlier run of the same point (same shape, modes, kind)."""
     c = doc.get("config", {})
-    return (all(c.get(k) == getattr(cfg, k) for k in ("ranks", "collective", "topology", "mode",
-                                                        "m", "n", "k", "dtype", "device",
-                                                        "timing_only", "system", "causes"))
+    keys = ("ranks", "collective", "topology", "mode", "m", "n", "k", "dtype", "timing_only",
+            "system", "causes") + (() if cfg.system else ("device",))  # a system's job is
+    # launched without --device (the system names its GPU)
+    return (all(c.get(k) == getattr(cfg, k) for k in keys)
             and tuple(c.get("ablate", ())) == cfg.ablate
             and [tuple(x) for x in c.get("params", ())] == list(cfg.params)
             and [tuple(x) for x in c.get("overrides", ())] == list(cfg.overrides)
