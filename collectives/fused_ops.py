@@ -39,16 +39,14 @@ from emulator.engine.producers import Elementwise, Gemv, Source, TiledGemm
 # grid hundreds of tiles.
 GEMV_ROWS = 8
 
-ZERO_COPY = ("gemv+ar", "gemm+a2a")  # the operators whose WGs store into peers' memory
-
 
 def across_nodes_refusal(spec, ranks: int, op: str) -> str:
-    """Why the fused ``op`` cannot run a job of ``ranks`` GPUs ("" : it can): the GEMV and
-    GEMM operators' WGs store their tiles straight into the peers' memory over the node's
+    """Why the fused ``op`` (GEMV + AR, GEMM + A2A) cannot run a job of ``ranks`` GPUs ("" :
+    it can): its WGs store their tiles straight into the peers' memory over the node's
     links (zero-copy), which no GPU can do to a GPU on another node; the design puts
     through the NIC only from its embedding kernel (the last WG of a slice)."""
     per_node = spec.interconnect.gpus_on_node(ranks)
-    if op not in ZERO_COPY or ranks <= per_node:
+    if ranks <= per_node:
         return ""
     return (f"the fused {op} operator's WGs store their tiles into peers' memory over the "
             f"node's links, which no GPU can issue to another node (only the fused "

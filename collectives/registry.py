@@ -229,7 +229,8 @@ REGISTRY.add_configuration(Configuration(
     "GEMV: two-phase direct all-reduce; GEMM: tiles stored to the tokens' GPUs)",
     "Fused ops", lambda p, op, algorithm: _FUSED[op.name](p),
     applies=lambda op: op.name in _FUSED, color="#9467bd", short="F",
-    refuses_op=fused_ops.across_nodes_refusal, params={**OCC, "slice": embedding.SLICE}))
+    refuses_op=lambda spec, ranks, op: "" if op == "emb+a2a" else  # puts through the NIC
+    fused_ops.across_nodes_refusal(spec, ranks, op), params={**OCC, "slice": embedding.SLICE}))
 REGISTRY.add_configuration(Configuration(
     "fused-oblivious", "fused embedding + all-to-all with the communication-oblivious task "
     "order (bags in index order: sample by sample)", "Fused ops",

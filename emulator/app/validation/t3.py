@@ -314,7 +314,8 @@ def _twice_table(sw: Sweeps) -> list[str]:
         ph = runs(q)["sequential"]["phases"]
         return ph["rs"] > ph["gemm"] and abs(time_of(q, "t3") / time_of(p, "t3") - 1) < 1e-9
 
-    mca = [(p, q) for p, q, m in slower if m == "t3-mca" and rs_bound(p, q)]
+    mca = [(p, q) for p, q, m in slower if rs_bound(p, q)  # the runs under MCA's policy
+           and (runs(q)[m].get("arbitration") or {}).get("policy") == "mca"]
     if mca:
         ur = [(runs(x)["t3-mca"].get("arbitration") or {}).get("first_stage_read_utilisation")
               for x in mca[0]]
