@@ -88,7 +88,7 @@ def _clock(switched: bool = False, library: float = 1.0, nodes: int = 1, **fract
                                  nics_per_node=1, nic_bw=NIC_BW, nic_latency_s=NIC_LAT)
     spec = dataclasses.replace(spec, interconnect=ic)
     clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0,
-                      nics=spec.nics, nic_bw=spec.nic_bw)
+                      nics=spec.nics)
     return clock, CostModel(spec, "fp32")
 
 
@@ -170,9 +170,8 @@ def test_nic_puts_share_the_nic_and_the_flag_follows_the_data():
     from emulator.model import transfers
 
     clock, cost = _clock(nodes=2)
-    nic = clock.executor("nic", 0)
-    e1, a1 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "p")
-    e2, a2 = transfers.nic_put(clock, cost, nic, 0.0, 1, B, "q")
+    e1, a1 = transfers.nic_put(clock, cost, 0.0, 1, B, "p")
+    e2, a2 = transfers.nic_put(clock, cost, 0.0, 1, B, "q")
     # p: HBM read [0, B/BW], NIC [0, B/NIC_BW]; q: HBM after p's read, NIC after p (the
     # earlier reservation keeps its rate)
     p_end = max(B / BW, B / NIC_BW)
@@ -218,8 +217,7 @@ def test_each_executor_holds_the_link_for_its_bytes_over_its_own_fraction():
     assert _close(e_lib, max(lib_end, stores_end + B / BW))
     # a put to the node peer (a GPU-initiated put that stays in the node) crosses the
     # node's link at put_fraction of it, after the stores and the library's kernel
-    nic = clock.executor("nic", 0)
-    e_put, a_put = transfers.nic_put(clock, cost, nic, lib_end, 1, B, "p")
+    e_put, a_put = transfers.nic_put(clock, cost, lib_end, 1, B, "p")
     put_end = lib_end + max(B / BW, B / (0.8 * L))
     assert _close(e_put, put_end) and _close(a_put, put_end + LAT)
     _same(_log(clock), [("dma", "c -> 1", t0, copy_end), ("link->1", "dma c", t0, copy_end),
@@ -230,6 +228,6 @@ def test_each_executor_holds_the_link_for_its_bytes_over_its_own_fraction():
                         ("nic", "put p -> 1", lib_end, put_end)])
     # across nodes: the NIC port at put_fraction of the NIC's rate, the fabric's latency
     clock, cost = _clock(nodes=2, put_fraction=0.8)
-    e_put, a_put = transfers.nic_put(clock, cost, clock.executor("nic", 0), 0.0, 1, B, "p")
+    e_put, a_put = transfers.nic_put(clock, cost, 0.0, 1, B, "p")
     put_end = max(B / BW, B / (0.8 * NIC_BW))
     assert _close(e_put, put_end) and _close(a_put, put_end + NIC_LAT)

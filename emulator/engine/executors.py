@@ -100,7 +100,7 @@ class ExecutorTiming:
                 end, arrival = transfers.dma_pull(clock, cost, res, done, cmd.src_rank, nbytes,
                                                   name, pol, window)
             elif ex.kind == "nic":
-                end, arrival = transfers.nic_put(clock, cost, res, done, cmd.dst_rank, nbytes,
+                end, arrival = transfers.nic_put(clock, cost, done, cmd.dst_rank, nbytes,
                                                  name, pol, window)
             elif ex.kind == "cu":
                 end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,

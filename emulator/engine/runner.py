@@ -77,7 +77,7 @@ class _Clocks:
         if name not in self.by_name:
             s = self.spec
             self.by_name[name] = RankClock(self.rank, s.hbm_bw, self.topology, s.dma_engines,
-                                           self.watchdog_s, self.record, s.nics, s.nic_bw,
+                                           self.watchdog_s, self.record, s.nics,
                                            s.dram, log_dram=self.rank == 0)
         return self.by_name[name]
 

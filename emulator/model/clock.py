@@ -183,7 +183,7 @@ class RankClock:
     """
 
     def __init__(self, rank: int, hbm_bw: float, topology: Topology, dma_engines: int,
-                 watchdog_s: float, record: bool = True, nics: int = 0, nic_bw: float = 0.0,
+                 watchdog_s: float, record: bool = True, nics: int = 0,
                  dram=None, log_dram: bool = False):
         from devices.spec import DramSpec
         from emulator.model.dram import Dram
@@ -199,7 +199,7 @@ class RankClock:
                         if topology.switched else None)
         self.cu = SerialResource(f"cu[{rank}]")
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
-        self.nic = [BandwidthTimeline(f"nic{i}[{rank}]", nic_bw) for i in range(nics)]
+        self.nics = nics  # the device's NICs (a put books its route's ports, ``send``)
         self.links_in: dict[int, BandwidthTimeline] = {}  # peer -> me, driven by my pulls
         self.cu_side: dict[tuple, SerialResource] = {}  # concurrent CU kernels' thread-block
         # groups, by (index, CU share): each serial, the groups run side by side
@@ -249,19 +249,20 @@ class RankClock:
         return self.links_in[src]
 
     def executor(self, kind: str, index: int, share: float = 0.0):
-        """The resource an executor occupies: DMA engine ``index`` (serial), NIC ``index``
-        (a bandwidth timeline), or group ``index`` of the CU kernel's thread blocks, holding
-        ``share`` of the CUs (serial)."""
+        """The resource an executor occupies: DMA engine ``index`` (serial), none for NIC
+        ``index`` (checked to exist: its puts book the route's ports, ``transfers.nic_put``),
+        or group ``index`` of the CU kernel's thread blocks, holding ``share`` of the CUs
+        (serial)."""
         if kind == "dma":
             if not 0 <= index < len(self.dma):
                 raise ValueError(f"rank {self.rank}: DMA engine {index} does not exist "
                                  f"(the device has {len(self.dma)})")
             return self.dma[index]
         if kind == "nic":
-            if not 0 <= index < len(self.nic):
+            if not 0 <= index < self.nics:
                 raise ValueError(f"rank {self.rank}: NIC {index} does not exist "
-                                 f"(the device has {len(self.nic)})")
-            return self.nic[index]
+                                 f"(the device has {self.nics})")
+            return None
         key = (index, share)
         if key not in self.cu_side:
             self.cu_side[key] = SerialResource(f"cu-kernel[{self.rank}]" +

@@ -181,7 +181,7 @@ def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
     return t0, t0 + clock.latency(dst)
 
 
-def nic_put(clock: RankClock, cost: CostModel, nic, done: float, dst: int, nbytes: float,
+def nic_put(clock: RankClock, cost: CostModel, done: float, dst: int, nbytes: float,
             what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A GPU-initiated put (+ fence + flag put) issued at ``done``; when the flag arrives.
     It crosses the route to ``dst`` (the NIC's port shared with every other transfer

@@ -310,15 +310,16 @@ def _twice_table(sw: Sweeps) -> list[str]:
               + "".join(f"; {label(q)} {m} by {(time_of(q, m) - time_of(p, m)) * 1e6:.2f} us "
                         f"({(time_of(q, m) / time_of(p, m) - 1) * 100:.3f}%)"
                         for p, q, m in slower) + "."]
+
     def rs_bound(p: dict, q: dict) -> bool:  # the RS is longer and t3 ends alike on both
         ph = runs(q)["sequential"]["phases"]
         return ph["rs"] > ph["gemm"] and abs(time_of(q, "t3") / time_of(p, "t3") - 1) < 1e-9
 
-    mca = [(p, q) for p, q, m in slower if rs_bound(p, q)  # the runs under MCA's policy
+    mca = [(p, q, m) for p, q, m in slower if rs_bound(p, q)  # the runs under MCA's policy
            and (runs(q)[m].get("arbitration") or {}).get("policy") == "mca"]
     if mca:
-        ur = [(runs(x)["t3-mca"].get("arbitration") or {}).get("first_stage_read_utilisation")
-              for x in mca[0]]
+        ur = [(runs(x)[mca[0][2]].get("arbitration") or {}).get("first_stage_read_utilisation")
+              for x in mca[0][:2]]
         lines.append(
             f"Why: on {label(mca[0][1])} the RS, not the GEMM, is the critical path (t3's "
             f"time is the same on both GPUs), and MCA serves the GEMM first: each GEMM "
