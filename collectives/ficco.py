@@ -794,36 +794,54 @@ def cil(p: Problem, op: Operation) -> Plan:
     DMA, alone), ``rows8`` (the GEMM as 8 launches by rows, alone) and ``cil-dma`` /
     ``cil-cu``: the same launches run concurrently with the same pieces moved by DMA
     engines / by CU-driven transfers (no dependence between them), whose ``.kernel`` and
-    ``.executors`` windows the report sets against the runs alone."""
+    ``.executors`` windows the report sets against the runs alone. Shard-based overlap's
+    CIL the same way: ``shard-comm`` (every shard whole, to one peer after another on one
+    copy engine, as ``shard`` moves them), ``shard-gemm`` (the GEMM as W launches by rows,
+    one shard's rows each) and ``cil-shard``, the two together."""
     slots = Slots()
     first = _comm_phase(p, op, slots, "comm8", False, "dma")
-    blocks = [(a, b) for a, b in ring_chunks(p.rows_here, 8) if b > a]
-    q = p.with_launch(max(b - a for a, b in blocks))  # the launches' kernel
 
-    def rows8() -> Kernel:
-        space = _untracked(q, slots, "C", blocks)
-        return _launch_kernel(q, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
-                              "AG")[0]
+    def launches(ways: int):
+        blocks = [(a, b) for a, b in ring_chunks(p.rows_here, ways) if b > a]
+        q = p.with_launch(max(b - a for a, b in blocks))  # the launches' kernel
 
-    alone = rows8()
-    phases = first.phases + [KernelPhase("rows8", alone, [AddressMap(
-        alone.space, p.rank, p.world, "store", alone.local_writes(), local_ok=True)],
-        first.phases[0].stream, clock="rows8")]
+        def kernel() -> Kernel:
+            space = _untracked(q, slots, "C", blocks)
+            return _launch_kernel(q, space, [([(a, b, 0, p.n)], 0, p.k) for a, b in blocks],
+                                  "AG")[0]
+        return kernel
+
+    stream = first.phases[0].stream
+
+    def alone(name: str, kernel: Kernel) -> KernelPhase:
+        return KernelPhase(name, kernel, [AddressMap(kernel.space, p.rank, p.world, "store",
+                                                     kernel.local_writes(), local_ok=True)],
+                           stream, clock=name)
+
+    rows8, shards = launches(8), launches(p.world)
+    phases = first.phases + [alone("rows8", rows8())]
     phases += _comm_phase(p, op, slots, "cil-dma", False, "dma", rows8).phases
     phases += _comm_phase(p, op, slots, "cil-cu", False, "cu", rows8).phases
+    phases += _comm_phase(p, op, slots, "shard-comm", True, "dma", one_engine=True).phases
+    phases.append(alone("shard-gemm", shards()))
+    phases += _comm_phase(p, op, slots, "cil-shard", True, "dma", shards,
+                          one_engine=True).phases
     return Plan(first.layout, first.inputs, phases, slots, first.result, isolated=True,
                 arbitration=ARBITRATION)
 
 
 def _comm_phase(p: Problem, op: Operation, slots: Slots, name: str, whole: bool,
-                executor: str, kernel_of=None) -> Plan:
+                executor: str, kernel_of=None, one_engine: bool = False) -> Plan:
     """A phase of the collective alone (or beside ``kernel_of()``'s kernel): every shard
-    pushed whole or in W pieces to every peer."""
+    pushed whole or in W pieces to every peer (``one_engine``: to one peer after another,
+    r - 1, r - 2, ..., on one copy engine: shard-based overlap's transfers)."""
     r = p.rank
     st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False)
+    peers = [(r - s) % p.world for s in range(1, p.world)] if one_engine else p.others
+    engine = Executor("dma", 0, streams=True) if one_engine else None
     for j in range(st.steps):
-        for d in p.others:
-            st.push(j, d)
+        for d in peers:
+            st.push(j, d, engine)
         if (r, j) in st.piece:
             if st.a2a:
                 xr = st.source(j, r)[1]

@@ -4,9 +4,11 @@ Like T3's tracker, a counter counts element-updates (an update of a W-element
 tile adds W), so a region is complete when its counter reaches
 ``elements x updates_expected_per_element``. Counters live in an MPI window so
 a peer's put-with-signal increments them with an atomic ``MPI_Accumulate``;
-next to each counter sits the modelled arrival time of the latest update,
-merged with ``MPI_MAX`` and written *before* the count, so a reader that sees
-the count complete also sees the time it completed at.
+next to each counter sit the modelled arrival times of the latest update and
+(negated) of the earliest, merged with one ``MPI_MAX`` and written *before* the
+count, so a reader that sees the count complete also sees the time it completed
+at, and since when its data came in (``first_arrival``: the receiver's port and
+memory take a region's incoming bytes in that window, ``RankClock.receive``).
 """
 
 from __future__ import annotations
@@ -113,18 +115,19 @@ class Tracker:
         self.slot_name = slot_names
         self._own_bell = bell is None
         self.bell = bell or Doorbell(comm)
-        size = max(self.nslots, 1) * 16
+        size = max(self.nslots, 1) * 24
         self._own = segment is None
         self._segment = segment or Segment(comm)
         self.win, mem = self._segment.bind(size)
         self._remote = not is_shared(self.win)  # peers on other nodes need our progress
         self.win.Sync()
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
-        raw[:] = 0
-        self.win.Sync()
         n = max(self.nslots, 1)
+        raw[:] = 0
         self._counts = raw[: 8 * n].view(np.int64)
-        self._times = raw[8 * n :].view(np.float64)
+        self._times = raw[8 * n :].view(np.float64)  # per slot: latest, -earliest arrival
+        self._times[1::2] = -np.inf
+        self.win.Sync()
         self._time_base = 8 * n
         comm.Barrier()  # no peer signals before the counters are zeroed
 
@@ -139,31 +142,35 @@ class Tracker:
         n = len(slots)
         if n == 0:
             return
-        times = np.broadcast_to(np.asarray(t_arrival, np.float64), (n,))
+        times = np.empty((n, 2), np.float64)  # (latest, -earliest) per slot: one MAX
+        times[:, 0] = t_arrival
+        times[:, 1] = -times[:, 0]
         if n == 1:
             s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
-            t_buf = np.array([times[0]], np.float64)  # origin buffers stay referenced until
-            c_buf = np.array([elems[0]], np.int64)  # the flush (RMA to another node reads
-            self.win.Accumulate(t_buf, target, target=self._time_base + 8 * s, op=MPI.MAX)
-            self.win.Flush(target)  # them only then)
+            c_buf = np.array([elems[0]], np.int64)  # (origin buffers stay referenced until
+            # the flush: RMA to another node reads them only then)
+            self.win.Accumulate([times, MPI.DOUBLE], target,
+                                target=(self._time_base + 16 * s, 2, MPI.DOUBLE), op=MPI.MAX)
+            self.win.Flush(target)
             self.win.Accumulate(c_buf, target, target=8 * s, op=MPI.SUM)
             self.win.Flush(target)
             self.bell.ring(target)
             return
         disp = np.asarray(slots, np.int64)
-        times = np.ascontiguousarray(times)
         counts = np.ascontiguousarray(elems, dtype=np.int64)
         if disp[-1] - disp[0] == n - 1 and (np.diff(disp) == 1).all():  # a run of slots:
             s = int(disp[0])  # plain contiguous accumulates (no indexed datatype)
             self.win.Accumulate([times, MPI.DOUBLE], target,
-                                target=(self._time_base + 8 * s, n, MPI.DOUBLE), op=MPI.MAX)
+                                target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
+                                op=MPI.MAX)
             self.win.Flush(target)
             self.win.Accumulate([counts, MPI.INT64_T], target,
                                 target=(8 * s, n, MPI.INT64_T), op=MPI.SUM)
             self.win.Flush(target)
             self.bell.ring(target)
             return
-        t_type = MPI.DOUBLE.Create_indexed_block(1, (disp + self._time_base // 8).tolist()).Commit()
+        t_type = MPI.DOUBLE.Create_indexed_block(
+            2, (2 * disp + self._time_base // 8).tolist()).Commit()
         c_type = MPI.INT64_T.Create_indexed_block(1, disp.tolist()).Commit()
         try:
             self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type), op=MPI.MAX)
@@ -187,11 +194,20 @@ class Tracker:
         return bool((self._counts[slots] >= region.thresholds).all())
 
     def arrival(self, region: TrackedRegion) -> float:
+        """The modelled arrival of the region's latest update (0 with no slots)."""
         self.win.Sync()
         slots = region.slots
         if len(slots) == 1:
-            return float(self._times[slots[0]])
-        return float(self._times[slots].max()) if len(slots) else 0.0
+            return float(self._times[2 * slots[0]])
+        return float(self._times[2 * slots].max()) if len(slots) else 0.0
+
+    def first_arrival(self, region: TrackedRegion) -> float:
+        """The modelled arrival of the region's earliest update (inf before any)."""
+        self.win.Sync()
+        slots = region.slots
+        if not len(slots):
+            return 0.0
+        return float(-self._times[2 * np.asarray(slots) + 1].max())
 
     def wait(self, region: TrackedRegion, watchdog_s: float,
              pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:
@@ -213,7 +229,7 @@ class Tracker:
 
     def describe_missing(self, regions: Sequence[TrackedRegion], watchdog_s: float,
                          waiting_on: TrackedRegion) -> str:
-        counts, _ = self.snapshot()
+        counts, _ = self.snapshot()  # (times: latest and -earliest per slot)
         lines = [f"rank {self.rank}: watchdog: no completion of {waiting_on.name} "
                  f"({waiting_on.label}) within {watchdog_s:g} s; incomplete regions:"]
         shown = 0

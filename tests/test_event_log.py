@@ -143,6 +143,52 @@ def test_two_writes_landing_behind_a_switch_share_the_down_port():
     _same(_log(clock), [("hbm", "a", t, max(a_in, a_hbm)), ("hbm", "b", t, max(b_in, b_hbm))])
 
 
+@pytest.mark.parametrize("policy,share", [("fr-fcfs", 1.0), ("round-robin", 0.5), ("mca", 0.0)])
+def test_a_dma_stream_reserved_after_a_gemm_stage_slows_it_as_if_reserved_first(policy, share):
+    """A GEMM stage reads 1 MB at the full HBM from 0 (reserved first, as a stage before a
+    command in program order); DMA reads of 200 KB offered at 0.5 us, after the last stage
+    (no compute after it in program order), overlap it in modelled time. The policy's
+    share of the HBM against compute goes to the DMA whatever the reservation order: it
+    takes ``share`` x BW from the stage, and the stage's displaced bytes are served
+    before the next one (``settle``): FR-FCFS (all of it) and round-robin (half) delay
+    the GEMM by 200 KB / BW; MCA (compute first) leaves the stage alone and the reads wait."""
+    from emulator.model.arbitration import CommWindow, policy_named
+
+    gemm, dma = 1e6, 2e5
+    clock, _ = _clock()
+    hbm = clock.hbm
+    assert hbm.reserve(0.0, gemm, None, "gemm reads", compute=True) == (0.0, gemm / BW)
+    t = 0.5e-6
+    end = hbm.comm(policy_named(policy), t, dma, CommWindow(False), "dma reads")
+    if share:  # served at share x BW from t, inside the stage
+        assert _close(end, t + dma / (share * BW))
+        assert _close(hbm.displaced, dma)
+    else:  # in the HBM's first free time: after the stage
+        assert _close(end, gemm / BW + dma / BW) and hbm.displaced == 0.0
+    nxt = hbm.settle(gemm / BW)  # the next stage starts once the displaced bytes are served
+    assert _close(nxt, gemm / BW + (dma / BW if share else 0.0))
+    if policy == "fr-fcfs":  # the same DMA reserved before the stage: the same times
+        clock2, _ = _clock()
+        first = clock2.hbm.comm(policy_named(policy), t, dma, CommWindow(True), "dma reads")
+        stage = clock2.hbm.reserve(0.0, gemm, None, "gemm reads", compute=True)
+        assert _close(first, end) and _close(stage[1], nxt)
+
+
+def test_two_writers_arriving_at_once_queue_at_the_destination_port():
+    """Two peers each complete a region of B bytes at this switched GPU at t. If their data
+    came in together (first arrival = t: an unswizzled reduce-scatter's stage), the down
+    port takes one region after the other: the second passes it at t + B/L. If each region
+    trickled in since the kernel's start (first arrival 0), both fit in the port's free
+    time before t and are in at t."""
+    clock, _ = _clock(switched=True)
+    t = 10e-6
+    assert _close(clock.receive(t, B, since=t), t)  # [t - B/L, t]
+    assert _close(clock.receive(t, B, since=t), t + B / L)  # behind it: [t, t + B/L]
+    spread, _ = _clock(switched=True)
+    assert _close(spread.receive(t, B, since=0.0), t)  # [0, B/L]
+    assert _close(spread.receive(t, B, since=0.0), t)  # [B/L, 2 B/L]: before t
+
+
 def test_dma_push_and_pull_wait_for_a_busy_engine():
     from emulator.model import transfers
 

@@ -9,7 +9,10 @@ configurations:
 - DIL and CIL per point from the ``ficco-dil`` and ``ficco-cil`` runs: the GEMM split 8 and 64 ways by
   rows and by K (the decomposed launches' total isolated time over the whole GEMM's),
   the collective in W pieces per shard over whole, and the contention loss of the GEMM
-  by rows and of the pieces when they run together, with DMA and with CU transfers.
+  by rows and of the pieces when they run together, with DMA and with CU transfers, and
+  shard-based overlap's (W launches of a shard's rows beside whole shards sent to one
+  peer after another); figures of CIL against the GEMM's memory traffic MT and of DIL
+  against its op-to-byte ratio.
 
 Configurations are found through the registry (design "FiCCO", its baselines, bound and
 measure); the schedule names come from ``collectives.ficco``.
@@ -24,6 +27,19 @@ from emulator.app.catalog import registry
 
 _REG = registry()
 SERIAL, DIL, CIL = "ficco-serial", "ficco-dil", "ficco-cil"
+E = 2  # bytes per element (bf16/fp16: the ficco-paper scenario's dtype)
+
+
+def otb(p: dict) -> float:
+    """The sharded GEMM's op-to-byte ratio (FLOPs over the bytes of A, B and C)."""
+    m, n, k = p["m"], p["n"], p["k"]
+    return 2.0 * m * n * k / ((m * k + n * k + m * n) * E)
+
+
+def traffic(p: dict) -> float:
+    """The GEMM's static memory traffic MT = MK + NK + MN (elements)."""
+    m, n, k = p["m"], p["n"], p["k"]
+    return float(m * k + n * k + m * n)
 
 
 def _runs(pt: dict) -> dict[str, dict]:
@@ -119,11 +135,12 @@ def losses(pt: dict) -> dict[str, float] | None:
                 out[f"DIL {kind} x{ways}"] = total / whole
     if ph.get("comm"):
         out["DIL comm x8"] = ph["comm8"] / ph["comm"]
-    for ex in ("dma", "cu"):
-        if cil.get("rows8") and f"cil-{ex}.kernel" in cil:
-            out[f"CIL gemm {ex}"] = cil[f"cil-{ex}.kernel"] / cil["rows8"]
-        if cil.get("comm8") and f"cil-{ex}.executors" in cil:
-            out[f"CIL comm {ex}"] = cil[f"cil-{ex}.executors"] / cil["comm8"]
+    for ex, gemm, comm in (("dma", "rows8", "comm8"), ("cu", "rows8", "comm8"),
+                           ("shard", "shard-gemm", "shard-comm")):
+        if cil.get(gemm) and f"cil-{ex}.kernel" in cil:
+            out[f"CIL gemm {ex}"] = cil[f"cil-{ex}.kernel"] / cil[gemm]
+        if cil.get(comm) and f"cil-{ex}.executors" in cil:
+            out[f"CIL comm {ex}"] = cil[f"cil-{ex}.executors"] / cil[comm]
     return out
 
 
@@ -225,6 +242,24 @@ def figures(doc: dict, out: Path) -> list[Path]:
         axes[0].set_title("FiCCO's losses: decomposition (decomposed / whole, alone) and "
                           "contention (together / alone)")
         written.append(_save(plt, fig, out / "ficco_losses.png"))
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
+        for ax, kind, x_of, xlabel in (
+                (axes[0], "CIL", traffic, "GEMM memory traffic MT = MK + NK + MN (elements)"),
+                (axes[1], "DIL", otb, "sharded GEMM's op-to-byte ratio (FLOP/B)")):
+            for k in [k for k in keys if k.startswith(kind)]:
+                xy = sorted((x_of(pt), v[k]) for pt, v in ls if k in v)
+                ax.plot([a for a, _ in xy], [b for _, b in xy], "o-", ms=4, lw=0.8,
+                        label=k.removeprefix(kind).strip())
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{kind} (x)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
+        axes[0].set_title("contention loss (together / alone) against MT", fontsize=10)
+        axes[1].set_title("decomposition loss (decomposed / whole) against op-to-byte",
+                          fontsize=10)
+        written.append(_save(plt, fig, out / "ficco_losses_vs_shape.png"))
     h = heuristic(doc)
     if h:
         fig, ax = plt.subplots(figsize=(max(8, 0.35 * len(h)), 3.8))

@@ -57,10 +57,12 @@ class ExecutorTiming:
             landed = 0.0  # stores into its other buffers are local writes (``slot_done``)
             if remote > 0:  # peers' writes land in this HBM from their arrival on
                 nbytes = remote * self.itemsize[buffer]
+                # they came in from the region's first arrival on (one burst from every
+                # writer at once, or spread over the kernel: ``RankClock.receive``)
+                since = max(self.runner.start, self.runner.tracker.first_arrival(trig))
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window,
-                                        since=self.runner.start,
-                                        steady=key in self.steady)
+                                        since=since, steady=key in self.steady)
             done = max(t_local, landed)
             self.complete_at[key] = done
             self.clock.log("tracker", f"{trig.name} complete", done, done)

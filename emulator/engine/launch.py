@@ -115,9 +115,10 @@ class KernelRunner:
         if sc.read_bytes:
             nbytes = sc.read_time_bytes
             cap = nbytes / sc.compute_s if sc.compute_s > 0 else None
-            read_end = max(compute_end, clock.hbm.reserve(start, nbytes, cap,
-                                                          "gemm reads")[1])
-        end = hbm_end = clock.hbm.reserve(read_end, sc.write_cost_bytes, None, "gemm writes")[1]
+            read_end = max(compute_end, clock.hbm.reserve(start, nbytes, cap, "gemm reads",
+                                                          compute=True)[1])
+        end = hbm_end = clock.hbm.reserve(read_end, sc.write_cost_bytes, None, "gemm writes",
+                                          compute=True)[1]
         arrivals = {self.hbm.rank: end}
         queue = k.store_queue
         for dst, nbytes in sorted(sc.remote_bytes.items()):
@@ -133,7 +134,10 @@ class KernelRunner:
         """An ordinary stage: its groups start together (or at their gates) and the stage
         retires with its last group."""
         clock = self.clock
-        stage_start = clock.cu.free_at
+        # the bytes communication took from earlier stages are served first (``Dram.settle``)
+        stage_start = clock.hbm.settle(clock.cu.free_at)
+        if stage_start > clock.cu.free_at:
+            clock.log("gemm", "displaced bytes", clock.cu.free_at, stage_start)
         ends, arrivals, stage_end = [], [], stage_start
         issue = self.cost.spec.put_issue_s
         launch = 0.0
@@ -197,10 +201,19 @@ class KernelRunner:
         if k.producer.kind in ("gemm", "gemv"):
             self.cost.l2_commit(k.wgs[ids], getattr(k.producer, "outputs_cached", False))
 
+    def _settle_round(self) -> None:
+        """A persistent round: the bytes communication took from earlier rounds are served
+        first (``Dram.settle``), from when its first WG is free; every WG waits for them."""
+        t0 = float(self.wg_free.min())
+        delay = self.clock.hbm.settle(t0) - t0
+        if delay > 0:
+            self.wg_free += delay
+
     def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
         """A persistent kernel's round: task j of the round on physical WG j, each on its own
         timeline."""
         clock, k = self.clock, self.kernel
+        self._settle_round()
         ends, arrivals, starts = [], [], []
         issue = self.cost.spec.put_issue_s
         for j, w in enumerate(ids):
@@ -224,6 +237,7 @@ class KernelRunner:
         fairly); each WG ends at the later of that and its own start plus its compute, plus
         its NIC issues."""
         clock, k = self.clock, self.kernel
+        self._settle_round()
         issue = self.cost.spec.put_issue_s
         pos = {w: j for j, w in enumerate(ids.tolist())}
         ends: list[float] = [0.0] * len(ids)

@@ -67,6 +67,9 @@ class Alone:
     name = "alone"
     lookahead = 0
     starved_share = 0.5  # of the rate, for requests issued after the wait limit
+    preempt_share = 0.0  # of the rate communication may take from compute reserved before
+    # it in program order that it overlaps in modelled time (``Dram._serve``): none here,
+    # as no compute runs alongside
 
     def observe_first_stage(self, utilisation: float, reads: float | None = None) -> None:
         """The DRAM utilisation of the kernel's first (isolated) stage, and of its reads."""
@@ -94,6 +97,7 @@ class RoundRobin(Alone):
 
     def __init__(self, share: float = 0.5):
         self.share = share
+        self.preempt_share = share  # it alternates with a GEMM stage reserved before it
 
     def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
         if not window.compute_after:
@@ -107,6 +111,8 @@ class RoundRobin(Alone):
 
 class FrFcfs(Alone):
     name = "fr-fcfs"
+    preempt_share = 1.0  # a burst is served ahead of the GEMM requests behind it, whichever
+    # was reserved first
 
     def admit(self, dram: Dram, t: float, nbytes: float, window: CommWindow):
         return (nbytes if window.compute_after else 0.0), None

@@ -30,13 +30,15 @@ from emulator.model.topology import Route, Topology
 
 
 class BandwidthTimeline:
-    def __init__(self, name: str, rate: float):
+    def __init__(self, name: str, rate: float, kinds: bool = False):
         if not rate > 0:
             raise ValueError(f"{name}: rate must be > 0, got {rate}")
         self.name = name
         self.rate = float(rate)
         self._t: list[float] = [0.0]  # breakpoints
         self._u: list[float] = [0.0]  # reserved rate in [t[i], t[i+1]); the last runs to infinity
+        # ``kinds`` (the HBM): the part of ``_u`` compute reserved (``preempt``)
+        self._c: list[float] | None = [0.0] if kinds else None
         self.busy_bytes = 0.0
 
     def _split(self, x: float) -> int:
@@ -45,6 +47,8 @@ class BandwidthTimeline:
             return i
         self._t.insert(i + 1, x)
         self._u.insert(i + 1, self._u[i])
+        if self._c is not None:
+            self._c.insert(i + 1, self._c[i])
         return i + 1
 
     def reserve(self, ready: float, nbytes: float, cap: float | None = None,
@@ -54,9 +58,11 @@ class BandwidthTimeline:
         return start, end
 
     def fill(self, ready: float, nbytes: float, cap: float | None = None,
-             ceiling: float | None = None, until: float = math.inf) -> tuple[float, float, float]:
+             ceiling: float | None = None, until: float = math.inf,
+             compute: bool = False) -> tuple[float, float, float]:
         """Serve up to ``nbytes`` in [ready, until): at most ``cap`` bytes/s for this
-        reservation, and only while the total reserved rate stays under ``ceiling``.
+        reservation, and only while the total reserved rate stays under ``ceiling``
+        (``compute``: a compute stream's, which later communication may ``preempt``).
         Returns (start, end, bytes left unserved at ``until``)."""
         if ready < 0 or nbytes < 0:
             raise ValueError(f"{self.name}: negative ready {ready} or bytes {nbytes}")
@@ -74,6 +80,7 @@ class BandwidthTimeline:
         start = None
         eps = self.rate * 1e-12
         t, u = self._t, self._u  # the hot loop of the modelled clock: locals, no calls
+        c = self._c if compute else None
         n = len(t)
         while True:
             t0 = t[i]
@@ -94,9 +101,62 @@ class BandwidthTimeline:
                     if end < t1:
                         self._split(end)
                     u[i] += avail
+                    if c is not None:
+                        c[i] += avail
                     self.busy_bytes += nbytes
                     return start, end, 0.0
                 u[i] += avail
+                if c is not None:
+                    c[i] += avail
+                remaining -= avail * (t1 - t0)
+            i += 1
+
+    def preempt(self, ready: float, nbytes: float, cap: float | None,
+                share: float) -> tuple[float, float, float]:
+        """Serve ``nbytes`` of communication from ``ready`` at most at ``cap``: the free rate
+        first, then, where compute reservations made earlier in program order hold the
+        rest, as much of theirs as brings communication (this and the communication
+        already served there) up to ``share`` of the rate: what the arbitration policy
+        gives communication against compute whichever was reserved first. Returns
+        (start, end, compute bytes displaced): the compute stream's owner serves those
+        later (``Dram.settle``)."""
+        if share <= 0 or self._c is None or nbytes <= 0:
+            start, end = self.reserve(ready, nbytes, cap)
+            return start, end, 0.0
+        if ready < 0:
+            raise ValueError(f"{self.name}: negative ready {ready}")
+        cap = self.rate if cap is None else min(cap, self.rate)
+        target = min(share, 1.0) * self.rate
+        i = self._split(ready)
+        t, u, c = self._t, self._u, self._c
+        remaining, displaced, start = float(nbytes), 0.0, None
+        eps = self.rate * 1e-12
+        while True:
+            n = len(t)
+            t0 = t[i]
+            t1 = t[i + 1] if i + 1 < n else math.inf
+            room = max(0.0, self.rate - u[i])
+            want = max(room, min(target - (u[i] - c[i]), room + c[i]))
+            avail = cap if cap <= want else want
+            if avail > eps:
+                if start is None:
+                    start = t0
+                steal = avail - room if avail > room else 0.0
+                last = avail * (t1 - t0) >= remaining
+                if last:
+                    end = t0 + remaining / avail
+                    if end <= t0:
+                        self.busy_bytes += nbytes
+                        return start, t0, displaced
+                    if end < t1:
+                        self._split(end)
+                    t1 = end
+                u[i] += avail - steal
+                c[i] -= steal
+                displaced += steal * (t1 - t0)
+                if last:
+                    self.busy_bytes += nbytes - displaced
+                    return start, t1, displaced
                 remaining -= avail * (t1 - t0)
             i += 1
 
@@ -271,12 +331,14 @@ class RankClock:
 
     def receive(self, t_arrival: float, nbytes: float, since: float | None = None) -> float:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less
-        latency) have passed this rank's down port: incoming transfers share it. The bytes
-        pass it from ``t_arrival - B / rate`` on (a burst at the end), or from ``since`` if
-        earlier: data that producers' stores sent over a whole kernel (``since``: the
-        receiving kernel's start; in a collective the producers start theirs together)
-        trickled in while it ran, and takes the port's free time in that span (optimistic
-        for data that really came in one burst at the end)."""
+        latency) have passed this rank's down port: incoming transfers share it, in modelled
+        time. The bytes pass it from ``t_arrival - B / rate`` on (a burst at the end), or
+        from ``since`` if earlier: the first arrival of the region they complete (its
+        writers' stores or transfers came in from then on, and take the port's free time
+        in that span). Writers that all send one region at once (an unswizzled reduce-
+        scatter: every rank's stage writes the same owner) arrive together, so their bytes
+        queue at the port one after another; a region written over a whole kernel
+        (swizzled: one writer per owner at a time) trickles in."""
         if self.ingress is None or nbytes <= 0:
             return t_arrival
         start = t_arrival - nbytes / self.ingress.rate

@@ -71,7 +71,8 @@ class Dram:
 
     def __init__(self, name: str, rate: float, dram: DramSpec, record: bool = False):
         self.rate = float(rate)
-        self.timeline = BandwidthTimeline(name, self.rate)
+        self.timeline = BandwidthTimeline(name, self.rate, kinds=True)
+        self.displaced = 0.0  # compute bytes communication took (``preempt``), not re-served
         self.channels = dram.channels_for(self.rate)
         self.access_bytes = float(dram.access_bytes)
         self.queue_bytes = float(self.channels * dram.queue_depth * dram.access_bytes)
@@ -96,12 +97,38 @@ class Dram:
 
     # ------------------------------------------------------------------ plain service
     def reserve(self, ready: float, nbytes: float, cap: float | None = None,
-                stream: str = "cu-kernel") -> tuple[float, float]:
-        """Serve ``nbytes`` of one stream from ``ready`` at most at ``cap``; (start, end)."""
-        start, end = self.timeline.reserve(ready, nbytes, cap)
+                stream: str = "cu-kernel", compute: bool = False) -> tuple[float, float]:
+        """Serve ``nbytes`` of one stream from ``ready`` at most at ``cap``; (start, end).
+        ``compute``: a GEMM stage's, which communication served later in program order but
+        at the same time may take its policy's share of (``preempt``)."""
+        start, end, _ = self.timeline.fill(ready, nbytes, cap, compute=compute)
         if self.record and nbytes > 0:
             self.log.append((stream, start, end, nbytes))
         return start, end
+
+    def _serve(self, policy, ready: float, nbytes: float,
+               cap: float | None) -> tuple[float, float]:
+        """Communication's reservation: the free rate, then up to the policy's share of the
+        rate taken from compute reserved earlier in program order (``preempt``: traffic
+        shares the DRAM with the stages it overlaps in modelled time, whatever the
+        order they were reserved in); the bytes taken are owed to the compute stream."""
+        s, e, taken = self.timeline.preempt(ready, nbytes, cap,
+                                            getattr(policy, "preempt_share", 0.0))
+        if taken > 0:
+            self.displaced += taken
+            if self.record:  # (the compute stream's bytes there: served later, ``settle``)
+                self.log.append(("gemm displaced", s, e, -taken))
+        return s, e
+
+    def settle(self, t: float) -> float:
+        """Serve the compute bytes communication displaced (``_serve``) from ``t``, before
+        the kernel's next stage (or at its end); when they are served."""
+        if self.displaced <= self.rate * 1e-15:
+            self.displaced = 0.0
+            return t
+        nbytes, self.displaced = self.displaced, 0.0
+        s, e = self.reserve(t, nbytes, None, "gemm displaced", compute=True)
+        return e
 
     # ------------------------------------------------------------------ communication
     def backlog(self, t: float) -> float:
@@ -145,7 +172,7 @@ class Dram:
             blocking, cap = policy.admit(self, t, size, window)
             s0 = e = t
             if blocking > 0:  # the queue is full of communication: served alone
-                s0, e = self.timeline.reserve(t, blocking)
+                s0, e = self._serve(policy, t, blocking, None)
             if size - blocking > 0:
                 t1, rest = t, size - blocking
                 if cap is not None:
@@ -176,7 +203,7 @@ class Dram:
         ceiling = policy.ceiling(self, window)
         if rate > self.rate or not (ceiling is None or ceiling >= self.rate):
             return self.comm(policy, ready, nbytes, window, stream, rate)
-        s0, e = self.timeline.reserve(ready, nbytes, rate)
+        s0, e = self._serve(policy, ready, nbytes, rate)
         self._comm.append((ready, s0, e, nbytes))
         if self.record:
             self.log.append((stream, s0, e, nbytes))
@@ -190,7 +217,7 @@ class Dram:
         the policy gives a starved request."""
         ceiling = policy.ceiling(self, window)
         if ceiling is None or ceiling >= self.rate:
-            return self.timeline.reserve(ready, nbytes, cap)
+            return self._serve(policy, ready, nbytes, cap)
         until = max(ready, offered + self.starvation_s)
         s1, e1, left = self.timeline.fill(ready, nbytes, cap, ceiling, until)
         if left <= 0:

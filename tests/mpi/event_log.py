@@ -20,7 +20,10 @@ chunk is one stage; every phase pays the 1 us launch):
 - wg-stores:   C = A @ B; the WGs of stage 0 update chunk o straight into rank o
                (``remote_map``); chunk r is tracked after 2 writes (reduce-scatter).
 - dma-push:    the same reduce-scatter, chunk o's two tiles pushed as updates by
-               DMA engines 0 and 1 at once (``dma_map``), round-robin arbitration.
+               DMA engines 0 and 1 at once (``dma_map``), round-robin arbitration;
+               the peer's updates landing while stage 1 writes take half the HBM from
+               it (reserved after it in program order), and the stage's displaced
+               bytes are served after it.
 - loaded-latency: dma-push with a latency-bound GEMM kernel: stage 1's loads wait
                behind the DMA reads queued in the DRAM (loaded latency).
 - pull:        AG -> GEMM: rank r's A rows are resident; DMA engine 0 writes a flag to
@@ -262,9 +265,19 @@ def dma_push_log(r, o, c0: float = WG_S, c1: float = WG_S):
     nb = math.ceil(cost_bytes / dram.burst_bytes - 1e-9)
     last = land_from + (nb - 1) * (2 * TILE / L) / nb
     absorbed = last + (cost_bytes / nb) / (BW - cap if last < s1_hbm else BW)
+    displaced = 0.0
+    if s1_read <= last < s1_end:  # the last burst is offered while stage 1 writes at the
+        # full HBM (reserved before it in program order): it takes round-robin's half of
+        # it from the stage (Dram.preempt), whose displaced bytes are served after the
+        # last stage (Dram.settle)
+        assert last + (cost_bytes / nb) / (0.5 * BW) <= s1_end
+        absorbed = last + (cost_bytes / nb) / (0.5 * BW)
+        displaced = cost_bytes / nb
     landed = max(b_arr, absorbed)
     done = max(s1_end, landed)
-    return [
+    settle = ([("gemm", "displaced bytes", s1_end, s1_end + displaced / BW)] if displaced
+              else [])
+    return settle + [
         ("launch", "dma-push", 0.0, t),  # launch_us
         ("gemm", "stage 0", t, s0_end),  # compute, reads, updates
         ("tracker", f"{nm('C', ta)} complete", s0_end, s0_end),  # local write only (after=1)

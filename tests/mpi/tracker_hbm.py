@@ -31,6 +31,8 @@ for dtype in (np.float32, np.float16):
         got = hbm.load("X", region, "rs")
         expect(np.array_equal(got, np.full((3, 3), n * (n + 1) / 2, dtype)), f"{dtype} sum {got}")
         expect(t == float(n - 1 + 10), f"arrival time max {t}")
+        first = tracker.first_arrival(tr)
+        expect(first == 10.0, f"first arrival (min over the writers) {first}")
         untouched = hbm.view("X").copy()
         untouched[1:4, 2:5] = 0
         untouched[0] = 0  # row 0 is the left neighbour's store target
@@ -74,6 +76,26 @@ for rnd in range(2):  # the second run binds the same windows: it starts from ze
     hbm.free()
 seg_tracker.free()
 seg_hbm.free()
+
+# the earliest and latest arrivals of a region signalled slot by slot: a run of slots
+# (one contiguous accumulate) and scattered slots (an indexed one), by every rank at once
+tracker = Tracker(comm, 8, lambda s: f"slot {s}")
+tracker.signal(0, [0, 1, 2], [1, 1, 1], [5.0 + rank, 6.0 + rank, 7.0 + rank])
+tracker.signal(0, [3, 6], [1, 1], [20.0 - rank, 30.0 + rank])
+if rank == 0:
+    run = TrackedRegion("run", np.array([0, 1, 2]), np.array([n, n, n]))
+    spread = TrackedRegion("spread", np.array([3, 6]), np.array([n, n]))
+    tracker.wait(run, 30.0)
+    tracker.wait(spread, 30.0)
+    expect((tracker.first_arrival(run), tracker.arrival(run)) == (5.0, 7.0 + n - 1),
+           f"run: {tracker.first_arrival(run)}, {tracker.arrival(run)}")
+    expect((tracker.first_arrival(spread), tracker.arrival(spread)) == (20.0 - (n - 1),
+                                                                       30.0 + n - 1),
+           f"spread: {tracker.first_arrival(spread)}, {tracker.arrival(spread)}")
+    untouched = TrackedRegion("none", np.array([7]), np.array([0]))
+    expect(tracker.first_arrival(untouched) == float("inf"), "no arrival: inf")
+comm.Barrier()
+tracker.free()
 
 # doorbells are on for every rank or for none: a rank that cannot open a socket (here
 # the last one) turns them off for the job, and waits still complete by polling
