@@ -254,9 +254,11 @@ class KernelRunner:
             for w, j, st in zip(gids.tolist(), js, starts):
                 e = max(end, st + compute)
                 if nic:
-                    e += issue * self._issues((w,))
-                self.wg_free[j] = ends[j] = e
+                    e += issue * self._issues((w,))  # the WG that writes a region's last
+                self.wg_free[j] = ends[j] = e  # tile issues its put
                 arrivals[j] = arr
+                if clock.record:  # each physical WG's own track (the trace's WG timeline)
+                    clock.log(f"wg{j}", f"task {w}", st, e)
             clock.log("gemm", f"round {s}" + (f" group {g}" if g else ""), t0, end,
                       wgs=len(gids), flops=sc.flops, read_bytes=sc.read_bytes,
                       write_bytes=sc.write_bytes)

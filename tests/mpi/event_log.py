@@ -42,6 +42,9 @@ chunk is one stage; every phase pays the 1 us launch):
 - persistent:  a persistent GEMM with P = 3 physical WGs; own tiles first, then the
                tiles of chunk o stored straight into rank o's R; WG 0 and WG 1 poll
                the two R tiles (exit flags) before the kernel ends.
+- persistent-puts: on two nodes, a persistent GEMM (P = 3) whose WGs share the HBM
+               per round (``fair_share``), its chunk o NIC-put to rank o's R: each WG on
+               its own track, the WG that writes chunk o's last tile pays the put's issue.
 - launch-wait: an all-reduce in two kernels: the GEMM's WGs store every tile into
                both ranks' slot buffer S; an elementwise kernel waits (``waits``) for
                both blocks of S, pays its launch, and sums them into Z.
@@ -671,6 +674,72 @@ def persistent_log(r, o):
     ]
 
 
+# ================================================================ 8b. per-WG puts
+def persistent_puts_plan(spec, r, o):
+    """On two nodes: a fair-share persistent GEMM (P = 3) whose chunk o is NIC-put to rank
+    o's R once written; the WG that writes chunk o's last tile issues the put."""
+    slots = Slots()
+    cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
+    rspace = _space(slots, "R", [(0, CHUNK)], N)
+    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r), stage_size=P, persistent=True,
+                 fair_share=True)
+    cmap = AddressMap(cspace, r, 2, "store", gemm.local_writes(), local_ok=True)
+    cmap.dma_map(chunk(o), o, op="store", after=1, executor=Executor("nic"), to=rspace,
+                 to_region=(0, CHUNK, 0, N))
+    rmap = AddressMap(rspace, r, 2, "store", np.zeros(len(rspace), np.int64),
+                      incoming_op="store")
+    rmap.track((0, CHUNK, 0, N))
+    layout = GEMM_LAYOUT + [("R", (CHUNK, N), np.float32)]
+    plan = Plan(layout, GEMM_INPUTS, [KernelPhase("persistent-puts", gemm, [cmap, rmap],
+                                                  "a2a", fused=True)],
+                slots, [("C", chunk(r)), ("R", (0, CHUNK, 0, N))])
+    x = inputs_of(9, r, A=(M, K), Bm=(K, N))
+    return plan, {"A": x["A"], "Bm": x["Bm"]}
+
+
+def persistent_puts_want(r, o):
+    rows = slice(*chunk(r)[:2])
+    return np.concatenate([_matmul(9, r)[rows], _matmul(9, o)[rows]])
+
+
+def persistent_puts_log(r, o):
+    R = (0, CHUNK, 0, N)
+    t = LAUNCH
+    wg = WG_FLOPS * max(P, CUS) / F  # a persistent WG has F / max(P, CUs)
+    # round 0: tasks 0, 1 (chunk o), 2 (chunk r col 0) on WGs 0, 1, 2, served together
+    # (fair share): distinct panels 2 A + 2 B (the L2 holds them) at most at reads /
+    # compute, then the 3 tiles' stores at the HBM
+    reads0 = 2 * A_PANEL + 2 * B_PANEL
+    assert reads0 / wg < BW
+    end0 = t + wg + 3 * TILE / BW
+    put = end0 + 2 * NIC_ISSUE  # WG 1 writes chunk o's last tile: it issues the put (+ flag)
+    # the put (after round 0 in program order): the NIC reads B at the idle HBM and sends it
+    # on its port; the flag follows the data: end + the route's latency
+    put_end = max(put + 2 * TILE / BW, put + 2 * TILE / NIC_BW)
+    put_arr = put_end + NIC_LAT
+    # round 1: task 3 (chunk r col 1) on WG 0 from its end; its panels (A of chunk r, B col 1)
+    # are the previous round's, all in the L2: no DRAM reads; its compute, then its store
+    end1 = end0 + wg + TILE / BW
+    assert put + 2 * TILE / BW <= end0 + wg  # the put's read is over before the store
+    land_from = put_arr - 2 * TILE / L  # rank o's put lands streamed at L, the HBM idle
+    assert land_from >= end1
+    landed = max(put_arr, land_from + 2 * TILE / BW)
+    return [
+        ("launch", "persistent-puts", 0.0, t),
+        ("gemm", "round 0", t, end0),  # the round's one HBM reservation
+        ("wg0", "task 0", t, end0),  # each WG's own task on its own track
+        ("wg1", "task 1", t, put),  # the put's issue cost on the WG that issues it
+        ("wg2", "task 2", t, end0),
+        ("tracker", f"{nm('C', chunk(o))} complete", put, put),
+        ("nic", f"put {nm('C', chunk(o))} -> {o}", put, put_end),
+        (f"link->{o}", f"put {nm('C', chunk(o))}", put, put + 2 * TILE / NIC_BW),
+        ("gemm", "round 1", end0, end1),
+        ("wg0", "task 3", end0, end1),
+        ("hbm", f"{nm('R', R)} remote stores land", put_arr, landed),
+        ("tracker", f"{nm('R', R)} complete", landed, landed),
+    ]
+
+
 # ================================================================ 9. waits + launch
 def launch_wait_plan(spec, r, o, sinks: bool = False):
     """``sinks``: the S map is also a map of the GEMM phase (as tests/mpi/mechanisms.py's
@@ -776,6 +845,7 @@ CASES = {
     "cu-executor": (cu_executor_plan, cu_executor_want, cu_executor_log),
     "cu-steps": (cu_steps_plan, cu_steps_want, cu_steps_log),
     "persistent": (persistent_plan, persistent_want, persistent_log),
+    "persistent-puts": (persistent_puts_plan, persistent_puts_want, persistent_puts_log),
     "launch-wait": (launch_wait_plan, launch_wait_want, launch_wait_log),
     "self-slots": (self_slots_plan, launch_wait_want, self_slots_log),
 }
@@ -844,7 +914,7 @@ def main(names: list[str]) -> int:
     failed = []
     for name in names or list(CASES):
         build, want_of, log_of = CASES[name]
-        on = two_nodes(spec) if name == "nic" else spec
+        on = two_nodes(spec) if name in ("nic", "persistent-puts") else spec
         plan, inputs = build(on, r, o)
         res = run_plan(comm, plan, on, name, inputs, opts)
         want = want_of(r, o)
