@@ -7,7 +7,8 @@ this module names the knob settings the registry exposes (Flux's tuning space):
   two-node form), the Hopper variant (sm90 only: local stores, fetch and reduce warps;
   on several nodes with the fused all-to-all across nodes), tile swizzle on/off; the PCIe
   ring forms, 1D or 2D over the sockets, also across PCIe nodes (``algorithm="ring"``);
-- AG + GEMM: push vs pull, communication tile m/N, m/2N, m/4N, swizzle on/off (switch
+- AG + GEMM: push vs pull, communication tile m/N, m/2N, m/4N, m/8N (never below the
+  GEMM's tile height, Flux's tuning range), swizzle on/off (switch
   or full mesh; on several nodes the two-node form); ring pushes with forwarding, 1D
   or inter-socket first, on PCIe (``algorithm="ring"``).
 """
@@ -30,10 +31,12 @@ wide_reduction = flux_rs.wide_reduction
 ag_gemm = flux_ag.ag_gemm
 ag_gemm_tile2 = partial(flux_ag.ag_gemm, halvings=1)
 ag_gemm_tile4 = partial(flux_ag.ag_gemm, halvings=2)
+ag_gemm_tile8 = partial(flux_ag.ag_gemm, halvings=3)
 ag_gemm_unswizzled = partial(flux_ag.ag_gemm, swizzle=False)
 ag_gemm_pull = partial(flux_ag.ag_gemm, pull=True)
 ag_gemm_pull_tile2 = partial(flux_ag.ag_gemm, pull=True, halvings=1)
 ag_gemm_pull_tile4 = partial(flux_ag.ag_gemm, pull=True, halvings=2)
+ag_gemm_pull_tile8 = partial(flux_ag.ag_gemm, pull=True, halvings=3)
 
 
 def ag_ring(p, op, algorithm):

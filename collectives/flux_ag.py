@@ -4,7 +4,7 @@ Rank r's input rows (chunk r of the M x K input) are resident in its gathered
 buffer AG at the start (Flux: local copy, its own signal set, a barrier). The
 rest arrive by copy-engine transfers (DMA), in communication tiles of
 ``comm_rows`` rows (Flux tunes it from m/N down to the GEMM tile height), each
-followed by its signal; each GEMM WG waits on the signals of the tiles its rows
+followed by its signal (never below the GEMM's tile height); each GEMM WG waits on the signals of the tiles its rows
 read (a stage waits for its WGs'), then runs the unchanged GEMM. The GEMM's
 WGs walk the chunks in arrival order (own rows first), or, without the swizzle,
 chunk 0 first on every rank. The transfers follow the platform:
@@ -90,8 +90,10 @@ def _order(p: Problem, arrival: list[int], swizzle: bool) -> list[int]:
 def ag_gemm(p: Problem, op: Operation, algorithm: str, halvings: int = 0,
             swizzle: bool = True, pull: bool = False) -> Plan:
     """Flux's AG + GEMM on the platform's transfers (module docstring); communication
-    tiles of ceil(m/N / 2^halvings) rows; ``pull``: peers' tiles pulled, not pushed."""
-    rows = -(-p.max_chunk // (1 << halvings))
+    tiles of ceil(m/N / 2^halvings) rows, never below the GEMM's tile height (Flux tunes
+    the tile from m/N down to it: a WG waits for all the rows it reads anyway); ``pull``:
+    peers' tiles pulled, not pushed."""
+    rows = min(p.max_chunk, max(-(-p.max_chunk // (1 << halvings)), p.tile_m))
     if algorithm == "ring":
         return ring_push(p, op, algorithm, rows, swizzle)
     if p.topology.nodes > 1:

@@ -155,12 +155,16 @@ FLUX = (
      "of m/2N rows", "#9edae5"),
     ("flux-ag-tile4", flux.ag_gemm_tile4, _ag_gemm, DIRECT, "flux-ag with communication tiles "
      "of m/4N rows", "#bcbd22"),
+    ("flux-ag-tile8", flux.ag_gemm_tile8, _ag_gemm, DIRECT, "flux-ag with communication tiles "
+     "of m/8N rows", "#8c564b"),
     ("flux-ag-pull", flux.ag_gemm_pull, _ag_gemm, DIRECT, "flux-ag with the peers' tiles "
      "pulled by this rank's DMA engine instead of pushed by theirs", "#1f77b4"),
     ("flux-ag-pull-tile2", flux.ag_gemm_pull_tile2, _ag_gemm, DIRECT, "flux-ag-pull with "
      "communication tiles of m/2N rows", "#aec7e8"),
     ("flux-ag-pull-tile4", flux.ag_gemm_pull_tile4, _ag_gemm, DIRECT, "flux-ag-pull with "
      "communication tiles of m/4N rows", "#c5b0d5"),
+    ("flux-ag-pull-tile8", flux.ag_gemm_pull_tile8, _ag_gemm, DIRECT, "flux-ag-pull with "
+     "communication tiles of m/8N rows", "#c49c94"),
     ("flux-ag-noswizzle", flux.ag_gemm_unswizzled, _ag_gemm, DIRECT, "flux-ag with every "
      "rank's WGs walking the chunks from 0 (no swizzle)", "#dbdb8d"),
     ("flux-ag-ring", flux.ag_ring, _ag_gemm, RING, "Flux AG-GEMM on PCIe: whole chunks pushed "

@@ -43,10 +43,11 @@ WHERE = "Flux evaluation, operator table per cluster (GPT-3 MLP, TP 8, m = 1024 
 WHERE_FIND = "Flux evaluation"
 SWIZZLE = (("flux-rs-w", "flux-rs-w-noswizzle"), ("flux-rs-a", "flux-rs-a-noswizzle"),
            ("flux-ag", "flux-ag-noswizzle"))
-PUSH = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4")
-PULL = ("flux-ag-pull", "flux-ag-pull-tile2", "flux-ag-pull-tile4")
+PUSH = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-tile8")
+PULL = ("flux-ag-pull", "flux-ag-pull-tile2", "flux-ag-pull-tile4", "flux-ag-pull-tile8")
 TILES = {"m/N": ("flux-ag", "flux-ag-pull"), "m/2N": ("flux-ag-tile2", "flux-ag-pull-tile2"),
-         "m/4N": ("flux-ag-tile4", "flux-ag-pull-tile4")}
+         "m/4N": ("flux-ag-tile4", "flux-ag-pull-tile4"),
+         "m/8N": ("flux-ag-tile8", "flux-ag-pull-tile8")}
 
 
 def cases(sw: Sweeps, system: str, ms: tuple[int, ...] = M_TABLE, tp: int = 8) -> list[dict]:
