@@ -260,6 +260,29 @@ def test_trace_is_a_perfetto_json_with_tracks_per_rank(tmp_path):
     assert triggers and all(e["name"].endswith("complete") for e in triggers)
 
 
+def test_trace_of_a_persistent_kernel_has_a_track_per_wg(tmp_path):
+    """The fused GEMV + AR's persistent kernel (fair-share rounds): one track per physical
+    WG, in WG order after the GEMM's, each WG's tasks on it and inside the run."""
+    trace = tmp_path / "t.json"
+    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                    "--collective", "gemv+ar", "--m", "1024", "--n", "4", "--k", "256",
+                    "--mode", "fused", "--timing-only", "--trace", str(trace)], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    pid = next(e["pid"] for e in events if e["name"] == "process_name"
+               and e["args"]["name"] == "rank 0 · fused")
+    tids = {e["tid"]: e["args"]["name"] for e in events
+            if e["name"] == "thread_name" and e["pid"] == pid}
+    wgs = [n for _, n in sorted(tids.items()) if n.startswith("WG ")]
+    assert len(wgs) > 1 and wgs == [f"WG {j} (persistent kernel)" for j in range(len(wgs))]
+    order = [n for _, n in sorted(tids.items())]
+    assert order.index("GEMM stages") < order.index("WG 0 (persistent kernel)")
+    tasks = [e for e in events if e["pid"] == pid and e.get("cat", "").startswith("wg")
+             and e["ph"] == "X"]
+    assert tasks and all(e["name"].startswith("task ") for e in tasks)
+    assert {e["cat"] for e in tasks} == {f"wg{j}" for j in range(len(wgs))}
+
+
 CASES = ROOT / "tests" / "data" / "tiny-cases.toml"
 
 

@@ -17,19 +17,31 @@ not the host's. Format: the Trace Event Format's JSON object form
 from __future__ import annotations
 
 # track order inside a rank's process; links and anything else come after
-_TRACKS = ("gemm", "dma", "tracker", "hbm", "rs", "ag", "a2a")
-_LABELS = {"gemm": "GEMM stages", "dma": "DMA engine", "tracker": "tracker triggers",
+_TRACKS = ("gemm", "displaced", "dma", "tracker", "hbm", "rs", "ag", "a2a")
+_LABELS = {"gemm": "GEMM stages", "displaced": "GEMM: HBM bytes communication displaced "
+           "(served before its next stage)", "dma": "DMA engine", "tracker": "tracker triggers",
            "hbm": "HBM (received data lands)", "rs": "RS kernel (CUs)",
            "ag": "AG kernel (CUs)", "a2a": "A2A kernel (CUs)"}
 
 
-def _track_key(track: str) -> tuple[int, str]:
-    return (_TRACKS.index(track), track) if track in _TRACKS else (len(_TRACKS), track)
+def _wg(track: str) -> int | None:
+    """A persistent kernel's physical WG of a ``wg<j>`` track (its own timeline)."""
+    return int(track[2:]) if track.startswith("wg") and track[2:].isdigit() else None
+
+
+def _track_key(track: str) -> tuple[int, int, str]:
+    if track in _TRACKS:
+        return (_TRACKS.index(track), 0, track)
+    wg = _wg(track)  # the WG timeline right after the GEMM's track, in WG order
+    return (0, 1 + wg, track) if wg is not None else (len(_TRACKS), 0, track)
 
 
 def _label(track: str) -> str:
     if track.startswith("link->"):
         return f"link to rank {track[6:]} (occupancy)"
+    wg = _wg(track)
+    if wg is not None:
+        return f"WG {wg} (persistent kernel)"
     return _LABELS.get(track, track)
 
 

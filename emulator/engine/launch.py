@@ -137,7 +137,7 @@ class KernelRunner:
         # the bytes communication took from earlier stages are served first (``Dram.settle``)
         stage_start = clock.hbm.settle(clock.cu.free_at)
         if stage_start > clock.cu.free_at:
-            clock.log("gemm", "displaced bytes", clock.cu.free_at, stage_start)
+            clock.log("displaced", "displaced bytes", clock.cu.free_at, stage_start)
         ends, arrivals, stage_end = [], [], stage_start
         issue = self.cost.spec.put_issue_s
         launch = 0.0

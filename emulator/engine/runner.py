@@ -282,7 +282,7 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
     # what communication took from the last stages' reads and writes (served after them)
     settled = clock.hbm.settle(kernel_end)
     if settled > kernel_end:
-        clock.log("gemm", "displaced bytes", kernel_end, settled)
+        clock.log("displaced", "displaced bytes", kernel_end, settled)
         kernel_end = clock.cu.free_at = settled
     walls = {"stages": runner.wall_events, "dma": dma.wall_events}
     return (max(kernel_end, timing.last_end), policy, walls, runner.stage_windows, kernel_end,

@@ -126,6 +126,8 @@ class BandwidthTimeline:
         if ready < 0:
             raise ValueError(f"{self.name}: negative ready {ready}")
         cap = self.rate if cap is None else min(cap, self.rate)
+        if not cap > 0:
+            raise ValueError(f"{self.name}: rate cap must be > 0, got {cap}")
         target = min(share, 1.0) * self.rate
         i = self._split(ready)
         t, u, c = self._t, self._u, self._c
@@ -152,7 +154,7 @@ class BandwidthTimeline:
                         self._split(end)
                     t1 = end
                 u[i] += avail - steal
-                c[i] -= steal
+                c[i] = max(0.0, c[i] - steal)
                 displaced += steal * (t1 - t0)
                 if last:
                     self.busy_bytes += nbytes - displaced

@@ -278,7 +278,7 @@ def dma_push_log(r, o, c0: float = WG_S, c1: float = WG_S):
         displaced = cost_bytes / nb
     landed = max(b_arr, absorbed)
     done = max(s1_end, landed)
-    settle = ([("gemm", "displaced bytes", s1_end, s1_end + displaced / BW)] if displaced
+    settle = ([("displaced", "displaced bytes", s1_end, s1_end + displaced / BW)] if displaced
               else [])
     return settle + [
         ("launch", "dma-push", 0.0, t),  # launch_us
