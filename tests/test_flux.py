@@ -15,8 +15,8 @@ from tests.ops import modes_for
 FLUX = ("flux-rs-w", "flux-rs-a", "flux-rs-w-noswizzle", "flux-rs-a-noswizzle")
 HOPPER = ("flux-rs-pull",)  # sm90 only
 FLUX_RING = ("flux-rs-ring", "flux-rs-ring2d")
-FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-pull", "flux-ag-pull-tile2",
-           "flux-ag-pull-tile4", "flux-ag-noswizzle")
+FLUX_AG = ("flux-ag", "flux-ag-tile2", "flux-ag-tile4", "flux-ag-tile8", "flux-ag-pull",
+           "flux-ag-pull-tile2", "flux-ag-pull-tile4", "flux-ag-pull-tile8", "flux-ag-noswizzle")
 FLUX_AG_RING = ("flux-ag-ring", "flux-ag-ring2d")
 SMALL = ["--m", "517", "--n", "300", "--k", "129"]
 SAME = ("modelled_time_s", "phases", "rank_phases_s", "dram_bytes_per_rank")
