@@ -25,6 +25,29 @@ def test_bandwidth_timeline_shares_rate_by_cap():
     assert hbm.reserve(0.0, 30) == (1.0, pytest.approx(1.5))
 
 
+@pytest.mark.parametrize("share,end,displaced,held_from,held", [
+    (0.5, 11.0, 100.0, 0.0, 50.0),  # communication up to half: 10 B/s of compute's 60 for
+    # 10 s, then the free HBM (100 B in 1 s); compute keeps 50 B/s
+    (1.0, 200 / 60, 200.0, 200 / 60, 60.0),  # all of compute's 60 B/s: 200 B in 3.33 s
+    (0.0, 12.0, 0.0, 0.0, 60.0)])  # none (compute first): the free HBM after 10 s
+def test_communication_takes_its_share_from_compute_reserved_before_it(
+        share, end, displaced, held_from, held):
+    """HBM of 100 B/s: compute at 60 B/s and other communication at 40 B/s over [0, 10 s),
+    both reserved first; then 200 B of communication from 0. It takes the free rate (none
+    before 10 s), then from compute as much as brings communication to ``share`` of the
+    rate (the 40 already there count), and returns compute's bytes it took. A last byte
+    that may take all of compute's rate finds what compute still holds."""
+    hbm = BandwidthTimeline("hbm", 100.0, kinds=True)
+    assert hbm.fill(0.0, 600, cap=60, compute=True)[:2] == (0.0, 10.0)
+    assert hbm.reserve(0.0, 400, cap=40) == (0.0, 10.0)
+    start, stop, took = hbm.preempt(0.0, 200, None, share)
+    assert (start, stop, took) == (pytest.approx(0.0 if share else 10.0), pytest.approx(end),
+                                   pytest.approx(displaced))
+    assert hbm.preempt(0.0, 1, None, 1.0) == (pytest.approx(held_from),
+                                              pytest.approx(held_from + 1 / held),
+                                              pytest.approx(1.0))
+
+
 def test_bandwidth_timeline_rejects_bad_arguments():
     with pytest.raises(ValueError):
         BandwidthTimeline("x", 0.0)

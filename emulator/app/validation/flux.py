@@ -340,10 +340,13 @@ def _notes(sw: Sweeps) -> list[str]:
             f"(`flux_ag._order`), so its WGs wait for rows in an order the transfers do not "
             f"deliver them in (up to {max(ag):.2f}x slower here): the AG part of Flux's "
             f"swizzle (GEMM order = arrival order). GEMM-RS without it has every rank write "
-            f"the same owner at once (`flux_rs.flux_order`): the model shares that owner's "
-            f"receiving port (`RankClock.receive`) but has no write-request conflicts in "
-            f"its memory controller, Flux's cause, so the RS swizzle gains little (up to "
-            f"{max(rs):.2f}x).")
+            f"the same owner at once (`flux_rs.flux_order`): the owner's receiving port "
+            f"takes those writers one after another in modelled time (`RankClock.receive`, "
+            f"from the region's first arrival), which costs only where their combined rate "
+            f"exceeds the port's, and the senders are not slowed by it (no backpressure "
+            f"across ranks); the model has no write-request conflicts in the owner's memory "
+            f"controller, Flux's cause (no source gives their cost), so the RS swizzle gains "
+            f"little (up to {max(rs):.2f}x).")
     two = [p for s in TWO_NODE.values() for p in sw[SWEEP]["points"] if p["system"] == s] \
         if SWEEP in sw else []
     checks = [(p, c) for p in two if (c := flat_network_check(p))]
