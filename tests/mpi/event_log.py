@@ -438,11 +438,12 @@ def flag_log(r, o):
 
 
 # ================================================================ 5. NIC put
-def nic_plan(spec, r, o):
+def nic_plan(spec, r, o, name="nic", case=5, **kernel):
+    """``kernel``: the GEMM kernel's options (a persistent grid: ``persistent_puts_plan``)."""
     slots = Slots()
     cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
     rspace = _space(slots, "R", [(0, CHUNK)], N)  # rank o's chunk of rows for r, from o
-    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r))
+    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r), **kernel)
     cmap = AddressMap(cspace, r, 2, "store", gemm.local_writes(), local_ok=True)
     cmap.dma_map(chunk(o), o, op="store", after=1, executor=Executor("nic"), to=rspace,
                  to_region=(0, CHUNK, 0, N))
@@ -450,15 +451,15 @@ def nic_plan(spec, r, o):
                       incoming_op="store")
     rmap.track((0, CHUNK, 0, N))
     layout = GEMM_LAYOUT + [("R", (CHUNK, N), np.float32)]
-    plan = Plan(layout, GEMM_INPUTS, [KernelPhase("nic", gemm, [cmap, rmap], "a2a", fused=True)],
+    plan = Plan(layout, GEMM_INPUTS, [KernelPhase(name, gemm, [cmap, rmap], "a2a", fused=True)],
                 slots, [("C", chunk(r)), ("R", (0, CHUNK, 0, N))])
-    x = inputs_of(5, r, A=(M, K), Bm=(K, N))
+    x = inputs_of(case, r, A=(M, K), Bm=(K, N))
     return plan, {"A": x["A"], "Bm": x["Bm"]}
 
 
-def nic_want(r, o):
+def nic_want(r, o, case=5):
     rows = slice(*chunk(r)[:2])
-    return np.concatenate([_matmul(5, r)[rows], _matmul(5, o)[rows]])
+    return np.concatenate([_matmul(case, r)[rows], _matmul(case, o)[rows]])
 
 
 def nic_log(r, o):
@@ -677,29 +678,14 @@ def persistent_log(r, o):
 # ================================================================ 8b. per-WG puts
 def persistent_puts_plan(spec, r, o):
     """On two nodes: a fair-share persistent GEMM (P = 3) whose chunk o is NIC-put to rank
-    o's R once written; the WG that writes chunk o's last tile issues the put."""
-    slots = Slots()
-    cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
-    rspace = _space(slots, "R", [(0, CHUNK)], N)
-    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r), stage_size=P, persistent=True,
-                 fair_share=True)
-    cmap = AddressMap(cspace, r, 2, "store", gemm.local_writes(), local_ok=True)
-    cmap.dma_map(chunk(o), o, op="store", after=1, executor=Executor("nic"), to=rspace,
-                 to_region=(0, CHUNK, 0, N))
-    rmap = AddressMap(rspace, r, 2, "store", np.zeros(len(rspace), np.int64),
-                      incoming_op="store")
-    rmap.track((0, CHUNK, 0, N))
-    layout = GEMM_LAYOUT + [("R", (CHUNK, N), np.float32)]
-    plan = Plan(layout, GEMM_INPUTS, [KernelPhase("persistent-puts", gemm, [cmap, rmap],
-                                                  "a2a", fused=True)],
-                slots, [("C", chunk(r)), ("R", (0, CHUNK, 0, N))])
-    x = inputs_of(9, r, A=(M, K), Bm=(K, N))
-    return plan, {"A": x["A"], "Bm": x["Bm"]}
+    o's R once written (the nic case's plan); the WG that writes chunk o's last tile
+    issues the put."""
+    return nic_plan(spec, r, o, "persistent-puts", 9, stage_size=P, persistent=True,
+                    fair_share=True)
 
 
 def persistent_puts_want(r, o):
-    rows = slice(*chunk(r)[:2])
-    return np.concatenate([_matmul(9, r)[rows], _matmul(9, o)[rows]])
+    return nic_want(r, o, 9)
 
 
 def persistent_puts_log(r, o):
