@@ -203,11 +203,13 @@ class KernelRunner:
 
     def _settle_round(self) -> None:
         """A persistent round: the bytes communication took from earlier rounds are served
-        first (``Dram.settle``), from when its first WG is free; every WG waits for them."""
+        first (``Dram.settle``), from when its first WG is free; no WG starts its next task
+        before they are."""
         t0 = float(self.wg_free.min())
-        delay = self.clock.hbm.settle(t0) - t0
-        if delay > 0:
-            self.wg_free += delay
+        served = self.clock.hbm.settle(t0)
+        if served > t0:
+            self.clock.log("displaced", "displaced bytes", t0, served)
+            np.maximum(self.wg_free, served, out=self.wg_free)
 
     def _time_round(self, s: int, ids: np.ndarray) -> tuple[list[float], list[dict]]:
         """A persistent kernel's round: task j of the round on physical WG j, each on its own

@@ -127,8 +127,7 @@ class Dram:
             self.displaced = 0.0
             return t
         nbytes, self.displaced = self.displaced, 0.0
-        s, e = self.reserve(t, nbytes, None, "gemm displaced", compute=True)
-        return e
+        return self.reserve(t, nbytes, None, "gemm displaced", compute=True)[1]
 
     # ------------------------------------------------------------------ communication
     def backlog(self, t: float) -> float:
