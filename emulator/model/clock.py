@@ -51,6 +51,31 @@ class BandwidthTimeline:
             self._c.insert(i + 1, self._c[i])
         return i + 1
 
+    def _merge(self, lo: int, hi: int) -> None:
+        """Drop the breakpoints between neighbouring intervals of [lo, hi] that no
+        reservation can use any more: at most a quarter of ``fill``'s and ``preempt``'s
+        threshold (rate x 1e-12) left free and held by compute. Every reservation passes
+        such an interval without arithmetic (``avail`` stays under the threshold), so
+        merging them changes no result, bit for bit; it keeps a busy timeline short (a
+        chain of communication bursts at the full rate)."""
+        t, u, c = self._t, self._u, self._c
+        lo, hi = max(lo, 1), min(hi, len(t) - 1)
+        dead = self.rate - self.rate * 0.25e-12  # u above this: no room left to use
+        tiny = self.rate * 0.25e-12  # c under this: nothing to take from compute
+
+        def used_up(j: int) -> bool:
+            return u[j] >= dead and (c is None or c[j] <= tiny)
+
+        drop = [j for j in range(lo, hi + 1) if used_up(j) and used_up(j - 1)]
+        if not drop:
+            return
+        gone = set(drop)
+        keep = [j for j in range(lo, hi + 1) if j not in gone]
+        t[lo : hi + 1] = [t[j] for j in keep]
+        u[lo : hi + 1] = [u[j] for j in keep]
+        if c is not None:
+            c[lo : hi + 1] = [c[j] for j in keep]
+
     def reserve(self, ready: float, nbytes: float, cap: float | None = None,
                 ceiling: float | None = None) -> tuple[float, float]:
         """Serve ``nbytes`` from ``ready`` at most at ``cap`` bytes/s; return (start, end)."""
@@ -82,6 +107,7 @@ class BandwidthTimeline:
         t, u = self._t, self._u  # the hot loop of the modelled clock: locals, no calls
         c = self._c if compute else None
         n = len(t)
+        first = i
         while True:
             t0 = t[i]
             if t0 >= until:
@@ -104,6 +130,7 @@ class BandwidthTimeline:
                     if c is not None:
                         c[i] += avail
                     self.busy_bytes += nbytes
+                    self._merge(first, i + 2)
                     return start, end, 0.0
                 u[i] += avail
                 if c is not None:
@@ -129,7 +156,7 @@ class BandwidthTimeline:
         if not cap > 0:
             raise ValueError(f"{self.name}: rate cap must be > 0, got {cap}")
         target = min(share, 1.0) * self.rate
-        i = self._split(ready)
+        i = first = self._split(ready)
         t, u, c = self._t, self._u, self._c
         remaining, displaced, start = float(nbytes), 0.0, None
         eps = self.rate * 1e-12
@@ -158,6 +185,7 @@ class BandwidthTimeline:
                 displaced += steal * (t1 - t0)
                 if last:
                     self.busy_bytes += nbytes - displaced
+                    self._merge(first, i + 2)
                     return start, t1, displaced
                 remaining -= avail * (t1 - t0)
             i += 1
