@@ -342,11 +342,12 @@ def _notes(sw: Sweeps) -> list[str]:
             f"swizzle (GEMM order = arrival order). GEMM-RS without it has every rank write "
             f"the same owner at once (`flux_rs.flux_order`): the owner's receiving port "
             f"takes those writers one after another in modelled time (`RankClock.receive`, "
-            f"from the region's first arrival), which costs only where their combined rate "
-            f"exceeds the port's, and the senders are not slowed by it (no backpressure "
-            f"across ranks); the model has no write-request conflicts in the owner's memory "
-            f"controller, Flux's cause (no source gives their cost), so the RS swizzle gains "
-            f"little (up to {max(rs):.2f}x).")
+            f"from the region's first arrival), which costs where their combined rate "
+            f"exceeds the port's (the RS swizzle's gain here: up to {max(rs):.2f}x, most "
+            f"where the GEMM outruns the port); the senders are not slowed by it (no "
+            f"backpressure across ranks), and the model has no write-request conflicts in "
+            f"the owner's memory controller, Flux's cause (no source gives their cost): the "
+            f"RS gain is the port's queue, not Flux's reason.")
     two = [p for s in TWO_NODE.values() for p in sw[SWEEP]["points"] if p["system"] == s] \
         if SWEEP in sw else []
     checks = [(p, c) for p in two if (c := flat_network_check(p))]
