@@ -124,8 +124,8 @@ def test_the_heuristic_follows_the_stated_rule():
 
 def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_losses(tmp_path):
     """A sweep of every FiCCO configuration and its report: speedups over serial, the
-    heuristic's pick against the oracle with the agreement rate per set, DIL and CIL, and
-    the three figures."""
+    heuristic's pick against the oracle with the agreement rate per set, DIL and CIL (with
+    shard-based overlap's), and the four figures."""
     import json
 
     from tests.conftest import ROOT, run_cli
@@ -139,8 +139,12 @@ def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_loss
     phases = t1["ficco-dil"]["phases"]
     assert {"comm", "comm8", "gemm", "rows8-512", "k8-1024", "rows64-64", "k64-128"} <= \
         set(phases)
-    assert {"cil-dma.kernel", "cil-dma.executors", "cil-cu.kernel", "rows8"} <= \
-        set(t1["ficco-cil"]["phases"])
+    cil = t1["ficco-cil"]["phases"]
+    assert {"cil-dma.kernel", "cil-dma.executors", "cil-cu.kernel", "rows8", "shard-comm",
+            "shard-gemm", "cil-shard.kernel", "cil-shard.executors"} <= set(cil)
+    # shard-based overlap's transfers alone: one peer after another, slower than FiCCO's
+    # pieces on every link at once
+    assert cil["shard-comm"] > cil["comm8"]
     # 64-way decomposition by K loses more than 8-way (the design's finding)
     assert 64 * phases["k64-128"] > 8 * phases["k8-1024"] > phases["gemm"]
     proc = run_cli(["report", str(out)], timeout=300)
@@ -148,6 +152,7 @@ def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_loss
     text = proc.stdout
     assert "Speedup over the serial baseline" in text and "oracle" in text
     assert "agreement on the paper set: " in text and "agreement on the synthetic set: " in text
-    assert "DIL rows x64" in text and "CIL comm cu" in text
-    for fig in ("ficco_speedup.png", "ficco_losses.png", "ficco_heuristic.png"):
+    assert "DIL rows x64" in text and "CIL comm cu" in text and "CIL gemm shard" in text
+    for fig in ("ficco_speedup.png", "ficco_losses.png", "ficco_losses_vs_shape.png",
+                "ficco_heuristic.png"):
         assert (out / fig).is_file(), fig
