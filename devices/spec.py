@@ -64,6 +64,9 @@ class InterconnectSpec:
     # "rccl-mi300"; "": none, T3's simulator runs its own ring kernels at link rate)
     library: str = ""
     library_link: str = ""  # "pci": the library sees PCIe links (NCCL's PCI latencies)
+    # a switch's (or PCIe's) down port queues the writers of one receiver one after another
+    # (the hardware; False only in the ``ingress`` counterfactual, ``ablation.py``)
+    ingress_queue: bool = True
 
     def gpus_on_node(self, world: int) -> int:
         return self.gpus_per_node or world

@@ -3,6 +3,7 @@ logs, tests/mpi/ablation_log.py), the split adds up, and the CLI and sweep carry
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -35,13 +36,13 @@ def test_each_counterfactual_gives_the_hand_derived_log(job, check_):
 
 
 def test_split_telescopes_to_the_gain():
-    base = [10.0, 9.0, 8.0, 8.0, 8.0, 5.0]
-    conf = [6.0, 6.0, 4.5, 6.0, 5.5, 4.0]
+    base = [10.0, 9.0, 8.0, 8.0, 7.0, 8.0, 5.0]
+    conf = [6.0, 6.0, 4.5, 6.0, 4.0, 5.5, 4.0]
     parts = split(base, conf)
-    # gaps 4, 3, 3.5, 2, 2.5, 1: launches 1, GEMM efficiency -0.5, link 1.5, contention
-    # -0.5, dram 1.5, overlap 1
+    # gaps 4, 3, 3.5, 2, 3, 2.5, 1: launches 1, GEMM efficiency -0.5, link 1.5, ingress
+    # -1, contention 0.5, dram 1.5, overlap 1
     assert parts == {"launches": 1.0, "gemm-efficiency": -0.5, "link-efficiency": 1.5,
-                     "contention": -0.5, "dram-traffic": 1.5, "overlap": 1.0}
+                     "ingress": -1.0, "contention": 0.5, "dram-traffic": 1.5, "overlap": 1.0}
     assert sum(parts.values()) == base[0] - conf[0]
     assert steps()[-1] == ORDER and len(steps()) == len(ORDER)
 
@@ -67,6 +68,11 @@ def test_ablate_changes_only_its_fields():
     on = ablate(load_device("a100-sxm", (("gpu.gemm.enabled", True),)), ("gemm-efficiency",))
     assert on.gemm is not None and not on.gemm.enabled and on.gemm.tiles == spec.gemm.tiles
     assert ablate(load_device("t3-sim"), ("gemm-efficiency",)) == load_device("t3-sim")
+    # ingress: only a switch's (or PCIe's) down port; a ring has none to remove
+    assert spec.interconnect.topology == "switch" and not free.interconnect.ingress_queue
+    assert ablate(spec, ("ingress",)) == dataclasses.replace(spec, interconnect=(
+        dataclasses.replace(spec.interconnect, ingress_queue=False)))
+    assert ablate(load_device("t3-sim"), ("ingress",)) == load_device("t3-sim")
 
 
 def test_run_causes_add_up_and_the_json_carries_them(tmp_path):

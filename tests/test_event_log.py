@@ -72,12 +72,8 @@ def _same(got: list, want: list) -> None:
         assert g[:2] == w[:2] and _close(g[2], w[2]) and _close(g[3], w[3]), (g, w)
 
 
-def _clock(switched: bool = False, library: float = 1.0, nodes: int = 1, **fractions):
+def _spec(switched: bool = False, library: float = 1.0, nodes: int = 1, **fractions):
     from devices.spec import load_device
-    from emulator.model.clock import RankClock
-    from emulator.model.cost import CostModel
-
-    from emulator.model.topology import Topology
 
     spec = load_device(str(DEVICE))
     spec = dataclasses.replace(spec, executors=dataclasses.replace(spec.executors, **fractions))
@@ -86,10 +82,22 @@ def _clock(switched: bool = False, library: float = 1.0, nodes: int = 1, **fract
     if nodes > 1:  # one GPU per node, each node's NIC (the device's) into a fabric
         ic = dataclasses.replace(ic, gpus_per_node=1, nodes=nodes, network="fabric",
                                  nics_per_node=1, nic_bw=NIC_BW, nic_latency_s=NIC_LAT)
-    spec = dataclasses.replace(spec, interconnect=ic)
-    clock = RankClock(0, spec.hbm_bw, Topology(ic, 2), spec.dma_engines, 10.0,
-                      nics=spec.nics)
-    return clock, CostModel(spec, "fp32")
+    return dataclasses.replace(spec, interconnect=ic)
+
+
+def _clock_of(spec):
+    from emulator.model.clock import RankClock
+    from emulator.model.topology import Topology
+
+    return RankClock(0, spec.hbm_bw, Topology(spec.interconnect, 2), spec.dma_engines, 10.0,
+                     nics=spec.nics)
+
+
+def _clock(switched: bool = False, library: float = 1.0, nodes: int = 1, **fractions):
+    from emulator.model.cost import CostModel
+
+    spec = _spec(switched, library, nodes, **fractions)
+    return _clock_of(spec), CostModel(spec, "fp32")
 
 
 def _log(clock) -> list:
@@ -187,6 +195,49 @@ def test_two_writers_arriving_at_once_queue_at_the_destination_port():
     spread, _ = _clock(switched=True)
     assert _close(spread.receive(t, B, since=0.0), t)  # [0, B/L]
     assert _close(spread.receive(t, B, since=0.0), t)  # [B/L, 2 B/L]: before t
+
+
+def test_without_the_ingress_queue_writers_arriving_together_pass_at_once():
+    """The ``ingress`` counterfactual (``ablation.py``): the switched GPU's down port no
+    longer queues the two regions that came in together; both are in at t. A full mesh has
+    no such port: the ablation leaves its device as it was."""
+    from emulator.model.ablation import ablate
+
+    clock, _ = _clock(switched=True)
+    spec = ablate(_spec(switched=True), ("ingress",))
+    assert not spec.interconnect.ingress_queue and clock.ingress is not None
+    free = _clock_of(spec)
+    t = 10e-6
+    assert free.ingress is None
+    assert _close(free.receive(t, B, since=t), t) and _close(free.receive(t, B, since=t), t)
+    mesh = _spec()
+    assert ablate(mesh, ("ingress",)) == mesh
+
+
+def test_a_route_s_ports_carry_its_bytes_in_the_bottleneck_s_window():
+    """PCIe, two sockets of two GPUs, links of L, the CPU link L per direction shared by
+    the socket's two GPUs (S = L/2 each). x: 0 -> 2 (up port + CPU link) at S over
+    [0, B/S]. y: 0 -> 3 from 0 finds the CPU link full until B/S, so it holds neither port
+    before then: both carry it at S over [B/S, 2B/S]. z: 0 -> 1 (up port only) from 0 has
+    L - S = S of the up port until 2B/S: done at B/S. (Were y's up port booked from 0,
+    z would find it full until B/S and end at B/S + B/L.)"""
+    ic = dataclasses.replace(_spec().interconnect, topology="pcie", sockets=2,
+                             socket_bw=L, socket_latency_s=LAT)
+    from emulator.model.clock import RankClock
+    from emulator.model.topology import Topology
+
+    topo = Topology(ic, 4)
+    clock = RankClock(0, BW, topo, 1, 10.0)
+    S = L / 2
+    assert [h.port for h in clock.route(2).hops] == ["port-up[0]", "socket[0.0->1]"]
+    assert _close(clock.route(2).rate, S)
+    assert _close(clock.send(2, 0.0, B), B / S)
+    assert _close(clock.send(3, 0.0, B), 2 * B / S)
+    assert _close(clock.send(1, 0.0, B), B / S)
+    up, cpu = clock.ports["port-up[0]"], clock.ports["socket[0.0->1]"]
+    assert _close(up.busy_bytes, 3 * B) and _close(cpu.busy_bytes, 2 * B)
+    # the up port is full (S + S) over [0, B/S], then carries y alone
+    assert _close(up.reserve(0.0, B)[0], B / S)
 
 
 def test_dma_push_and_pull_wait_for_a_busy_engine():

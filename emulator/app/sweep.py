@@ -133,8 +133,8 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         repr(max(r["rank_skew"])) if r.get("rank_skew") else "",
                         r.get("baseline") or "",
                         "" if r.get("speedup") is None else repr(r["speedup"]),
-                        *("" if not r.get("causes") else repr(r["causes"]["parts_s"][c])
-                          for c in (*ORDER, "overlap")),
+                        *("" if c not in ((r.get("causes") or {}).get("parts_s") or {})
+                          else repr(r["causes"]["parts_s"][c]) for c in (*ORDER, "overlap")),
                         describe(tuple((pt.get("set") or {}).items()))])
     return buf.getvalue()
 

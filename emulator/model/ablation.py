@@ -25,6 +25,11 @@ plugins included, gets the same counterfactuals. What each removes:
   library_fraction``) = 1, and the ``[executors]`` fractions of the GPU's own
   stores, copy engines and NIC puts = 1 (the library protocols' shares from its
   tuning model stay). What remains of link time is bytes over peak bandwidth.
+- ``ingress``: a receiver's down port behind a switch (or PCIe) takes every writer
+  at once (``InterconnectSpec.ingress_queue`` = False): writers arriving together
+  no longer queue one after another there (``RankClock.receive``), as if each had
+  a port of its own into the destination. The senders' own ports still limit
+  each. Systems without such a port (rings, full meshes) are unchanged.
 - ``contention``: communication has a DRAM of its own (``DramSpec.shared`` =
   False): DMA, copy-engine and NIC reads, data landing from peers and
   CU-driven collective traffic are served beside the compute stream instead of
@@ -40,13 +45,16 @@ from __future__ import annotations
 
 import dataclasses
 
-ORDER = ("launches", "gemm-efficiency", "link-efficiency", "contention", "dram-traffic")
+ORDER = ("launches", "gemm-efficiency", "link-efficiency", "ingress", "contention",
+         "dram-traffic")
 HELP = {
     "launches": "kernel launches cost nothing",
     "gemm-efficiency": "GEMM stages at the matrix peak on their useful FLOPs (no tile or wave "
                        "quantisation, main-loop efficiency, latency or split-K workspace)",
     "link-efficiency": "every executor at the link's peak (library, store, copy and put "
                        "fractions 1)",
+    "ingress": "a receiver's down port takes every writer at once (no queue behind "
+               "other writers)",
     "contention": "communication's DRAM traffic served beside compute's, not sharing its "
                   "queues",
     "dram-traffic": "DRAM bytes cost nothing (HBM bandwidth x 1e6)",
@@ -85,6 +93,9 @@ def ablate(spec, names: tuple[str, ...]):
             spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),
             executors=dataclasses.replace(spec.executors, store_fraction=1.0,
                                           copy_fraction=1.0, put_fraction=1.0))
+    if "ingress" in names and spec.interconnect.topology in ("switch", "pcie"):
+        spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
+            spec.interconnect, ingress_queue=False))
     if "contention" in names:
         spec = dataclasses.replace(spec, dram=dataclasses.replace(spec.dram, shared=False))
     if "dram-traffic" in names:

@@ -191,6 +191,56 @@ class BandwidthTimeline:
             i += 1
 
 
+def reserve_together(lines: list[BandwidthTimeline], ready: float, nbytes: float,
+                     cap: float) -> tuple[float, float]:
+    """Serve ``nbytes`` from ``ready`` through every timeline of ``lines`` at once (the ports
+    of one route, cut-through): in each interval the transfer takes the same rate on all
+    of them, at most ``cap`` and what the busiest leaves free, so every hop carries the
+    bytes in the bottleneck's window and no hop is held while another stalls them.
+    Returns (start, end)."""
+    if ready < 0 or nbytes < 0:
+        raise ValueError(f"negative ready {ready} or bytes {nbytes}")
+    if nbytes == 0:
+        return ready, ready
+    cap = min(cap, *(ln.rate for ln in lines))
+    if not cap > 0:
+        raise ValueError(f"rate cap must be > 0, got {cap}")
+    eps = min(ln.rate for ln in lines) * 1e-12
+    for ln in lines:
+        ln._split(ready)
+    remaining, start, t0 = float(nbytes), None, ready
+    while True:
+        avail, t1 = cap, math.inf
+        for ln in lines:
+            i = bisect.bisect_right(ln._t, t0) - 1
+            room = ln.rate - ln._u[i]
+            if room < avail:
+                avail = room
+            if i + 1 < len(ln._t) and ln._t[i + 1] < t1:
+                t1 = ln._t[i + 1]
+        if avail > eps:
+            if start is None:
+                start = t0
+            end = t0 + remaining / avail
+            if end <= t0:  # less than one ulp of t0 left
+                end = t0
+                break
+            last = end <= t1
+            t1 = min(t1, end)
+            for ln in lines:  # one interval of each in [t0, t1): split at its end, add
+                ln._split(t1)
+                ln._u[bisect.bisect_right(ln._t, t0) - 1] += avail
+            if last:
+                break
+            remaining -= avail * (t1 - t0)
+        elif t1 == math.inf:
+            raise RuntimeError("reserve_together: the ports are never free")
+        t0 = t1
+    for ln in lines:
+        ln.busy_bytes += nbytes
+    return start, end
+
+
 class SerialResource:
     """A resource that serves one operation at a time (CUs of one kernel, a DMA engine)."""
 
@@ -286,7 +336,7 @@ class RankClock:
         self.link_bw = topology.ic.link_bw  # the intra-node link (or port) rate
         self.ports: dict[str, BandwidthTimeline] = {}
         self.ingress = (BandwidthTimeline(f"port-down[{rank}]", self.link_bw)
-                        if topology.switched else None)
+                        if topology.switched and topology.ic.ingress_queue else None)
         self.cu = SerialResource(f"cu[{rank}]")
         self.dma = [SerialResource(f"dma{e}[{rank}]") for e in range(dma_engines)]
         self.nics = nics  # the device's NICs (a put books its route's ports, ``send``)
@@ -312,7 +362,8 @@ class RankClock:
     def send(self, dst: int, ready: float, nbytes: float, fraction: float = 1.0,
              channels: bool = False) -> float:
         """Reserve every port of the route to ``dst`` for ``nbytes`` from ``ready``, at most at
-        the route's rate (its slowest port); return when the last byte has left (latency not
+        the route's rate (its slowest port), all of them in the same intervals
+        (``reserve_together``); return when the last byte has left (latency not
         included). ``fraction`` < 1: a sender that achieves only that share of the ports'
         peak (a library collective) holds them for ``nbytes / fraction`` bytes' time, so
         its transfers together never exceed ``fraction`` of the peak. ``channels``: a library
@@ -321,13 +372,15 @@ class RankClock:
         cap = route.rate
         if fraction != 1.0:
             nbytes = nbytes / fraction
-        end = ready
+        lines = []
         for hop in route.hops:
             port = self.ports.get(hop.port)
             if port is None:
                 port = self.ports[hop.port] = BandwidthTimeline(hop.port, hop.rate)
-            end = max(end, port.reserve(ready, nbytes, cap)[1])
-        return end
+            lines.append(port)
+        if len(lines) == 1:
+            return max(ready, lines[0].reserve(ready, nbytes, cap)[1])
+        return max(ready, reserve_together(lines, ready, nbytes, cap)[1])
 
     def link_in(self, src: int) -> BandwidthTimeline:
         """The route ``src`` -> this rank, as this rank's pulls use it (a pull's data crosses

@@ -4,8 +4,10 @@ Ranks are placed in blocks: rank r is GPU ``r mod G`` of node ``r div G`` (G
 GPUs per node; a PCIe node has ``sockets`` blocks of G / sockets GPUs). A route
 from ``src`` to ``dst`` is the list of ports (one direction each) it crosses on
 the sender's side, each with the rate this GPU gets of it and its latency; the
-data streams through them at the slowest one's rate (cut-through) and arrives
-after the sum of their latencies.
+data streams through them at the slowest one's rate (cut-through), every port
+carrying it in the same intervals (``clock.reserve_together``: where one port is
+busy with other transfers, the others are not held either), and arrives after the
+sum of their latencies.
 
 Intra-node (one hop unless said):
 - ring: a link per direction to each ring neighbour (local index +-1 mod G);
