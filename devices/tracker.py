@@ -144,7 +144,8 @@ class Tracker:
             return
         times = np.empty((n, 2), np.float64)  # (latest, -earliest) per slot: one MAX
         times[:, 0] = t_arrival
-        times[:, 1] = -times[:, 0]
+        # time 0: a local write's signal (its writer keeps its time), no data coming in
+        times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
         if n == 1:
             s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
             c_buf = np.array([elems[0]], np.int64)  # (origin buffers stay referenced until
@@ -202,7 +203,8 @@ class Tracker:
         return float(self._times[2 * slots].max()) if len(slots) else 0.0
 
     def first_arrival(self, region: TrackedRegion) -> float:
-        """The modelled arrival of the region's earliest update (inf before any)."""
+        """The modelled arrival of the region's earliest update that came in with a time
+        (a peer's; inf before any: local writes signal at time 0 and do not count)."""
         self.win.Sync()
         slots = region.slots
         if not len(slots):

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from emulator.model.clock import BandwidthTimeline, ProgramOrder, ProgramOrderTimeout, SerialResource
+from emulator.model.clock import (BandwidthTimeline, ProgramOrder, ProgramOrderTimeout,
+                                  SerialResource, reserve_together)
 
 
 def test_bandwidth_timeline_serialises_full_rate_transfers():
@@ -46,6 +47,25 @@ def test_communication_takes_its_share_from_compute_reserved_before_it(
     assert hbm.preempt(0.0, 1, None, 1.0) == (pytest.approx(held_from),
                                               pytest.approx(held_from + 1 / held),
                                               pytest.approx(1.0))
+
+
+def test_a_route_s_ports_carry_a_transfer_in_the_same_intervals():
+    """Port a is full over [0, 1), port b free (rates 1): a byte through both waits for a
+    and takes [1, 2) on both; b stays free over [0, 1) (a hop is not held while another
+    stalls the transfer). Then 0.7 of a's rate is taken over [2.3, 2.89) and all of it
+    over [2.89, 3.0): the bytes the 0.3 left holds from 2.3 end by 2.89, as ``fill`` on a
+    alone finds (not pushed past the full window by a rounding leftover)."""
+    a, b = BandwidthTimeline("a", 1.0), BandwidthTimeline("b", 1.0)
+    a.reserve(0.0, 1.0)
+    assert reserve_together([a, b], 0.0, 1.0, 1.0) == (1.0, 2.0)
+    assert b.reserve(0.0, 1.0) == (0.0, 1.0)  # b was free over [0, 1)
+    for line in (a, alone := BandwidthTimeline("a2", 1.0)):
+        line.fill(2.3, 1.0, 0.7, until=2.89)  # 0.7 of the rate over [2.3, 2.89)
+        line.fill(2.89, 1.0, until=3.0)  # all of it over [2.89, 3.0)
+    nbytes = 0.3 * (2.89 - 2.3)  # what the 0.3 left holds, to the last bit
+    _, end = reserve_together([a, BandwidthTimeline("c", 1.0)], 2.3, nbytes, 1.0)
+    assert end == alone.fill(2.3, nbytes)[1] and end < 2.9
+    assert reserve_together([a, b], 5.0, 0.0, 1.0) == (5.0, 5.0)
 
 
 def test_bandwidth_timeline_rejects_bad_arguments():

@@ -214,6 +214,25 @@ def test_without_the_ingress_queue_writers_arriving_together_pass_at_once():
     assert ablate(mesh, ("ingress",)) == mesh
 
 
+def test_pulls_from_two_peers_at_once_queue_at_the_reader_s_down_port():
+    """A switched GPU of three pulls B from GPU 1 (engine 0) and B from GPU 2 (engine 1) at
+    0: each request crosses (LAT), the data streams over [p0 + 2 LAT, arrived] (arrived =
+    p0 + 2 LAT + B/L) on its own peer's direction, but both pass this GPU's down port:
+    the second after the first, in at arrived + B/L (as two pushes arriving together)."""
+    from emulator.model import transfers
+    from emulator.model.cost import CostModel
+    from emulator.model.clock import RankClock
+    from emulator.model.topology import Topology
+
+    spec = _spec(switched=True)
+    clock = RankClock(0, spec.hbm_bw, Topology(spec.interconnect, 3), spec.dma_engines, 10.0)
+    cost = CostModel(spec, "fp32")
+    first, _ = transfers.dma_pull(clock, cost, clock.dma[0], 0.0, 1, B, "x")
+    second, _ = transfers.dma_pull(clock, cost, clock.dma[1], 0.0, 2, B, "y")
+    arrived = SETUP + 2 * LAT + B / L
+    assert _close(first, arrived) and _close(second, arrived + B / L)
+
+
 def test_a_route_s_ports_carry_its_bytes_in_the_bottleneck_s_window():
     """PCIe, two sockets of two GPUs, links of L, the CPU link L per direction shared by
     the socket's two GPUs (S = L/2 each). x: 0 -> 2 (up port + CPU link) at S over

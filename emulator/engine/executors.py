@@ -59,7 +59,8 @@ class ExecutorTiming:
                 nbytes = remote * self.itemsize[buffer]
                 # they came in from the region's first arrival on (one burst from every
                 # writer at once, or spread over the kernel: ``RankClock.receive``)
-                since = max(self.runner.start, self.runner.tracker.first_arrival(trig))
+                first = self.runner.tracker.first_arrival(trig)
+                since = max(self.runner.start, first) if first < float("inf") else None
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window,
                                         since=since, steady=key in self.steady)

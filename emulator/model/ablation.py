@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from emulator.model.topology import has_down_port
+
 ORDER = ("launches", "gemm-efficiency", "link-efficiency", "ingress", "contention",
          "dram-traffic")
 HELP = {
@@ -93,7 +95,7 @@ def ablate(spec, names: tuple[str, ...]):
             spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),
             executors=dataclasses.replace(spec.executors, store_fraction=1.0,
                                           copy_fraction=1.0, put_fraction=1.0))
-    if "ingress" in names and spec.interconnect.topology in ("switch", "pcie"):
+    if "ingress" in names and has_down_port(spec.interconnect):
         spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
             spec.interconnect, ingress_queue=False))
     if "contention" in names:

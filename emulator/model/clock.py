@@ -12,7 +12,10 @@ Resources:
   its memory controller, ``dram.py``): a rate in bytes/s
   shared by overlapping transfers. A reservation of B bytes from time t with a
   rate cap c takes, in each interval, min(c, rate - already reserved) until B
-  bytes are served ("water filling"); earlier reservations keep their share.
+  bytes are served ("water filling"); earlier reservations keep their share, except
+  on the HBM, where communication may take its arbitration policy's share from compute
+  reserved before it (``preempt``). A transfer crosses the ports of its route
+  together (``reserve_together``).
 - ``SerialResource`` (the CUs running one kernel, each DMA engine): busy until
   its current operation ends.
 """
@@ -175,7 +178,7 @@ class BandwidthTimeline:
                 if last:
                     end = t0 + remaining / avail
                     if end <= t0:
-                        self.busy_bytes += nbytes
+                        self.busy_bytes += nbytes - displaced
                         return start, t0, displaced
                     if end < t1:
                         self._split(end)
@@ -205,31 +208,33 @@ def reserve_together(lines: list[BandwidthTimeline], ready: float, nbytes: float
     cap = min(cap, *(ln.rate for ln in lines))
     if not cap > 0:
         raise ValueError(f"rate cap must be > 0, got {cap}")
-    eps = min(ln.rate for ln in lines) * 1e-12
-    for ln in lines:
-        ln._split(ready)
-    remaining, start, t0 = float(nbytes), None, ready
+    remaining, start, t0, end = float(nbytes), None, ready, ready
     while True:
         avail, t1 = cap, math.inf
         for ln in lines:
             i = bisect.bisect_right(ln._t, t0) - 1
             room = ln.rate - ln._u[i]
+            if room <= ln.rate * 1e-12:  # ``fill``'s threshold, per port: full
+                room = 0.0
             if room < avail:
                 avail = room
             if i + 1 < len(ln._t) and ln._t[i + 1] < t1:
                 t1 = ln._t[i + 1]
-        if avail > eps:
+        if avail > 0:
             if start is None:
                 start = t0
-            end = t0 + remaining / avail
-            if end <= t0:  # less than one ulp of t0 left
-                end = t0
-                break
-            last = end <= t1
-            t1 = min(t1, end)
-            for ln in lines:  # one interval of each in [t0, t1): split at its end, add
-                ln._split(t1)
-                ln._u[bisect.bisect_right(ln._t, t0) - 1] += avail
+            last = avail * (t1 - t0) >= remaining  # ``fill``'s test
+            if last:
+                end = t0 + remaining / avail
+                if end <= t0:  # less than one ulp of t0 left
+                    end = t0
+                    break
+                t1 = end
+            for ln in lines:  # [t0, t1) is inside one interval of each: book it there
+                j = ln._split(t0)
+                if t1 < math.inf:
+                    ln._split(t1)
+                ln._u[j] += avail
             if last:
                 break
             remaining -= avail * (t1 - t0)
@@ -238,7 +243,7 @@ def reserve_together(lines: list[BandwidthTimeline], ready: float, nbytes: float
         t0 = t1
     for ln in lines:
         ln.busy_bytes += nbytes
-    return start, end
+    return (ready if start is None else start), end
 
 
 class SerialResource:

@@ -44,6 +44,12 @@ from dataclasses import dataclass
 from devices.spec import InterconnectSpec
 
 
+def has_down_port(ic: InterconnectSpec) -> bool:
+    """Whether each GPU receives through a port of its own that all its incoming transfers
+    share (a switch's or PCIe's down port; ``RankClock.receive``)."""
+    return ic.topology in ("switch", "pcie")
+
+
 class NoRoute(ValueError):
     """Two GPUs the topology does not connect (a ring's non-neighbours)."""
 
@@ -81,7 +87,7 @@ class Topology:
         self.nodes = world // self.per_node
         self.sockets = ic.sockets if ic.topology == "pcie" else 1
         self.per_socket = self.per_node // self.sockets
-        self.switched = ic.topology in ("switch", "pcie")  # a down port on the receiving side
+        self.switched = has_down_port(ic)
         self._routes: dict[tuple[int, int], Route] = {}
 
     @classmethod

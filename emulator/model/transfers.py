@@ -27,7 +27,8 @@ usable at its destination).
   of the route's peak; the engine is busy until both end.
 - ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
   the link (lat), the data crosses the peer->reader direction (at
-  ``copy_fraction`` of its peak), lands in the
+  ``copy_fraction`` of its peak) and the reader's down port (a switch's: shared with
+  all it receives, ``RankClock.receive``), lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
 - ``dma_copy``: a device-local copy (gather, scatter) on an engine: ``dma_setup_s``
   when the engine is free, then the source read and the destination write stream
@@ -155,6 +156,9 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
     first = max(link_start + lat, arrived - nbytes / (link.rate * share))
+    t_in = clock.receive(arrived, nbytes, since=first)  # the reader's down port, shared with
+    if t_in > arrived:  # everything else it receives (pushes and its other pulls)
+        arrived, first = t_in, max(first, t_in - nbytes / clock.link_bw)
     landed = max(arrived, _absorb(clock, cost, first, arrived, nbytes, "store", policy, window))
     engine.free_at = landed
     clock.log("dma", f"{what} <- {src}", t0, landed, bytes=nbytes)

@@ -82,6 +82,7 @@ seg_hbm.free()
 tracker = Tracker(comm, 8, lambda s: f"slot {s}")
 tracker.signal(0, [0, 1, 2], [1, 1, 1], [5.0 + rank, 6.0 + rank, 7.0 + rank])
 tracker.signal(0, [3, 6], [1, 1], [20.0 - rank, 30.0 + rank])
+tracker.signal(0, [4], [1], 0.0 if rank == 0 else 9.0 + rank)  # rank 0's own write: time 0
 if rank == 0:
     run = TrackedRegion("run", np.array([0, 1, 2]), np.array([n, n, n]))
     spread = TrackedRegion("spread", np.array([3, 6]), np.array([n, n]))
@@ -92,6 +93,10 @@ if rank == 0:
     expect((tracker.first_arrival(spread), tracker.arrival(spread)) == (20.0 - (n - 1),
                                                                        30.0 + n - 1),
            f"spread: {tracker.first_arrival(spread)}, {tracker.arrival(spread)}")
+    mixed = TrackedRegion("mixed", np.array([4]), np.array([n]))
+    tracker.wait(mixed, 30.0)  # a local write (time 0) says nothing of when data came in
+    expect(tracker.first_arrival(mixed) == (10.0 if n > 1 else float("inf")),
+           f"mixed: {tracker.first_arrival(mixed)}")
     untouched = TrackedRegion("none", np.array([7]), np.array([0]))
     expect(tracker.first_arrival(untouched) == float("inf"), "no arrival: inf")
 comm.Barrier()
