@@ -543,6 +543,12 @@ def _empty(p: Problem, space: TileSpace) -> Kernel:
                   np.zeros(0, np.int64), np.zeros(0, np.int64), p.stage_size)
 
 
+def _shard_order(p: Problem) -> tuple[Executor, list[int]]:
+    """Shard-based overlap's transfers: one copy engine, and the peers in step order (step
+    s's shard comes from rank r + s, so this rank's goes to r - s)."""
+    return Executor("dma", 0, streams=True), [(p.rank - s) % p.world for s in range(1, p.world)]
+
+
 def shard(p: Problem, op: Operation) -> Plan:
     """Shard-based overlap (PyTorch's async TP): the local shard copied into the symmetric
     buffer and GEMMed; at step s the whole shard of rank r + s arrives from that one peer
@@ -554,8 +560,7 @@ def shard(p: Problem, op: Operation) -> Plan:
     p = st.p  # its GEMM launches' kernel
     region = st.piece.get((r, 0))
     gates, launches, pushes = [], [], []
-    engine = Executor("dma", 0, streams=True)
-    order = [(r - s) % W for s in range(1, W)]
+    engine, order = _shard_order(p)
     if st.a2a:  # this rank's block for each peer (an uneven dispatch: its own rows there)
         m = st.push_map(("shard", 0))
         for d in order:
@@ -789,6 +794,12 @@ def dil(p: Problem, op: Operation) -> Plan:
                 first.result, isolated=True, arbitration=ARBITRATION)
 
 
+# each CIL measurement of ``cil``: (transfers' kind, its GEMM alone, its transfers alone);
+# the run of both together is ``cil-<kind>`` (``.kernel`` and ``.executors`` windows)
+CIL_RUNS = (("dma", "rows8", "comm8"), ("cu", "rows8", "comm8"),
+            ("shard", "shard-gemm", "shard-comm"))
+
+
 def cil(p: Problem, op: Operation) -> Plan:
     """The runs CIL is computed from: ``comm8`` (the collective in W pieces per shard by
     DMA, alone), ``rows8`` (the GEMM as 8 launches by rows, alone) and ``cil-dma`` /
@@ -798,8 +809,9 @@ def cil(p: Problem, op: Operation) -> Plan:
     CIL the same way: ``shard-comm`` (every shard whole, to one peer after another on one
     copy engine, as ``shard`` moves them), ``shard-gemm`` (the GEMM as W launches by rows,
     one shard's rows each) and ``cil-shard``, the two together."""
+    (_, rows, pieces), _, (_, shard_gemm, shard_comm) = CIL_RUNS
     slots = Slots()
-    first = _comm_phase(p, op, slots, "comm8", False, "dma")
+    first = _comm_phase(p, op, slots, pieces, False, "dma")
 
     def launches(ways: int):
         blocks = [(a, b) for a, b in ring_chunks(p.rows_here, ways) if b > a]
@@ -819,11 +831,11 @@ def cil(p: Problem, op: Operation) -> Plan:
                            stream, clock=name)
 
     rows8, shards = launches(8), launches(p.world)
-    phases = first.phases + [alone("rows8", rows8())]
+    phases = first.phases + [alone(rows, rows8())]
     phases += _comm_phase(p, op, slots, "cil-dma", False, "dma", rows8).phases
     phases += _comm_phase(p, op, slots, "cil-cu", False, "cu", rows8).phases
-    phases += _comm_phase(p, op, slots, "shard-comm", True, "dma", one_engine=True).phases
-    phases.append(alone("shard-gemm", shards()))
+    phases += _comm_phase(p, op, slots, shard_comm, True, "dma", one_engine=True).phases
+    phases.append(alone(shard_gemm, shards()))
     phases += _comm_phase(p, op, slots, "cil-shard", True, "dma", shards,
                           one_engine=True).phases
     return Plan(first.layout, first.inputs, phases, slots, first.result, isolated=True,
@@ -837,8 +849,7 @@ def _comm_phase(p: Problem, op: Operation, slots: Slots, name: str, whole: bool,
     r - 1, r - 2, ..., on one copy engine: shard-based overlap's transfers)."""
     r = p.rank
     st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False)
-    peers = [(r - s) % p.world for s in range(1, p.world)] if one_engine else p.others
-    engine = Executor("dma", 0, streams=True) if one_engine else None
+    engine, peers = _shard_order(p) if one_engine else (None, p.others)
     for j in range(st.steps):
         for d in peers:
             st.push(j, d, engine)

@@ -135,8 +135,7 @@ def losses(pt: dict) -> dict[str, float] | None:
                 out[f"DIL {kind} x{ways}"] = total / whole
     if ph.get("comm"):
         out["DIL comm x8"] = ph["comm8"] / ph["comm"]
-    for ex, gemm, comm in (("dma", "rows8", "comm8"), ("cu", "rows8", "comm8"),
-                           ("shard", "shard-gemm", "shard-comm")):
+    for ex, gemm, comm in f.CIL_RUNS:
         if cil.get(gemm) and f"cil-{ex}.kernel" in cil:
             out[f"CIL gemm {ex}"] = cil[f"cil-{ex}.kernel"] / cil[gemm]
         if cil.get(comm) and f"cil-{ex}.executors" in cil:
