@@ -242,3 +242,29 @@ def test_rounds_over_stages_uses_the_points_gemm_kernel():
          "gemm_kernel": {"tile": "128x128x32", "wgs_per_cu": 1, "modelled": True}}
     assert rounds_over_stages(p) == pytest.approx(1.2)
     assert rounds_over_stages({**p, "gemm_kernel": None}) == pytest.approx(0.875)
+
+
+def test_the_rs_swizzle_s_gain_split_into_causes_from_the_runs_causes():
+    """Two RS points: swizzled 8 s and unswizzled 10 s, each cut of sequential's 12 s split
+    into causes. The swizzle's gain (2 s per point) is the swizzled run's parts less the
+    unswizzled one's: ingress 1.5, overlap 0.5 per point; an AG point and a run without
+    causes do not count."""
+    def causes(time, parts):
+        return {"baseline": "sequential", "baseline_s": 12.0, "time_s": time,
+                "gain_s": 12.0 - time, "parts_s": parts}
+
+    def point(m, sub="GEMM-RS", with_causes=True):
+        on = causes(8.0, {"launches": 1.0, "ingress": 0.5, "overlap": 2.5})
+        off = causes(10.0, {"launches": 1.0, "ingress": -1.0, "overlap": 2.0})
+        return {"system": "h800-x8", "tp": 8, "m": m, "sublayer": sub, "runs": [
+            {"mode": "sequential", "modelled_time_s": 12.0},
+            {"mode": "flux-rs-w", "modelled_time_s": 8.0, "causes": on if with_causes else None},
+            {"mode": "flux-rs-w-noswizzle", "modelled_time_s": 10.0, "causes": off}]}
+
+    sw = {"flux-paper": {"points": [point(1024), point(2048), point(4096, "AG-GEMM"),
+                                    point(8192, with_causes=False)]}}
+    n, gain, parts = flux.swizzle_causes(sw)
+    assert (n, gain) == (2, 4.0)
+    assert parts == {"launches": 0.0, "ingress": 3.0, "overlap": 1.0}
+    assert flux.swizzle_causes({"flux-paper": {"points": [point(1024, with_causes=False)]}}) \
+        is None

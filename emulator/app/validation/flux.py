@@ -172,6 +172,29 @@ def swizzle_gains(sw: Sweeps) -> list[tuple[str, int, float]]:
     return out
 
 
+def swizzle_causes(sw: Sweeps) -> tuple[int, float, dict[str, float]] | None:
+    """The causes of the RS swizzle's gain, from runs with causes: (pairs, the summed gain
+    (unswizzled - swizzled time, s), cause -> its summed part). Both runs' causes are
+    splits of their cut of the same ``sequential``, so a cause's part of the swizzle's
+    gain is its part of the swizzled run's cut less its part of the unswizzled one's."""
+    n, gain, parts = 0, 0.0, {}
+    for s in CLUSTERS.values():
+        for p in cases(sw, s, tuple(sorted({q["m"] for q in sw[SWEEP]["points"]}))):
+            for on, off in SWIZZLE:
+                if "RS" not in p["sublayer"]:
+                    continue
+                a, b = (runs(p).get(on) or {}).get("causes"), \
+                    (runs(p).get(off) or {}).get("causes")
+                if not (a and b and a["baseline"] == b["baseline"]):
+                    continue
+                n += 1
+                gain += a["gain_s"] - b["gain_s"]
+                for k in dict.fromkeys([*a["parts_s"], *b["parts_s"]]):
+                    parts[k] = parts.get(k, 0.0) + a["parts_s"].get(k, 0.0) \
+                        - b["parts_s"].get(k, 0.0)
+    return (n, gain, parts) if n else None
+
+
 def _swizzle(sw: Sweeps) -> Direction | NotComputed:
     gains = swizzle_gains(sw)
     if not gains:
@@ -348,6 +371,15 @@ def _notes(sw: Sweeps) -> list[str]:
             f"backpressure across ranks), and the model has no write-request conflicts in "
             f"the owner's memory controller, Flux's cause (no source gives their cost): the "
             f"RS gain is the port's queue, not Flux's reason.")
+        split = swizzle_causes(sw)
+        if split and split[1] > 0:
+            n, gain, parts = split
+            lines.append(
+                f"- The causes of the RS swizzle's gain (its part of each cause: the swizzled "
+                f"run's part of the cut of `sequential` less the unswizzled run's, summed "
+                f"over {n} pairs, in % of their summed gain): "
+                + ", ".join(f"{k} {v / gain * 100:+.0f}%" for k, v in parts.items()
+                            if abs(v / gain) >= 0.005) + ".")
     two = [p for s in TWO_NODE.values() for p in sw[SWEEP]["points"] if p["system"] == s] \
         if SWEEP in sw else []
     checks = [(p, c) for p in two if (c := flat_network_check(p))]
