@@ -10,8 +10,9 @@ buffer AG. Fused form, only through the map over AG (one tile = up to
   direct: to every peer at once), as stores;
 - every arriving input tile is tracked (after = 1) and, on a ring, DMA'd on
   unless this is its last stop;
-- the GEMM's WGs walk the chunks in arrival order (own, i+1, i+2, ...) and a
-  stage is released by the tracker when the input tiles its WGs read are in.
+- the GEMM's WGs walk the chunks in arrival order (own, i+1, i+2, ...) and each
+  WG is released by the tracker when the input tiles it reads are in (the next
+  stage still starts when the whole stage has retired).
 
 Flux's AG + GEMM (``flux.py``) is the direct form with two knobs: the
 communication tile (``comm_rows``: rows per transfer and signal, whole GEMM
@@ -75,9 +76,11 @@ def ag_gemm(p: Problem, slots: Slots, algorithm: str, comm_rows: int = 0,
 
 def gated_gemm(p: Problem, slots: Slots, signal: dict, chunks: list[int],
                plain: bool = False) -> tuple[Kernel, AddressMap]:
-    """The consumer GEMM over AG, its WGs chunk by chunk in ``chunks`` order, each stage
-    gated on the signals (``signal``: input tile region -> signal, or a tuple of them) of
-    the input tiles its WGs read (T3: a stage is released by the tracker). ``plain``: the
+    """The consumer GEMM over AG, its WGs chunk by chunk in ``chunks`` order, each WG gated
+    on the signals (``signal``: input tile region -> signal, or a tuple of them) of the
+    input tiles it reads (T3: "the tracker ... releases the WGs that need it"; Flux: each
+    thread block's prologue waits for its own input tiles), so the WGs of a stage whose
+    rows are in start while the others wait (``Kernel.groups``). ``plain``: the
     GEMM's own tiles (the unfused GEMM's, which may span chunks: Flux's kernel is the
     unchanged GEMM), ordered by the last chunk their rows need; else tiles aligned to the
     chunks (T3's)."""
@@ -99,12 +102,16 @@ def gated_gemm(p: Problem, slots: Slots, signal: dict, chunks: list[int],
         key = (r0, r1, 0, p.k)
         return [key] if key in signal else [k for k in inputs if _overlap(k[:2], (r0, r1))]
 
+    of_rows: dict[tuple[int, int], tuple] = {}  # a WG's rows -> the signals it waits on
     gates = {}
-    for s, ids in enumerate(kernel.stages()):
-        rows = sorted({(int(w[0]), int(w[1])) for w in kernel.wgs[ids]})
-        sigs = [g for r in rows for key in read(*r) for g in _signals(signal[key])]
-        gates[s] = tuple({id(g): g for g in sigs}.values())
-    kernel = kernel.with_stage_gates(gates)
+    for w, (r0, r1) in enumerate(np.asarray(kernel.wgs[:, :2]).tolist()):
+        g = of_rows.get((r0, r1))
+        if g is None:
+            sigs = [x for key in read(r0, r1) for x in _signals(signal[key])]
+            g = of_rows[(r0, r1)] = tuple({id(x): x for x in sigs}.values())
+        if g:
+            gates[w] = g
+    kernel = kernel.with_gates(gates)
     cmap = AddressMap(cspace, p.rank, p.world, p.producer_op(), kernel.local_writes(),
                       local_ok=True)
     return kernel, cmap

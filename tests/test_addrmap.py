@@ -210,3 +210,23 @@ def test_launch_items_stage_shapes_match_their_rows():
             assert np.array_equal(items.tile_ids(ids), items.tiles[ids.tolist()])
     assert shaped and unshaped
     assert items.stage_shape(np.array([0, 2, 3])) is None
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_consumer_gemm_gates_each_wg_on_the_input_tiles_its_rows_read(plain):
+    """T3's consumer GEMM (chunk-aligned tiles) and Flux's (the GEMM's own tiles, which may
+    span chunks): every WG waits on exactly the arrivals of the input tiles its rows
+    overlap, not on every tile its stage reads, so a stage whose WGs read different tiles
+    is split into groups that start at their own tiles' arrivals."""
+    from collectives import consumer
+
+    p = problem(0, 4, m=1030, n=700, k=129)
+    slots = Slots()
+    aspace = p.space(slots, "AG", p.chunks, cols=p.k, tile_n=p.k)
+    signal = {aspace.region(t): object() for t in range(len(aspace))}
+    kernel, _ = consumer.gated_gemm(p, slots, signal, list(range(p.world)), plain=plain)
+    for w, (r0, r1) in enumerate(np.asarray(kernel.wgs[:, :2]).tolist()):
+        want = {id(s) for reg, s in signal.items() if reg[0] < r1 and r0 < reg[1]}
+        assert {id(g) for g in kernel.gates[w]} == want, (w, r0, r1)
+    split = [ids for ids in kernel.stages() if len(kernel.groups(ids)) > 1]
+    assert split  # some stage's WGs read different input tiles

@@ -5,6 +5,7 @@ finished tile (see ``kernel.py`` for the model)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -56,6 +57,8 @@ class KernelRunner:
                 self._nic_left[int(s)] = entry
         self.out_e = hbm.specs[kernel.space.buffer].dtype.itemsize  # bytes per output element
         self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
+        # an ordinary kernel's WG slots (positions in a wave): when each is free again
+        self.slot_free = None if kernel.persistent else np.full(kernel.stage_size, self.start)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
         self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
@@ -91,14 +94,15 @@ class KernelRunner:
         return n
 
     def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None,
-                    read_scale: float = 1.0, sc=None):
+                    read_scale: float = 1.0, sc=None, wave: np.ndarray | None = None):
         """Reserve items run at once from ``start``; return (end, arrival per destination
         rank, their StageCost on an idle DRAM queue (what the memo keeps), their compute
-        time with the queue's loaded latency)."""
+        time with the queue's loaded latency). ``wave``: the stage the items are a group of
+        (its WGs run side by side: the group takes the stage's compute time)."""
         clock, k = self.clock, self.kernel
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                            read_scale, self.cu_share, self.out_e)
+                            read_scale, self.cu_share, self.out_e, wave)
         base = sc
         if self._latency_bound:  # loaded latency: the communication queued ahead of its loads
             queued = clock.hbm.queued(start, start + sc.compute_s,
@@ -106,8 +110,8 @@ class KernelRunner:
             if queued > 0:
                 self.cost.delay = queued / clock.hbm.rate
                 try:
-                    sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                                    read_scale, self.cu_share, self.out_e)
+                        sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
+                                    read_scale, self.cu_share, self.out_e, wave)
                 finally:
                     self.cost.delay = 0.0
         compute_end = start + sc.compute_s
@@ -132,30 +136,45 @@ class KernelRunner:
 
     def _time_stage(self, s: int, groups: list[np.ndarray]) -> tuple[list[float], list[dict]]:
         """An ordinary stage: its groups start together (or at their gates) and the stage
-        retires with its last group."""
+        retires with its last group. A stage split into groups (WGs waiting on different
+        signals) runs each group on WG slots as soon as they are free: the block scheduler
+        gives the stage's j-th item (dispatch order) the j-th slot to free, so a group may
+        start while a late group of the stage before still runs (or waits) elsewhere."""
         clock = self.clock
-        # the bytes communication took from earlier stages are served first (``Dram.settle``)
-        stage_start = clock.hbm.settle(clock.cu.free_at)
-        if stage_start > clock.cu.free_at:
-            clock.log("displaced", "displaced bytes", clock.cu.free_at, stage_start)
-        ends, arrivals, stage_end = [], [], stage_start
-        issue = self.cost.spec.put_issue_s
+        free = self.slot_free
         launch = 0.0
         if s in self.launch_stages:  # another launch of the stream: its inputs are not in
             self.cost.l2_reset()  # the L2 yet; it starts once its waits are over
             self._prev = None
             launch = self.cost.spec.launch_s
+        per_slot = len(groups) > 1 and not launch
+        t0 = float(free.min()) if per_slot else clock.cu.free_at
+        # the bytes communication took from earlier stages are served first (``Dram.settle``)
+        stage_start = clock.hbm.settle(t0)
+        if stage_start > t0:
+            clock.log("displaced", "displaced bytes", t0, stage_start)
+        if per_slot:  # the j-th item in dispatch order gets the j-th slot to free (FIFO)
+            slot = np.argsort(free, kind="stable")
+            pos = {w: int(slot[j]) for j, w in enumerate(self.kernel.stages()[s].tolist())}
+        ends, arrivals, stage_end, first = [], [], stage_start, math.inf
+        issue = self.cost.spec.put_issue_s
         resident = spread(self.cost, sum(len(g) for g in groups), self.kernel)
         memo = self._memo_key(groups, resident) if len(groups) == 1 else None
         known = self._memo.get(memo[0]) if memo is not None else None
         if known is None and self._prev is not None and not self._prev[1]:
             self._commit_prev()  # a stage before came from the memo: its panels now
         scale = _shared_reads(self.cost, self.kernel, groups)
+        wave = np.concatenate(groups) if len(groups) > 1 else None
         for g, ids in enumerate(groups):
-            start = max(stage_start, self._gate_time(self.kernel.gates_of(ids))) + launch
+            ready = stage_start
+            if per_slot:
+                at = [pos[w] for w in ids.tolist()]
+                ready = max(ready, float(free[at].max()))
+            start = max(ready, self._gate_time(self.kernel.gates_of(ids))) + launch
+            first = min(first, start)
             if launch:
                 clock.log("launch", f"stage {s}", start - launch, start)
-            end, arr, sc, _ = self._time_items(s, ids, start, resident, scale, known)
+            end, arr, sc, _ = self._time_items(s, ids, start, resident, scale, known, wave)
             if memo is not None and known is None:
                 self._memo[memo[0]] = sc
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
@@ -165,8 +184,13 @@ class KernelRunner:
             ends.append(end)
             arrivals.append(arr)
             stage_end = max(stage_end, end)
-        clock.cu.free_at = stage_end
-        self.stage_windows.append((stage_start, stage_end))
+            if per_slot:
+                free[at] = end
+        if per_slot:
+            clock.cu.free_at = float(free.max())
+        else:
+            free[:] = clock.cu.free_at = stage_end
+        self.stage_windows.append((first if per_slot else stage_start, stage_end))
         if memo is not None and known is not None:  # the L2 keeps its panels: committed only
             self._prev = (memo[1], False)  # when a stage outside the memo needs them
         else:
@@ -557,12 +581,18 @@ def _shared_reads(cost: CostModel, k: Kernel, groups: list[np.ndarray]) -> float
 
 def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.ndarray,
                rank: int, resident: int | None, read_scale: float = 1.0,
-               cu_share: float = 0.0, out_e: float | None = None):
+               cu_share: float = 0.0, out_e: float | None = None,
+               wave: np.ndarray | None = None):
     """The ``StageCost`` of items ``ids`` run at once: the producer's compute and reads
     (reads x ``read_scale``; compute slowed by the CUs a concurrent kernel holds) and
     where their routes write the tiles (``out_e`` bytes per element: the output buffer's
-    element, which may be wider than the run's dtype, as Flux's fp32 reduction buffer)."""
+    element, which may be wider than the run's dtype, as Flux's fp32 reduction buffer).
+    ``wave``: the whole stage ``ids`` are a group of: its WGs share the GPU, so the group's
+    compute time is the stage's (a group alone would be given the whole GPU: a modelled
+    kernel's split-K of a few tiles)."""
     flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
+    if wave is not None:
+        compute = k.producer.cost(cost, k.wgs[wave], resident)[1]
     if cu_share:
         compute /= 1.0 - cu_share
     if _plain(routes, k, ids):  # every tile written here with the producer's op

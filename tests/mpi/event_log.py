@@ -29,6 +29,10 @@ chunk is one stage; every phase pays the 1 us launch):
 - pull:        AG -> GEMM: rank r's A rows are resident; DMA engine 0 writes a flag to
                rank o (``flag_map``), rank o pulls the rows with DMA engine 1
                (``pull_map``); every GEMM WG is gated on the A rows it reads.
+- wave-slots:  the pull case with each stage holding an own tile and a pulled one: each
+               stage splits into two groups, each taking the stage's compute; stage 1's
+               own tile starts on its WG slot as soon as stage 0's own tile frees it,
+               while stage 0's pulled tile still waits for its rows.
 - flag:        a GEMM whose chunk r raises a flag at rank o once written; rank r's
                stage 1 is gated on the flag rank o raises (no data moves).
 - nic:         on two nodes of one GPU (each node's NIC the device's ``[nic]``, into a
@@ -104,6 +108,12 @@ LAT = _D["interconnect"]["link_latency_ns"] * 1e-9  # 1 us
 NIC_BW = _D["nic"]["gb_per_s"] * 1e9  # 50 GB/s
 NIC_LAT = _D["nic"]["latency_ns"] * 1e-9  # 2 us
 NIC_ISSUE = _D["nic"]["issue_ns"] * 1e-9  # 100 ns per put (or flag put)
+
+# the DRAM's read/write turnaround: DramSpec's defaults (the TOML has no [dram] section):
+# tWTR + tRTW = 14 ns per batch of 12 writes of 64 B, one channel per 32 GB/s of HBM
+CHANNELS = round(BW / 32e9)  # 31
+TURN = 14e-9 * BW / CHANNELS / (12 * 64)  # extra bytes of channel time per byte written
+# while a GEMM stage reads (a communication write's turnaround) = 0.588
 
 E = 4  # fp32 bytes per element
 F = CUS * CLOCK * FPC  # dense FLOP/s: cus x clock x flops_per_cycle_per_cu = 2.048e12
@@ -342,7 +352,7 @@ def loaded_log(r, o):
 AG_TILE = CHUNK * K * E  # one rank's A rows: 128 x 64 fp32 = 32768 bytes
 
 
-def pull_plan(spec, r, o):
+def pull_plan(spec, r, o, tiles=None):
     slots = Slots()
     aspace = _space(slots, "AG", [chunk(0)[:2], chunk(1)[:2]], K, TM, K)  # one tile per chunk
     flags = TileSpace("AG", aspace.tiles, slots.alloc("AG flag", len(aspace)))
@@ -354,7 +364,7 @@ def pull_plan(spec, r, o):
                other: amap.pull_map(other, o, amap.flag_signal(flags, other),
                                     executor=Executor("dma", 1))}
     cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
-    gemm = _gemm(spec, cspace, tiles_of(r) + tiles_of(o), a="AG")
+    gemm = _gemm(spec, cspace, tiles or tiles_of(r) + tiles_of(o), a="AG")
     gemm = gemm.with_gates({w: (arrived[(int(r0), int(r1), 0, K)],)
                             for w, (r0, r1) in enumerate(gemm.wgs[:, :2])})
     cmap = AddressMap(cspace, r, 2, "store", gemm.local_writes(), local_ok=True)
@@ -398,6 +408,60 @@ def pull_log(r, o):
         (f"link<-{o}", f"pull AG flags{list(other)}", link_start, link_end),  # dma_pull link
         ("dma", f"AG flags{list(other)} <- {o}", pull_t0, landed),  # engine busy until usable
         ("gemm", "stage 1", s1_start, s1_end),
+    ]
+
+
+def wave_plan(spec, r, o):
+    """The pull case with each stage holding an own tile and a pulled one: own tile 0,
+    rank o's tile 0 (stage 0), own tile 1, rank o's tile 1 (stage 1)."""
+    own, other = tiles_of(r), tiles_of(o)
+    return pull_plan(spec, r, o, [own[0], other[0], own[1], other[1]])
+
+
+def wave_log(r, o):
+    """Each stage splits into two groups (own rows: resident; rank o's: pulled). A group
+    takes the stage's compute (WG_S: its WGs share the GPU with the other group's) and
+    runs on its items' WG slots as soon as they are free: stage 1's own tile (slot 0)
+    starts when stage 0's own tile ends, while stage 0's pulled tile (slot 1) still waits
+    for its rows. Reads stream at reads / WG_S; a group's reads are its panels (an A panel
+    and a B panel) x the stage's sharing (3 distinct panels of 4: 3/4)."""
+    t = LAUNCH
+    own_done = t  # resident at the phase start
+    flag_t0 = own_done + SETUP
+    flag_arr = flag_t0 + LAT
+    pull_t0 = flag_arr + SETUP
+    link_start = pull_t0 + LAT
+    link_end = link_start + AG_TILE / L
+    arrived = link_end + LAT
+    hbm_from = max(link_start + LAT, arrived - AG_TILE / L)
+    landed = max(arrived, hbm_from + AG_TILE / BW)
+    cap = 0.75 * (A_PANEL + B_PANEL) / WG_S  # a stage-0 group's reads (no panel in the L2)
+    a0, a1 = own_done, own_done + WG_S + TILE / BW  # stage 0 group 0, alone on the HBM
+    c0 = a1  # stage 1 group 0: slot 0 free at a1 (stage 0's pulled tile not started)
+    b0 = landed  # stage 0 group 1: gated on the pull
+    # the pulled rows land at the whole rate from hbm_from (a burst, reserved before the
+    # stages in program order), paying the turnaround as c reads alongside: c's reads
+    # (at their cap, far under the rate) pause for it
+    burst = AG_TILE * (1 + TURN) / BW
+    assert c0 < hbm_from and hbm_from + burst < c0 + WG_S
+    c_read = c0 + WG_S + burst
+    assert b0 < c_read < b0 + WG_S  # c stores while b reads
+    c1 = c_read + TILE / (BW - cap)  # its store shares the HBM with b's reads
+    b1 = b0 + WG_S + TILE / BW  # alone on the HBM when it stores (c is done)
+    assert c1 < b0 + WG_S
+    d0 = b1  # stage 1 group 1: slot 1 free at b1 (its rows are in)
+    d1 = d0 + WG_S + TILE / BW
+    return [
+        ("launch", "pull+gemm", 0.0, t),
+        ("tracker", f"{nm('AG', chunk(r)[:2] + (0, K))} complete", own_done, own_done),
+        ("dma", f"flag {nm('AG', chunk(r)[:2] + (0, K))} -> {o}", own_done, flag_t0),
+        ("gemm", "stage 0 group 0", a0, a1),
+        ("tracker", f"AG flags{list(chunk(o)[:2] + (0, K))} complete", flag_arr, flag_arr),
+        (f"link<-{o}", f"pull AG flags{list(chunk(o)[:2] + (0, K))}", link_start, link_end),
+        ("dma", f"AG flags{list(chunk(o)[:2] + (0, K))} <- {o}", pull_t0, landed),
+        ("gemm", "stage 0 group 1", b0, b1),
+        ("gemm", "stage 1 group 0", c0, c1),
+        ("gemm", "stage 1 group 1", d0, d1),
     ]
 
 
@@ -826,6 +890,7 @@ CASES = {
     "dma-push": (dma_push_plan, dma_push_want, dma_push_log),
     "loaded-latency": (loaded_plan, dma_push_want, loaded_log),
     "pull": (pull_plan, pull_want, pull_log),
+    "wave-slots": (wave_plan, pull_want, wave_log),
     "flag": (flag_plan, flag_want, flag_log),
     "nic": (nic_plan, nic_want, nic_log),
     "cu-executor": (cu_executor_plan, cu_executor_want, cu_executor_log),
