@@ -153,14 +153,16 @@ def test_two_d_rings_across_pcie_nodes_finish_and_beat_the_1d_ring(tmp_path, emu
     """Two PCIe nodes of two sockets (8 GPUs), a GEMM of many stages: the 2D forms across
     nodes (inter-NUMA first, then intra-NUMA together with the NIC puts) finish (the RS's
     final sum once waited in the kernel ahead of the rank's own NIC puts in program order:
-    a deadlock) and beat the 1D ring, which runs through both nodes."""
+    a deadlock) and beat the 1D ring, which runs through both nodes. (RS by 10% since a
+    transfer's ports are booked together: the 2D form's NIC puts share each GPU's PCIe
+    port with its intra-node sends and need both free at once; by 23% before.)"""
     system = _system(tmp_path, "pcie2", 2)
     for collective, one, two in (("rs", "flux-rs-ring", "flux-rs-ring2d"),
                                  ("ag-gemm", "flux-ag-ring", "flux-ag-ring2d")):
         doc = emulate(["--system", system, "--collective", collective, "--m", "8192",
                        "--n", "4096", "--k", "64", "--timing-only", "--mode", f"{one},{two}"])
         t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
-        assert t[two] < 0.9 * t[one], (collective, t)
+        assert t[two] < 0.95 * t[one], (collective, t)
 
 
 def test_flux_on_gpt3_rs_shape_swizzle_helps_and_rs_w_pays_its_reduction(emulate):
