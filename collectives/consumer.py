@@ -11,8 +11,8 @@ buffer AG. Fused form, only through the map over AG (one tile = up to
 - every arriving input tile is tracked (after = 1) and, on a ring, DMA'd on
   unless this is its last stop;
 - the GEMM's WGs walk the chunks in arrival order (own, i+1, i+2, ...) and each
-  WG is released by the tracker when the input tiles it reads are in (the next
-  stage still starts when the whole stage has retired).
+  WG is released by the tracker when the input tiles it reads are in (on WG slots
+  as they free: ``KernelRunner._time_stage``).
 
 Flux's AG + GEMM (``flux.py``) is the direct form with two knobs: the
 communication tile (``comm_rows``: rows per transfer and signal, whole GEMM

@@ -114,6 +114,7 @@ def csv_text(header: dict, points: list[dict]) -> str:
     for pt in points:
         for r in pt["runs"]:
             dram = r["dram_bytes"]
+            parts = (r.get("causes") or {}).get("parts_s") or {}  # (older sweeps: fewer causes)
             w.writerow([pt["model"], pt["sublayer"], pt["direction"], pt["tp"], pt["m"], pt["n"],
                         pt["k"], pt["device"],
                         pt.get("collective", header["collective"]),
@@ -133,8 +134,7 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         repr(max(r["rank_skew"])) if r.get("rank_skew") else "",
                         r.get("baseline") or "",
                         "" if r.get("speedup") is None else repr(r["speedup"]),
-                        *("" if c not in ((r.get("causes") or {}).get("parts_s") or {})
-                          else repr(r["causes"]["parts_s"][c]) for c in (*ORDER, "overlap")),
+                        *(repr(parts[c]) if c in parts else "" for c in (*ORDER, "overlap")),
                         describe(tuple((pt.get("set") or {}).items()))])
     return buf.getvalue()
 

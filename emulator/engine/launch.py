@@ -56,9 +56,9 @@ class KernelRunner:
             for s in slots:
                 self._nic_left[int(s)] = entry
         self.out_e = hbm.specs[kernel.space.buffer].dtype.itemsize  # bytes per output element
-        self.wg_free = (np.full(kernel.stage_size, self.start) if kernel.persistent else None)
-        # an ordinary kernel's WG slots (positions in a wave): when each is free again
-        self.slot_free = None if kernel.persistent else np.full(kernel.stage_size, self.start)
+        # when each WG slot is free again: a persistent kernel's physical WGs, or the
+        # positions of an ordinary kernel's wave
+        self.wg_free = np.full(kernel.stage_size, self.start)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
         self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
@@ -110,7 +110,7 @@ class KernelRunner:
             if queued > 0:
                 self.cost.delay = queued / clock.hbm.rate
                 try:
-                        sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
+                    sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
                                     read_scale, self.cu_share, self.out_e, wave)
                 finally:
                     self.cost.delay = 0.0
@@ -141,7 +141,7 @@ class KernelRunner:
         gives the stage's j-th item (dispatch order) the j-th slot to free, so a group may
         start while a late group of the stage before still runs (or waits) elsewhere."""
         clock = self.clock
-        free = self.slot_free
+        free = self.wg_free
         launch = 0.0
         if s in self.launch_stages:  # another launch of the stream: its inputs are not in
             self.cost.l2_reset()  # the L2 yet; it starts once its waits are over

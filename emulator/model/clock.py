@@ -221,7 +221,7 @@ def reserve_together(lines: list[BandwidthTimeline], ready: float, nbytes: float
             if i + 1 < len(ln._t) and ln._t[i + 1] < t1:
                 t1 = ln._t[i + 1]
         if avail > 0:
-            if start is None:
+            if start is None:  # (set before the loop can end: it ends only here)
                 start = t0
             last = avail * (t1 - t0) >= remaining  # ``fill``'s test
             if last:
@@ -243,7 +243,7 @@ def reserve_together(lines: list[BandwidthTimeline], ready: float, nbytes: float
         t0 = t1
     for ln in lines:
         ln.busy_bytes += nbytes
-    return (ready if start is None else start), end
+    return start, end
 
 
 class SerialResource:

@@ -9,8 +9,8 @@ usable at its destination).
 - ``send``: B bytes leave on the route to the receiver (``topology.py``: a link,
   or a switch's up port, an inter-socket link, a NIC share; every port of the
   route streams them together, in each interval at the rate the busiest leaves,
-  at most the slowest one's) from ``ready`` until ``link_end``; the last byte arrives at ``link_end + lat`` (lat: the route's
-  latency, the sum of its hops'). Every executor achieves its own share of the
+  at most the slowest one's) from ``ready`` until ``link_end``; the last byte
+  arrives at ``link_end + lat`` (lat: the route's latency, the sum of its hops'). Every executor achieves its own share of the
   route's peak (``fraction``: the preset's ``[executors]`` figures, the library's
   ``library_fraction`` x its protocol's share): it holds the ports for
   B / fraction bytes' time.
