@@ -9,6 +9,9 @@ next to each counter sit the modelled arrival times of the latest update and
 count, so a reader that sees the count complete also sees the time it completed
 at, and since when its data came in (``first_arrival``: the receiver's port and
 memory take a region's incoming bytes in that window, ``RankClock.receive``).
+Beside each count, a second counter adds the updates that crossed the network
+(``far``: the signaller's peers on other nodes), so the receiver knows how many of
+a region's bytes came in through its NIC (``network_updates``).
 """
 
 from __future__ import annotations
@@ -102,20 +105,24 @@ class Doorbell:
 
 
 class Tracker:
-    """A rank's tracker: per-slot counts of element-updates and the latest modelled arrival
-    time, in a window peers accumulate into. ``segment`` and ``bell``: the job's memory
-    and doorbell, reused by every run (without, the tracker allocates its own and frees
-    them with itself)."""
+    """A rank's tracker: per-slot counts of element-updates (all, and those that crossed
+    the network) and the latest and earliest modelled arrival times, in a window peers
+    accumulate into. ``segment`` and ``bell``: the job's memory and doorbell, reused by
+    every run (without, the tracker allocates its own and frees them with itself).
+    ``far``: per target rank, whether this rank's updates to it cross the network (the
+    emulated topology's nodes, not the host's; None: no rank does)."""
 
     def __init__(self, comm: MPI.Intracomm, nslots: int, slot_names: Callable[[int], str],
-                 segment: Segment | None = None, bell: Doorbell | None = None):
+                 segment: Segment | None = None, bell: Doorbell | None = None,
+                 far: Sequence[bool] | None = None):
         self.comm = comm
         self.rank = comm.rank
         self.nslots = int(nslots)
         self.slot_name = slot_names
+        self.far = tuple(bool(f) for f in far) if far is not None else (False,) * comm.size
         self._own_bell = bell is None
         self.bell = bell or Doorbell(comm)
-        size = max(self.nslots, 1) * 24
+        size = max(self.nslots, 1) * 32
         self._own = segment is None
         self._segment = segment or Segment(comm)
         self.win, mem = self._segment.bind(size)
@@ -124,11 +131,12 @@ class Tracker:
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         n = max(self.nslots, 1)
         raw[:] = 0
-        self._counts = raw[: 8 * n].view(np.int64)
-        self._times = raw[8 * n :].view(np.float64)  # per slot: latest, -earliest arrival
+        both = raw[: 16 * n].view(np.int64)  # per slot: all updates, those over the network
+        self._counts, self._network = both[0::2], both[1::2]
+        self._times = raw[16 * n :].view(np.float64)  # per slot: latest, -earliest arrival
         self._times[1::2] = -np.inf
         self.win.Sync()
-        self._time_base = 8 * n
+        self._time_base = 16 * n
         comm.Barrier()  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
@@ -146,33 +154,26 @@ class Tracker:
         times[:, 0] = t_arrival
         # time 0: a local write's signal (its writer keeps its time), no data coming in
         times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
-        if n == 1:
-            s = int(slots[0])  # local buffers: the GEMM and DMA threads both signal
-            c_buf = np.array([elems[0]], np.int64)  # (origin buffers stay referenced until
-            # the flush: RMA to another node reads them only then)
-            self.win.Accumulate([times, MPI.DOUBLE], target,
-                                target=(self._time_base + 16 * s, 2, MPI.DOUBLE), op=MPI.MAX)
-            self.win.Flush(target)
-            self.win.Accumulate(c_buf, target, target=8 * s, op=MPI.SUM)
-            self.win.Flush(target)
-            self.bell.ring(target)
-            return
+        counts = np.zeros((n, 2), np.int64)  # (all, over the network) per slot: one SUM
+        counts[:, 0] = elems  # (origin buffers stay referenced until the flush: RMA to
+        if self.far[target]:  # another node reads them only then)
+            counts[:, 1] = counts[:, 0]
         disp = np.asarray(slots, np.int64)
-        counts = np.ascontiguousarray(elems, dtype=np.int64)
-        if disp[-1] - disp[0] == n - 1 and (np.diff(disp) == 1).all():  # a run of slots:
-            s = int(disp[0])  # plain contiguous accumulates (no indexed datatype)
+        if n == 1 or (disp[-1] - disp[0] == n - 1 and (np.diff(disp) == 1).all()):
+            s = int(disp[0])  # a run of slots (local buffers: the GEMM and DMA threads
+            # both signal): plain contiguous accumulates (no indexed datatype)
             self.win.Accumulate([times, MPI.DOUBLE], target,
                                 target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
                                 op=MPI.MAX)
             self.win.Flush(target)
             self.win.Accumulate([counts, MPI.INT64_T], target,
-                                target=(8 * s, n, MPI.INT64_T), op=MPI.SUM)
+                                target=(16 * s, 2 * n, MPI.INT64_T), op=MPI.SUM)
             self.win.Flush(target)
             self.bell.ring(target)
             return
         t_type = MPI.DOUBLE.Create_indexed_block(
             2, (2 * disp + self._time_base // 8).tolist()).Commit()
-        c_type = MPI.INT64_T.Create_indexed_block(1, disp.tolist()).Commit()
+        c_type = MPI.INT64_T.Create_indexed_block(2, (2 * disp).tolist()).Commit()
         try:
             self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type), op=MPI.MAX)
             self.win.Flush(target)
@@ -210,6 +211,15 @@ class Tracker:
         if not len(slots):
             return 0.0
         return float(-self._times[2 * np.asarray(slots) + 1].max())
+
+    def network_updates(self, region: TrackedRegion) -> tuple[int, int]:
+        """(element-updates that came in over the network, all element-updates) of the
+        region's slots so far."""
+        self.win.Sync()
+        slots = np.asarray(region.slots)
+        if not len(slots):
+            return 0, 0
+        return int(self._network[slots].sum()), int(self._counts[slots].sum())
 
     def wait(self, region: TrackedRegion, watchdog_s: float,
              pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:

@@ -214,6 +214,48 @@ def test_without_the_ingress_queue_writers_arriving_together_pass_at_once():
     assert ablate(mesh, ("ingress",)) == mesh
 
 
+def test_two_writers_on_other_nodes_arriving_at_once_queue_at_the_receiving_nic():
+    """Three nodes of one GPU (full mesh within, a fabric between): GPUs 1 and 2 each
+    complete a region of B bytes at GPU 0 at t, all of it from the network. Came in
+    together (first arrival t), they pass GPU 0's NIC one after the other: the first in
+    [t - B/N, t], the second in [t, t + B/N] (N: the NIC's rate, one GPU per NIC). Bytes
+    from this node (network 0) pass no NIC. Without the ingress queue (``ablation.py``)
+    both are in at t."""
+    from emulator.model.ablation import ablate
+    from emulator.model.clock import RankClock
+    from emulator.model.topology import Topology
+
+    def clock_of(spec):
+        return RankClock(0, spec.hbm_bw, Topology(spec.interconnect, 3), spec.dma_engines,
+                         10.0, nics=spec.nics)
+
+    spec = _spec(nodes=3)
+    clock, t = clock_of(spec), 10e-6
+    assert _close(clock.receive(t, B, since=t, network=B), t)
+    assert _close(clock.receive(t, B, since=t, network=B), t + B / NIC_BW)
+    assert _close(clock.receive(t, B, since=t), t)  # not from the network: no NIC
+    free = clock_of(ablate(spec, ("ingress",)))
+    assert _close(free.receive(t, B, since=t, network=B), t)
+    assert _close(free.receive(t, B, since=t, network=B), t)
+
+
+@pytest.mark.parametrize("pattern,share", [("direct", 2), ("ring", 1)])
+def test_the_receiving_nic_is_split_among_the_gpus_that_receive_through_it(pattern, share):
+    """Two nodes of two GPUs, one NIC each: every GPU receives from the other node in an
+    all-to-all (``direct``: each GPU gets N/2 of its NIC, as each sends at N/2), one GPU
+    per node in a ring (the whole NIC). A library's channels arrive over all the node's
+    NICs; within a node nothing is crossed."""
+    from emulator.model.topology import Topology
+
+    spec = _spec(nodes=2)
+    ic = dataclasses.replace(spec.interconnect, gpus_per_node=2)
+    topo = Topology(ic, 4, pattern)
+    hop = topo.receive_hop(0)
+    assert hop.port == "nic-in[0.0]" and _close(hop.rate, NIC_BW / share)
+    assert topo.receive_hop(0, channels=True).port == "nics-in[0]"
+    assert Topology(ic, 2, pattern).receive_hop(0) is None  # one node
+
+
 def test_pulls_from_two_peers_at_once_queue_at_the_reader_s_down_port():
     """A switched GPU of three pulls B from GPU 1 (engine 0) and B from GPU 2 (engine 1) at
     0: each request crosses (LAT), the data streams over [p0 + 2 LAT, arrived] (arrived =

@@ -59,11 +59,14 @@ class ExecutorTiming:
                 nbytes = remote * self.itemsize[buffer]
                 # they came in from the region's first arrival on (one burst from every
                 # writer at once, or spread over the kernel: ``RankClock.receive``)
-                first = self.runner.tracker.first_arrival(trig)
+                tracker = self.runner.tracker
+                first = tracker.first_arrival(trig)
                 since = max(self.runner.start, first) if first < float("inf") else None
+                far = min(remote, tracker.network_updates(trig)[0])  # from other nodes
                 landed = transfers.land(self.clock, self.cost, t_remote, nbytes, op,
                                         f"{trig.name} remote {op}s land", self.policy, window,
-                                        since=since, steady=key in self.steady)
+                                        since=since, steady=key in self.steady,
+                                        network=far * self.itemsize[buffer])
             done = max(t_local, landed)
             self.complete_at[key] = done
             self.clock.log("tracker", f"{trig.name} complete", done, done)

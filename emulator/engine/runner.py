@@ -67,10 +67,10 @@ class RankResult:
 class _Clocks:
     """The rank's modelled clocks by name: one chained timeline, or one per isolated run."""
 
-    def __init__(self, rank: int, world: int, spec: DeviceSpec, watchdog_s: float, record: bool,
-                 pattern: str = "direct"):
+    def __init__(self, rank: int, topology: Topology, spec: DeviceSpec, watchdog_s: float,
+                 record: bool):
         self.rank, self.spec, self.watchdog_s, self.record = rank, spec, watchdog_s, record
-        self.topology = Topology.of(spec, world, pattern)
+        self.topology = topology
         self.by_name: dict[str, RankClock] = {}
 
     def __getitem__(self, name: str) -> RankClock:
@@ -117,15 +117,16 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
              if payload and row == 0 and inputs[name].shape == shapes[array]]
     hbm = Hbm(comm, plan.layout, STREAMS, payload=payload, segment=memory and memory.hbm,
               overwritten=whole)
+    topology = Topology.of(spec, comm.size, plan.pattern or opts.pattern)
     tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker,
-                      memory and memory.bell)
+                      memory and memory.bell,  # (which peers' updates cross the network)
+                      far=[topology.crosses_network(rank, r) for r in range(comm.size)])
     if payload:  # inputs are resident before the operation
         for name, (array, row) in plan.inputs.items():
             data = inputs[name]
             hbm.view(array)[row : row + data.shape[0], : data.shape[1]] = data
     cost = CostModel(spec, opts.dtype)
-    clocks = _Clocks(rank, comm.size, spec, opts.watchdog_s, opts.record or opts.record_wall,
-                     plan.pattern or opts.pattern)
+    clocks = _Clocks(rank, topology, spec, opts.watchdog_s, opts.record or opts.record_wall)
     fault_kind, fault_rank = opts.fault
     times: dict[str, tuple[float, float]] = {}
     ready = 0.0  # when the rank's last kernel ended (its executors may still be sending)

@@ -67,9 +67,12 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                           waiting=True)
             t_arr = tracker.wait(step.wait, watchdog_s)
             watchdog.post("compute", f"CU kernel step {step.name}")
+            far, updates = tracker.network_updates(step.wait)  # the share from other nodes
             ready = max(ready, transfers.land(clock, cost, t_arr, step.wait_bytes, step.wait_op,
                                               f"{step.name} received data lands",
-                                              log_hbm_end=True, steady=step.steady))
+                                              log_hbm_end=True, steady=step.steady,
+                                              network=step.wait_bytes * far / max(1, updates),
+                                              channels=library is not None))
         read_bytes = sum(hbm.region_bytes(name, r) for name, r in step.inputs)
         read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
         end = arrival = read_end

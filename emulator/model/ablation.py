@@ -25,11 +25,13 @@ plugins included, gets the same counterfactuals. What each removes:
   library_fraction``) = 1, and the ``[executors]`` fractions of the GPU's own
   stores, copy engines and NIC puts = 1 (the library protocols' shares from its
   tuning model stay). What remains of link time is bytes over peak bandwidth.
-- ``ingress``: a receiver's down port behind a switch (or PCIe) takes every writer
-  at once (``InterconnectSpec.ingress_queue`` = False): writers arriving together
+- ``ingress``: a receiver's ports take every writer at once
+  (``InterconnectSpec.ingress_queue`` = False): its down port behind a switch (or
+  PCIe) and, across a fabric, its NIC's receive side. Writers arriving together
   no longer queue one after another there (``RankClock.receive``), as if each had
   a port of its own into the destination. The senders' own ports still limit
-  each. Systems without such a port (rings, full meshes) are unchanged.
+  each. Systems without such a port (rings and full meshes within a node, a
+  torus) are unchanged.
 - ``contention``: communication has a DRAM of its own (``DramSpec.shared`` =
   False): DMA, copy-engine and NIC reads, data landing from peers and
   CU-driven collective traffic are served beside the compute stream instead of
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from emulator.model.topology import has_down_port
+from emulator.model.topology import has_receive_queue
 
 ORDER = ("launches", "gemm-efficiency", "link-efficiency", "ingress", "contention",
          "dram-traffic")
@@ -55,8 +57,8 @@ HELP = {
                        "quantisation, main-loop efficiency, latency or split-K workspace)",
     "link-efficiency": "every executor at the link's peak (library, store, copy and put "
                        "fractions 1)",
-    "ingress": "a receiver's down port takes every writer at once (no queue behind "
-               "other writers)",
+    "ingress": "a receiver's down port and NIC take every writer at once (no queue "
+               "behind other writers)",
     "contention": "communication's DRAM traffic served beside compute's, not sharing its "
                   "queues",
     "dram-traffic": "DRAM bytes cost nothing (HBM bandwidth x 1e6)",
@@ -95,7 +97,7 @@ def ablate(spec, names: tuple[str, ...]):
             spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),
             executors=dataclasses.replace(spec.executors, store_fraction=1.0,
                                           copy_fraction=1.0, put_fraction=1.0))
-    if "ingress" in names and has_down_port(spec.interconnect):
+    if "ingress" in names and has_receive_queue(spec.interconnect):
         spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
             spec.interconnect, ingress_queue=False))
     if "contention" in names:

@@ -324,7 +324,8 @@ class RankClock:
     port direction, at the rate this GPU gets of the port (a ring or full-mesh link
     towards one peer; behind a switch the up port every outgoing transfer shares;
     an inter-socket link or a NIC share). Behind a switch (or PCIe) the rank's
-    down port (``ingress``) is shared by everything it receives.
+    down port (``ingress``) is shared by everything it receives; across a fabric its
+    NIC's receive side by everything it receives from other nodes (``receive``).
     """
 
     def __init__(self, rank: int, hbm_bw: float, topology: Topology, dma_engines: int,
@@ -377,12 +378,7 @@ class RankClock:
         cap = route.rate
         if fraction != 1.0:
             nbytes = nbytes / fraction
-        lines = []
-        for hop in route.hops:
-            port = self.ports.get(hop.port)
-            if port is None:
-                port = self.ports[hop.port] = BandwidthTimeline(hop.port, hop.rate)
-            lines.append(port)
+        lines = [self._port(hop) for hop in route.hops]
         if len(lines) == 1:
             return max(ready, lines[0].reserve(ready, nbytes, cap)[1])
         return max(ready, reserve_together(lines, ready, nbytes, cap)[1])
@@ -417,22 +413,43 @@ class RankClock:
                                                (f".{index}" if index else ""))
         return self.cu_side[key]
 
-    def receive(self, t_arrival: float, nbytes: float, since: float | None = None) -> float:
+    def receive(self, t_arrival: float, nbytes: float, since: float | None = None,
+                network: float = 0.0, channels: bool = False) -> float:
         """When ``nbytes`` whose last byte left the sender's port at ``t_arrival`` (less
-        latency) have passed this rank's down port: incoming transfers share it, in modelled
-        time. The bytes pass it from ``t_arrival - B / rate`` on (a burst at the end), or
-        from ``since`` if earlier: the first arrival of the region they complete (its
-        writers' stores or transfers came in from then on, and take the port's free time
-        in that span). Writers that all send one region at once (an unswizzled reduce-
-        scatter: every rank's stage writes the same owner) arrive together, so their bytes
-        queue at the port one after another; a region written over a whole kernel
-        (swizzled: one writer per owner at a time) trickles in."""
+        latency) have passed this rank's receiving ports: the ``network`` bytes of them that
+        came from other nodes first pass its NIC's receive side (across a fabric,
+        ``Topology.receive_hop``; ``channels``: a library collective's, over all the
+        node's NICs), then all pass its down port (behind a switch or PCIe); incoming
+        transfers share each, in modelled time. The bytes pass a port from
+        ``t_arrival - B / rate`` on (a burst at the end), or from ``since`` if earlier:
+        the first arrival of the region they complete (its writers' stores or transfers
+        came in from then on, and take the port's free time in that span). Writers that
+        all send one region at once (an unswizzled reduce-scatter: every rank's stage
+        writes the same owner) arrive together, so their bytes queue at the port one after
+        another; a region written over a whole kernel (swizzled: one writer per owner at a
+        time) trickles in."""
+        if network > 0 and self.topology.ic.ingress_queue:
+            hop = self.topology.receive_hop(self.rank, channels)
+            if hop is not None:
+                t_arrival = self._pass(self._port(hop), t_arrival, network, since)
         if self.ingress is None or nbytes <= 0:
             return t_arrival
-        start = t_arrival - nbytes / self.ingress.rate
+        return self._pass(self.ingress, t_arrival, nbytes, since)
+
+    @staticmethod
+    def _pass(port: BandwidthTimeline, t_arrival: float, nbytes: float,
+              since: float | None) -> float:
+        start = t_arrival - nbytes / port.rate
         if since is not None and since < start:
             start = since
-        return max(t_arrival, self.ingress.reserve(max(0.0, start), nbytes)[1])
+        return max(t_arrival, port.reserve(max(0.0, start), nbytes)[1])
+
+    def _port(self, hop) -> BandwidthTimeline:
+        """This rank's timeline of a port (one direction), at the rate it gets of it."""
+        port = self.ports.get(hop.port)
+        if port is None:
+            port = self.ports[hop.port] = BandwidthTimeline(hop.port, hop.rate)
+        return port
 
     def streamed_from(self, t_arrival: float, nbytes: float) -> float:
         """When data whose last byte arrived at ``t_arrival`` began to arrive: it streams in

@@ -27,10 +27,16 @@ each rank to the one before it on the ring (``ring``), or every rank to every
 other (``direct``). ASSUMPTION: those flows run at the same time, as in a
 collective where every rank moves the same bytes; the emulator cannot see
 the other ranks' reservations, so it does not arbitrate them dynamically. On PCIe systems the
-GPU reaches its socket's NIC through its own PCIe port first. ASSUMPTION: the
-receiving NIC keeps pace with the sending one (symmetric traffic through a
-non-blocking fabric), so only the intra-node down port is contended on the
-receiving side.
+GPU reaches its socket's NIC through its own PCIe port first.
+
+The receiving side (reserved by the receiver: ``RankClock.receive``):
+behind a switch or PCIe the GPU's down port takes everything it receives; across a
+fabric its NIC's receive side (``receive_hop``: the NIC of its own socket's block, so
+no socket link is crossed on the way in) takes what came over the network, split evenly among the
+GPUs that receive through it in the traffic pattern, as the sending side is. So
+writers on other nodes that send to one GPU at once (an incast) queue at its NIC,
+while a GPU taking turns with its node's other GPUs gets its share. On a torus the
+last link of the route is the receiving node's port, already booked by the sender.
 
 A ring over the job (``ring``) visits the nodes in an order that crosses the
 network as few times as possible (a snake over a torus), and each node's GPUs
@@ -48,6 +54,12 @@ def has_down_port(ic: InterconnectSpec) -> bool:
     """Whether each GPU receives through a port of its own that all its incoming transfers
     share (a switch's or PCIe's down port; ``RankClock.receive``)."""
     return ic.topology in ("switch", "pcie")
+
+
+def has_receive_queue(ic: InterconnectSpec) -> bool:
+    """Whether some GPU's receiving side queues its incoming transfers: a down port, or
+    (across a fabric) its NIC's receive side (``Topology.receive_hop``)."""
+    return has_down_port(ic) or ic.network == "fabric"
 
 
 class NoRoute(ValueError):
@@ -81,6 +93,7 @@ class Topology:
             raise ValueError(f"traffic pattern {pattern!r}: ring or direct")
         self.ic, self.world, self.pattern = ic, world, pattern
         self._sharers: dict[str, int] | None = None
+        self._receivers: dict[str, int] | None = None
         self.per_node = ic.gpus_on_node(world)
         if world % self.per_node:
             raise ValueError(f"{world} GPUs do not fill nodes of {self.per_node}")
@@ -143,6 +156,33 @@ class Topology:
             self._sharers = {p: len(u) for p, u in users.items()}
         return self._sharers
 
+    def receive_hop(self, dst: int, channels: bool = False) -> Hop | None:
+        """The port on ``dst``'s side that its data from other nodes crosses before its down
+        port: across a fabric, the receive side of ``dst``'s NIC (``channels``: a library
+        collective's ring arrives over every NIC of the node, ``route``), at the share the
+        GPUs receiving through it in the traffic pattern get; None on one node or a torus
+        (whose last link, the receiving node's port, the sender books)."""
+        ic = self.ic
+        if self.nodes == 1 or ic.network != "fabric":
+            return None
+        if channels:
+            return Hop(f"nics-in[{self.node(dst)}]", ic.nic_bw * max(1, ic.nics_per_node), 0.0)
+        port = self._nic_in(dst)
+        if self._receivers is None:
+            users: dict[str, set[int]] = {}
+            for s, d in self.flows():
+                if self.crosses_network(s, d):
+                    users.setdefault(self._nic_in(d), set()).add(d)
+            self._receivers = {p: len(u) for p, u in users.items()}
+        return Hop(port, ic.nic_bw / max(1, self._receivers.get(port, 1)), 0.0)
+
+    def _nic(self, r: int) -> int:
+        """The NIC of the node that GPU ``r`` sends and receives through."""
+        return (r % self.per_node) // (self.per_node // self.ic.nics_per_node)
+
+    def _nic_in(self, r: int) -> str:
+        return f"nic-in[{self.node(r)}.{self._nic(r)}]"
+
     def _hops(self, src: int, dst: int) -> list[Hop]:
         ic = self.ic
         if src == dst or not (0 <= src < self.world and 0 <= dst < self.world):
@@ -164,7 +204,7 @@ class Topology:
             raise NoRoute(f"ranks {src} and {dst} are on different nodes and the system has "
                           f"no network")
         hops = [Hop(f"port-up[{src}]", L, 0.0)] if ic.topology == "pcie" else []
-        nic = (src % self.per_node) // (self.per_node // ic.nics_per_node)
+        nic = self._nic(src)
         if ic.network == "torus2d":
             links = self._torus_links(self.node(src), self.node(dst))
             hops += [Hop(port, ic.nic_bw, ic.nic_latency_s if i == 0 else

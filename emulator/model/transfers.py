@@ -15,7 +15,8 @@ usable at its destination).
   ``library_fraction`` x its protocol's share): it holds the ports for
   B / fraction bytes' time.
 - ``land``: B bytes whose last byte arrived at ``t_arrival`` pass the
-  receiver's down port (switch; from ``since`` on when producers' stores sent
+  receiver's ports (its NIC's receive side for those from other nodes across a
+  fabric, then a switch's down port; from ``since`` on when producers' stores sent
   them over a whole kernel, see ``RankClock.receive``), and land in its HBM as they stream in, from
   ``t_in - B / L`` on, costing B (store) or ``update_cost`` x B (update) of
   HBM time under the arbitration policy, plus the read/write turnaround when a
@@ -27,8 +28,8 @@ usable at its destination).
   of the route's peak; the engine is busy until both end.
 - ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
   the link (lat), the data crosses the peer->reader direction (at
-  ``copy_fraction`` of its peak) and the reader's down port (a switch's: shared with
-  all it receives, ``RankClock.receive``), lands in the
+  ``copy_fraction`` of its peak) and the reader's ports (a switch's down port, the
+  NIC's receive side: shared with all it receives, ``RankClock.receive``), lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
 - ``dma_copy``: a device-local copy (gather, scatter) on an engine: ``dma_setup_s``
   when the engine is free, then the source read and the destination write stream
@@ -107,11 +108,13 @@ def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
 
 def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
          what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
-         log_hbm_end: bool = False, since: float | None = None, steady: bool = False) -> float:
-    """When ``nbytes`` received (last byte at ``t_arrival``) are usable in this HBM. The
+         log_hbm_end: bool = False, since: float | None = None, steady: bool = False,
+         network: float = 0.0, channels: bool = False) -> float:
+    """When ``nbytes`` received (last byte at ``t_arrival``; ``network`` of them from other
+    nodes, ``channels``: over a library collective's channels) are usable in this HBM. The
     logged event runs from the arrival until they are usable, or (``log_hbm_end``, a CU
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
-    t_in = clock.receive(t_arrival, nbytes, since)
+    t_in = clock.receive(t_arrival, nbytes, since, network, channels)
     first = clock.streamed_from(t_in, nbytes)
     absorbed = _absorb(clock, cost, first, t_in, nbytes, op, policy, window, steady)
     landed = max(t_in, absorbed)
@@ -156,8 +159,9 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
     clock.log(f"link<-{src}", f"pull {what}", link_start, link_end, bytes=nbytes)
     arrived = link_end + lat
     first = max(link_start + lat, arrived - nbytes / (link.rate * share))
-    t_in = clock.receive(arrived, nbytes, since=first)  # the reader's down port, shared with
-    if t_in > arrived:  # everything else it receives (pushes and its other pulls)
+    network = nbytes if clock.topology.crosses_network(src, clock.rank) else 0.0
+    t_in = clock.receive(arrived, nbytes, since=first, network=network)  # the reader's ports,
+    if t_in > arrived:  # shared with everything else it receives (pushes, its other pulls)
         arrived, first = t_in, max(first, t_in - nbytes / clock.link_bw)
     landed = max(arrived, _absorb(clock, cost, first, arrived, nbytes, "store", policy, window))
     engine.free_at = landed

@@ -102,6 +102,25 @@ if rank == 0:
 comm.Barrier()
 tracker.free()
 
+# updates that cross the network are counted apart: here every odd rank sits on another
+# "node" than rank 0 (``far``); a run of slots, scattered slots and one slot
+tracker = Tracker(comm, 8, lambda s: f"slot {s}", far=[r % 2 != rank % 2 for r in range(n)])
+tracker.signal(0, [0, 1], [2, 3], 1.0)
+tracker.signal(0, [3, 5], [4, 1], 2.0)
+tracker.signal(0, [7], [5], 3.0)
+if rank == 0:
+    region = TrackedRegion("all", np.array([0, 1, 3, 5, 7]), np.array([1] * 5))
+    tracker.wait(TrackedRegion("last", np.array([7]), np.array([5 * n])), 30.0)
+    tracker.wait(TrackedRegion("rest", np.array([0, 1, 3, 5]), np.array([2, 3, 4, 1]) * n),
+                 30.0)
+    odd = n // 2  # ranks 1, 3, ...
+    expect(tracker.network_updates(region) == (15 * odd, 15 * n),
+           f"network updates {tracker.network_updates(region)}, want {(15 * odd, 15 * n)}")
+    expect(tracker.network_updates(TrackedRegion("one", np.array([7]), np.array([1])))
+           == (5 * odd, 5 * n), "one slot's network updates")
+comm.Barrier()
+tracker.free()
+
 # doorbells are on for every rank or for none: a rank that cannot open a socket (here
 # the last one) turns them off for the job, and waits still complete by polling
 import devices.tracker as tracker_mod  # noqa: E402
