@@ -11,7 +11,7 @@ from __future__ import annotations
 from collectives import (baselines, embedding, ficco, flux, fused_ops, operations, persistent,
                          t3, transformer_engine)
 from collectives.common import EXPERT_SKEW
-from emulator.engine.registry import REGISTRY, Configuration, Operation
+from emulator.engine.registry import REGISTRY, Configuration, Design, Operation
 
 
 def _mpi_collective(name: str):
@@ -323,3 +323,19 @@ REGISTRY.add_configuration(Configuration(
     "every link alone)", "FiCCO bound", lambda p, op, algorithm: ficco.ideal(p, op),
     applies=_ficco_op, algorithms=DIRECT, color="#ff7f0e", params=FICCO_PARAMS,
     over="ficco-serial", **LEAN))
+
+# Whole-model estimates (``emulator/workload``): each design's configuration for the
+# operations it fuses; every other operation of a model runs the baseline (``sequential``).
+for _design in (
+        Design("t3", "T3: track & trigger with memory-controller arbitration on the "
+               "reduce-scatters and all-reduces after GEMMs", {"gemm+rs": "t3-mca",
+                                                              "gemm+ar": "t3-mca"}),
+        Design("flux", "Flux, tuned as Flux tunes (flux-best) on GEMM-RS and AG-GEMM",
+               {"gemm+rs": "flux-best", "ag+gemm": "flux-best"}),
+        Design("te", "TransformerEngine's comm+GEMM overlap, its best configuration (te-best)",
+               {"gemm+rs": "te-best", "ag+gemm": "te-best"}),
+        Design("ficco", "FiCCO's heuristic schedule (ficco-auto) on the collectives feeding a "
+               "GEMM", {"ag+gemm": "ficco-auto", "a2a+gemm": "ficco-auto"}),
+        Design("fused", "the fused computation-collective operators (persistent kernels)",
+               {"gemm+a2a": "fused", "gemv+ar": "fused", "emb+a2a": "fused"})):
+    REGISTRY.add_design(_design)

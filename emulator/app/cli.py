@@ -254,6 +254,104 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 
 
 @main.command()
+@click.argument("spec", required=False)
+@click.option("--system", type=str, default=None,
+              help="The system (a preset of `t3emu devices` or a system TOML file) one "
+                   "tensor-parallel group runs on.")
+@click.option("--phase", type=click.Choice(["training", "prefill", "decode"]),
+              default="training", show_default=True)
+@click.option("--tp", type=int, default=None,
+              help="Tensor-parallel degree (default: the system's GPUs).")
+@click.option("--sp/--no-sp", default=True, show_default=True,
+              help="Megatron's sequence parallelism (all-gather before the column-parallel "
+                   "GEMMs, reduce-scatter after the row-parallel ones) or plain all-reduce.")
+@click.option("--designs", type=str, default="t3,flux,te", show_default=True,
+              help="Comma-separated designs to compare with the baseline (`--list`).")
+@click.option("--seq", type=int, default=None, help="Sequence length (default: the file's).")
+@click.option("--batch", type=int, default=None,
+              help="Sequences per iteration (decode: the batch of one-token steps; default: "
+                   "the file's).")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16",
+              show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the estimate as JSON here.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the emulated operations' results are kept (default: "
+                   "$XDG_CACHE_HOME/t3emu/ops or ~/.cache/t3emu/ops).")
+@click.option("--no-cache", is_flag=True, help="Run every operation again; keep nothing.")
+@click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
+@_what_ifs
+def model(spec, system, phase, tp, sp, designs, seq, batch, dtype, json_path, cache_dir,
+          no_cache, list_, overrides) -> None:
+    """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
+    TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
+    the rest composed (docs/models.md)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from devices.spec import SpecError
+    from devices.system import load_system, system_size
+    from emulator.app.catalog import registry
+    from emulator.engine.registry import RegistryError
+    from emulator.workload import estimate as est
+    from emulator.workload.layers import check_tp, layer
+    from emulator.workload.report import text
+    from emulator.workload.spec import list_models, load_model
+
+    reg = registry()
+    if list_:
+        click.echo("models:")
+        for name in list_models():
+            m = load_model(name)
+            click.echo(f"  {name:14s} {m.name} ({m.kind})")
+        click.echo("designs (the configuration each runs; the baseline elsewhere):")
+        for d in reg.designs.values():
+            uses = ", ".join(f"{cfg} on {op}" for op, cfg in d.uses.items())
+            click.echo(f"  {d.name:8s} {d.help} ({uses})")
+        return
+    if not spec:
+        _fail_usage(click.UsageError("give a model (SPEC; `t3emu model --list`)"))
+    if not system:
+        _fail_usage(click.UsageError("give --system (a preset of `t3emu devices` or a file)"))
+    sets = _overrides(overrides)
+    try:
+        m = load_model(spec)
+        if m.kind != "transformer":
+            raise SpecError(f"{spec}: a {m.kind} model; `t3emu model` composes transformers so "
+                            f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
+                            f"--collective emb+a2a`)")
+        size = system_size(load_system(system, sets))
+        tp = size if tp is None else tp
+        if tp < 1 or (size and tp > size):
+            raise SpecError(f"--tp {tp}: system {system} has {size} GPUs")
+        if size and tp != size:
+            raise SpecError(f"--tp {tp}: one tensor-parallel group is emulated on the whole "
+                            f"system ({size} GPUs); give a system of {tp} GPUs (e.g. --set "
+                            f"nodes=... or --set gpus_per_node=...)")
+        check_tp(m, tp)
+        for opt, val in (("--seq", seq), ("--batch", batch)):
+            if val is not None and val < 1:
+                raise SpecError(f"{opt} {val}: must be at least 1")
+        m = dataclasses.replace(m, seq=seq or m.seq, batch=batch or m.batch)
+        names = tuple(d.strip() for d in designs.split(",") if d.strip())
+        for d in names:
+            reg.design(d)
+        setting = est.Setting(m, system, phase, tp, sp, names, dtype,
+                              tuple(f"{k}={v}" for k, v in sets))
+        layer(m, tp, phase, sp, setting.tokens, m.seq, setting.e)  # shapes check here
+    except (SpecError, RegistryError, ValueError) as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    cache = None if no_cache else Path(cache_dir) if cache_dir else est.default_cache()
+    doc = est.estimate(setting, cache)
+    click.echo(text(doc))
+    if json_path:
+        Path(json_path).write_text(json.dumps(doc, indent=1))
+        click.echo(f"json: {json_path}")
+
+
+@main.command()
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--timeline", type=str, default=None,
               help="Point for the per-rank timeline figure, e.g. 'T-NLG FC-2 TP8' "

@@ -148,11 +148,41 @@ class Configuration:
     # loads (``expert_skew``), left out of ``--mode all`` then
 
 
+@dataclass(frozen=True)
+class Design:
+    """What a design runs in a whole model (``emulator/workload``): its configuration for
+    each operation it fuses (``uses``: operation -> configuration); every other operation
+    runs the baseline."""
+
+    name: str
+    help: str
+    uses: dict[str, str]
+
+
 @dataclass
 class Registry:
     operations: dict[str, Operation] = field(default_factory=dict)
     configurations: dict[str, Configuration] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
+    designs: dict[str, Design] = field(default_factory=dict)
+
+    def add_design(self, design: Design) -> Design:
+        if design.name in self.designs:
+            raise RegistryError(f"design {design.name!r} is registered twice")
+        for op, cfg in design.uses.items():
+            if not self.configuration(cfg).applies(self.operation(op)):
+                raise RegistryError(f"design {design.name!r}: {cfg} does not run {op}")
+        self.designs[design.name] = design
+        return design
+
+    def design(self, name: str) -> Design:
+        if name not in self.designs:
+            raise RegistryError(f"unknown design {name!r}; allowed: {', '.join(self.designs)}")
+        return self.designs[name]
+
+    def design_configuration(self, design: str, op: str) -> str:
+        """The configuration ``design`` runs ``op`` with (the baseline where it has none)."""
+        return self.design(design).uses.get(self.operation(op).name, self.baseline())
 
     def add_operation(self, op: Operation) -> Operation:
         for name in (op.name, *op.aliases):

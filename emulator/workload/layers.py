@@ -1,0 +1,155 @@
+"""What one transformer layer runs on one GPU of a tensor-parallel group, by phase.
+
+A layer is a list of ``Gemm`` items (a GEMM with the collective the parallelism puts
+next to it: an operation of the registry, run by the emulator) and ``Kernel`` items
+(the rest: norms, activations, residual adds, the attention core), in the order one
+stream runs them. Symbols: T tokens of the micro-batch (sequence x batch; decode: the
+batch, one token each), t the TP degree, H hidden, F the FFN width, q = heads x head
+size, kv = key/value heads x head size, e bytes per element.
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): QKV and FC-1 column-parallel
+(each GPU q/t + 2 kv/t, or F/t columns; SwiGLU's gate and up 2F/t), OP and FC-2
+row-parallel (K = q/t or F/t). With sequence parallelism (``sp``; Korthikanti et al.
+2022) the norms and residuals run on T/t tokens, an all-gather feeds each
+column-parallel GEMM (``ag+gemm``, M = T gathered rows) and a reduce-scatter follows
+each row-parallel one (``gemm+rs``); without it the row-parallel GEMMs end in an
+all-reduce (``gemm+ar``; a decode step of one token: a GEMV, ``gemv+ar``) and the
+others are GEMMs alone.
+
+Backward (training): every GEMM Y = X W has an input gradient dX = dY W^T (M = T, N =
+its K, K = its N) and a weight gradient dW = X^T dY (M = its K, N = its N, K = T). The
+input gradient of a column-parallel GEMM is partial on every GPU: reduce-scattered
+(SP) or all-reduced; a row-parallel GEMM's input gradient needs dY whole: gathered (SP,
+``ag+gemm``) or already there. Weight gradients are GEMMs alone. ASSUMPTION: with SP
+the gathered input of a column-parallel GEMM is kept from the forward for its weight
+gradient (Megatron-LM gathers it again, overlapped with the input gradient's GEMM;
+keeping it costs memory, not time, the same for every design).
+
+Kernels (``Kernel``; timed in ``estimate.kernel_time``): a norm reads and writes its
+rows (backward: reads x and dy, writes dx); a residual add reads two and writes one;
+GeLU reads and writes T x F/t (backward 3x), SwiGLU reads 2 and writes 1 (backward
+reads 3, writes 2); the attention core is FlashAttention (Dao 2023): forward 4 T s d
+FLOPs per query head of a causal sequence halved (QK^T and PV), backward 2.5x (five
+matrix products against two), reading Q, K, V and writing O (backward: reading Q, K, V,
+O, dO and writing dQ, dK, dV); decode reads the key/value cache of its context once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emulator.workload.spec import TransformerSpec
+
+PHASES = ("training", "prefill", "decode")
+ATTENTION_BWD_FLOPS = 2.5  # FlashAttention-2's backward: 5 matrix products to 2 forward
+
+
+@dataclass(frozen=True)
+class Gemm:
+    name: str  # e.g. "FC-2 fwd", "QKV dgrad"
+    op: str | None  # the registry's operation (a GEMM with its collective); None: alone
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    bytes: float  # HBM bytes read and written
+    flops: float = 0.0  # matrix FLOPs (the attention core)
+
+
+Item = Gemm | Kernel
+
+
+def _div(a: int, t: int, what: str) -> int:
+    if a % t:
+        raise ValueError(f"{what} = {a} is not divisible by the TP degree {t}")
+    return a // t
+
+
+def check_tp(model: TransformerSpec, tp: int) -> None:
+    """Refuse a TP degree that does not split the model evenly (heads, key/value heads,
+    the FFN), as Megatron-LM does."""
+    if model.heads % tp:
+        raise ValueError(f"TP {tp} does not divide the {model.heads} attention heads of "
+                         f"{model.name}")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ValueError(f"TP {tp} and the {model.kv_heads} key/value heads of {model.name} "
+                         f"do not divide one another")
+    _div(model.ffn_hidden, tp, f"{model.name}'s FFN width")
+
+
+def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
+          context: int, e: int) -> tuple[list[Item], list[Item]]:
+    """(forward items, backward items) of one layer on one GPU: ``tokens`` T of the
+    micro-batch (decode: the batch), ``context`` the sequence (decode: the tokens attended
+    to); the backward list is empty outside training."""
+    if phase not in PHASES:
+        raise ValueError(f"phase {phase!r}; allowed: {', '.join(PHASES)}")
+    check_tp(model, tp)
+    H, T, d = model.hidden, tokens, model.head_dim
+    heads = model.heads // tp
+    kv_heads = max(1, model.kv_heads // tp)  # (fewer key/value heads than GPUs: replicated)
+    q, kv = heads * d, kv_heads * d
+    F = model.ffn_hidden // tp
+    up = 2 * F if model.ffn == "swiglu" else F
+    rows = _div(T, tp, "the tokens") if sp else T  # the norms' and residuals' rows
+    col, row = ("ag+gemm", "gemm+rs") if sp else (None, "gemm+ar")
+
+    def row_parallel(name: str, k: int) -> Gemm:
+        if row == "gemm+ar" and T == 1:  # one decode token: a GEMV (output rows M = H,
+            return Gemm(name, "gemv+ar", H, T, k)  # right-hand sides N = 1, K = k)
+        return Gemm(name, row, T, H, k)
+
+    fwd: list[Item] = [
+        Kernel("norm-1 fwd", 2 * rows * H * e),
+        Gemm("QKV fwd", col, T, q + 2 * kv, H),
+        _attention("attention fwd", model, phase, T, context, heads, kv_heads, e),
+        row_parallel("OP fwd", q),
+        Kernel("residual+norm-2 fwd", (3 + 2) * rows * H * e),
+        Gemm("FC-1 fwd", col, T, up, H),
+        Kernel("activation fwd", (up + F) * T * e),
+        row_parallel("FC-2 fwd", F),
+        Kernel("residual fwd", 3 * rows * H * e),
+    ]
+    if phase != "training":
+        return fwd, []
+    dcol = "gemm+rs" if sp else "gemm+ar"  # a column-parallel GEMM's input gradient
+    drow = "ag+gemm" if sp else None  # a row-parallel one's (dY gathered first)
+    act_bwd = (3 + 2) * F * T * e if model.ffn == "swiglu" else 3 * F * T * e
+    bwd: list[Item] = [
+        Kernel("residual bwd", 3 * rows * H * e),
+        Gemm("FC-2 dgrad", drow, T, F, H),
+        Gemm("FC-2 wgrad", None, F, H, T),
+        Kernel("activation bwd", act_bwd),
+        Gemm("FC-1 dgrad", dcol, T, H, up),
+        Gemm("FC-1 wgrad", None, H, up, T),
+        Kernel("norm-2+residual bwd", (3 + 3) * rows * H * e),
+        Gemm("OP dgrad", drow, T, q, H),
+        Gemm("OP wgrad", None, q, H, T),
+        _attention("attention bwd", model, phase, T, context, heads, kv_heads, e, True),
+        Gemm("QKV dgrad", dcol, T, H, q + 2 * kv),
+        Gemm("QKV wgrad", None, H, q + 2 * kv, T),
+        Kernel("norm-1 bwd", 3 * rows * H * e),
+    ]
+    return fwd, bwd
+
+
+def _attention(name: str, model: TransformerSpec, phase: str, T: int, context: int,
+               heads: int, kv_heads: int, e: int, backward: bool = False) -> Kernel:
+    d = model.head_dim
+    if phase == "decode":  # one query per sequence against its key/value cache
+        flops = 4.0 * T * context * d * heads
+        cache = 2 * T * context * kv_heads * d * e
+        return Kernel(name, cache + 2 * T * heads * d * e, flops)
+    flops = 4.0 * T * context * d * heads * 0.5  # causal: half the score matrix
+    io = (2 * heads + 2 * kv_heads) * T * d * e
+    if backward:
+        return Kernel(name, 2 * io, flops * ATTENTION_BWD_FLOPS)
+    return Kernel(name, io, flops)

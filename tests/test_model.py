@@ -1,0 +1,198 @@
+"""Whole-model estimates (``t3emu model``, ``emulator/workload``): model files refused as
+the presets are, and a toy model's layer and iteration times equal to the hand-composed
+sum of its operations' modelled times (each operation run here, on its own)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+SYSTEM = "a100-sxm-x8"
+TOY = """\
+name = "toy"
+kind = "transformer"
+[transformer]
+hidden = 512
+heads = 8
+ffn = "gelu"
+ffn_hidden = 2048
+layers = 3
+vocab = 1000
+[run]
+seq = 64
+batch = 2
+"""
+
+
+def _t3emu(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "emulator.app.cli", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    (d / "toy.toml").write_text(TOY)
+    return d
+
+
+# ---------------------------------------------------------------- model files
+def test_every_shipped_model_loads():
+    from emulator.workload.spec import list_models, load_model
+
+    names = list_models()
+    assert {"gpt3-175b", "llama2-70b", "mega-gpt2", "t-nlg", "palm-540b", "mt-nlg-530b",
+            "mixtral-8x7b", "dlrm-128node"} <= set(names)
+    gpt3 = load_model("gpt3-175b")
+    assert (gpt3.hidden, gpt3.heads, gpt3.head_dim, gpt3.layers) == (12288, 96, 128, 96)
+    llama = load_model("llama2-70b")
+    assert (llama.kv_heads, llama.ffn, llama.ffn_hidden) == (8, "swiglu", 28672)
+    assert load_model("mixtral-8x7b").moe.top_k == 2
+    assert load_model("dlrm-128node").bottom_mlp[-1] == 92
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("kind = 'transformer'\n[transformer]\nhidden = 512\n", "missing key 'heads'"),
+    (TOY.replace('ffn = "gelu"', 'ffn = "relu2"'), "ffn = 'relu2'"),
+    (TOY.replace("heads = 8", "heads = 8\nkv_heads = 3"), "kv_heads = 3 must divide"),
+    (TOY.replace("layers = 3", "layers = 0"), "layers = 0 is impossible"),
+    (TOY.replace("layers = 3", "layers = 3\nlayer = 4"), "unknown key(s) ['layer']"),
+    (TOY.replace('kind = "transformer"', 'kind = "cnn"'), "kind = 'cnn'"),
+    (TOY + "[dlrm]\ndim = 4\n", "section [dlrm] does not apply"),
+    ("kind = [", "malformed TOML"),
+])
+def test_a_bad_model_file_is_refused_with_one_line_and_exit_2(tmp_path, text, needle):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    proc = _t3emu("model", str(path), "--system", SYSTEM)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert needle in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--tp", "16"], "system a100-sxm-x8 has 8 GPUs"),
+    (["--system", "mi210x4"], "TP 4 does not divide the 6 attention heads"),
+    (["--designs", "flux,nvls"], "unknown design 'nvls'"),
+    (["--batch", "0"], "--batch 0"),
+])
+def test_impossible_degrees_and_unknown_designs_are_refused_before_launch(toy, args, needle):
+    model = toy / "toy.toml"
+    if "--system" in args:  # 6 heads on the 4 GPUs of mi210x4
+        model = toy / "six.toml"
+        model.write_text(TOY.replace("heads = 8", "heads = 6").replace("hidden = 512",
+                                                                       "hidden = 384"))
+    system = [] if "--system" in args else ["--system", SYSTEM]
+    proc = _t3emu("model", str(model), *system, *args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- composition
+def _run(op, m, n, k, mode):
+    """One operation's modelled time and its sequential phases, run on its own."""
+    from emulator import api
+
+    res = api.run(op, system=SYSTEM, modes=[mode], m=m, n=n, k=k, timing_only=True)
+    run = res.runs[mode]
+    return run.modelled_time_s, run.phases, res.doc["device"]
+
+
+def _kernel(spec, nbytes, flops=0.0):
+    """A kernel that is not a GEMM (docs/models.md): launch + max(FLOPs at 0.6 of the peak,
+    bytes at the HBM's peak)."""
+    peak = spec["cus"] * spec["clock_hz"] * spec["flops_per_cycle_per_cu"]["fp16"]
+    return spec["launch_s"] + max(flops / (0.6 * peak), nbytes / spec["hbm_bw"])
+
+
+def test_a_toy_model_s_training_iteration_is_the_hand_composed_sum(toy):
+    """TP 8 with sequence parallelism, training, the flux design. Per GPU: T = 64 x 2 =
+    128 tokens, 16 rows per GPU in the norms; q = kv = 64 (one head of 64), F/8 = 256,
+    the vocabulary slice 128. Every GEMM + collective run alone here (sequential and
+    flux-best), every GEMM alone as the GEMM phase of a sequential gemm+rs plus its launch;
+    kernels by their bytes (fp16) and attention by its FLOPs."""
+    out = toy / "train.json"
+    proc = _t3emu("model", str(toy / "toy.toml"), "--system", SYSTEM, "--designs", "flux",
+                  "--json", str(out), "--cache", str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    T, rows, H, e = 128, 16, 512, 2
+    fwd_ops = [("ag+gemm", 128, 192, 512), ("gemm+rs", 128, 512, 64),
+               ("ag+gemm", 128, 256, 512), ("gemm+rs", 128, 512, 256)]
+    bwd_ops = [("ag+gemm", 128, 256, 512), ("gemm+rs", 128, 512, 256),
+               ("ag+gemm", 128, 64, 512), ("gemm+rs", 128, 512, 192)]
+    wgrads = [(256, 512, 128), (512, 256, 128), (64, 512, 128), (512, 192, 128)]
+    head_ops = [("ag+gemm", 128, 128, 512), ("gemm+rs", 128, 512, 128)]
+    times, alone = {}, {}
+    spec = None
+    for key in dict.fromkeys(fwd_ops + bwd_ops + head_ops):
+        for mode in ("sequential", "flux-best"):
+            times[key, mode], phases, spec = _run(*key, mode)
+    for shape in wgrads + [(512, 128, 128)]:
+        _, phases, spec = _run("gemm+rs", *shape, "sequential")
+        alone[shape] = spec["launch_s"] + phases["gemm"]
+    flops_attn = 4.0 * T * 64 * 64 * 1 * 0.5  # T x seq x d x heads, causal
+    io = (2 + 2) * T * 64 * e
+    kernels_f = [_kernel(spec, 2 * rows * H * e), _kernel(spec, io, flops_attn),
+                 _kernel(spec, 5 * rows * H * e), _kernel(spec, 2 * 256 * T * e),
+                 _kernel(spec, 3 * rows * H * e)]
+    kernels_b = [_kernel(spec, 3 * rows * H * e), _kernel(spec, 3 * 256 * T * e),
+                 _kernel(spec, 6 * rows * H * e), _kernel(spec, 2 * io, 2.5 * flops_attn),
+                 _kernel(spec, 3 * rows * H * e)]
+    # the GPU's shard of the weights: QKV 512 x 1536, OP 512 x 512, FC-1 512 x 2048, FC-2
+    # 2048 x 512 per layer, the embedding and the LM head 1000 x 512 each
+    params = (3 * (512 * 1536 + 512 * 512 + 512 * 2048 + 2048 * 512) + 2 * 1000 * 512) / 8
+    head_k = [_kernel(spec, 2 * T * 128 * e)] * 2 + [_kernel(spec, 28 * params)]
+    for design, mode in (("sequential", "sequential"), ("flux", "flux-best")):
+        got = doc["designs"][design]
+        fwd = sum(times[o, mode] for o in fwd_ops) + sum(kernels_f)
+        bwd = (sum(times[o, mode] for o in bwd_ops) + sum(alone[s] for s in wgrads)
+               + sum(kernels_b))
+        other = sum(times[o, mode] for o in head_ops) + alone[(512, 128, 128)] + sum(head_k)
+        assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
+        assert got["layer_backward_s"] == pytest.approx(bwd, rel=1e-12), design
+        assert got["iteration_s"] == pytest.approx(3 * (fwd + bwd) + other, rel=1e-12)
+    assert doc["designs"]["flux"]["speedup"] == pytest.approx(
+        doc["designs"]["sequential"]["iteration_s"] / doc["designs"]["flux"]["iteration_s"])
+    # a second estimate reads every operation from the cache: nothing runs
+    again = _t3emu("model", str(toy / "toy.toml"), "--system", SYSTEM, "--designs", "flux",
+                   "--cache", str(toy / "cache"))
+    assert again.returncode == 0 and " s\n" not in again.stderr, again.stderr
+
+
+def test_a_toy_model_s_prefill_with_all_reduce_is_the_hand_composed_sum(toy):
+    """TP 8 without sequence parallelism, prefill, the t3 design: QKV and FC-1 are GEMMs
+    alone, OP and FC-2 GEMM + all-reduce (sequential and t3-mca); the LM head runs on the
+    last token of each of the 2 sequences (M = 2)."""
+    out = toy / "prefill.json"
+    proc = _t3emu("model", str(toy / "toy.toml"), "--system", SYSTEM, "--designs", "t3",
+                  "--phase", "prefill", "--no-sp", "--json", str(out), "--cache",
+                  str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    T, H, e = 128, 512, 2
+    ar = [("gemm+ar", 128, 512, 64), ("gemm+ar", 128, 512, 256)]
+    times, alone = {}, {}
+    spec = None
+    for key in ar:
+        for mode in ("sequential", "t3-mca"):
+            times[key, mode], _, spec = _run(*key, mode)
+    for shape, run_as in [((128, 192, 512),) * 2, ((128, 256, 512),) * 2,
+                          ((2, 128, 512), (128, 2, 512))]:  # 2 rows < 8 ranks: transposed
+        _, phases, spec = _run("gemm+rs", *run_as, "sequential")
+        alone[shape] = spec["launch_s"] + phases["gemm"]
+    io = 4 * T * 64 * e
+    kernels = [_kernel(spec, 2 * T * H * e), _kernel(spec, io, 4.0 * T * 64 * 64 * 0.5),
+               _kernel(spec, 5 * T * H * e), _kernel(spec, 2 * 256 * T * e),
+               _kernel(spec, 3 * T * H * e)]
+    for design, mode in (("sequential", "sequential"), ("t3", "t3-mca")):
+        got = doc["designs"][design]
+        fwd = (sum(times[o, mode] for o in ar) + alone[(128, 192, 512)]
+               + alone[(128, 256, 512)] + sum(kernels))
+        other = alone[(2, 128, 512)] + _kernel(spec, 2 * 2 * 128 * e)
+        assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
+        assert got["layer_backward_s"] == 0
+        assert got["iteration_s"] == pytest.approx(3 * fwd + other, rel=1e-12)
