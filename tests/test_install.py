@@ -99,6 +99,9 @@ def test_the_installed_tool_is_complete(installed):
                  "--m", "1024", "--n", "512", "--k", "256", "--mode", "sequential,flux-rs-w",
                  "--timing-only")
     assert "flux-rs-w" in out and "sequential" in out
+    # the shipped model files (package data)
+    models = _t3emu(installed, "model", "--list")
+    assert "gpt3-175b" in models and "dlrm-128node" in models, models
     # the shipped example configuration file by name
     assert "pull-ag-gemm" in _t3emu(installed, "configs", "--configs", "pull_ag_gemm")
     # the paper scenarios by name
