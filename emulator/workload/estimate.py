@@ -268,9 +268,12 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
         out["designs"][design] = {"items": rows, "layer_forward_s": layer_f,
                                   "layer_backward_s": layer_b, "other_s": other,
                                   "iteration_s": iteration, "exposed_comm_s": exposed}
-    b = out["designs"][base]["iteration_s"]
+    b = out["designs"][base]
     for d in out["designs"].values():
-        d["speedup"] = b / d["iteration_s"]
+        d["speedup"] = b["iteration_s"] / d["iteration_s"]
+        d["layer_speedup"] = ((b["layer_forward_s"] + b["layer_backward_s"])
+                              / (d["layer_forward_s"] + d["layer_backward_s"]))
+    b = b["iteration_s"]
     comm = s.model.layers * sum(meas.comm[(it.op, it.m, it.n, it.k)] for it in fwd + bwd
                                 if isinstance(it, Gemm) and it.op) + sum(
         meas.comm[(it.op, it.m, it.n, it.k)] for it in head if isinstance(it, Gemm) and it.op)

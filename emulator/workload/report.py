@@ -33,8 +33,10 @@ def text(doc: dict) -> str:
                       ("exposed_comm_s", "exposed communication")):
         vals = " ".join(_us(doc["designs"][d][key]) for d in designs)
         lines.append(f"{what:42s} {vals}")
-    lines.append(f"{'speedup over ' + base:42s} " + " ".join(
-        f"{doc['designs'][d]['speedup']:9.3f}x" for d in designs))
+    for key, what in (("layer_speedup", "layer speedup over " + base),
+                      ("speedup", "iteration speedup over " + base)):
+        lines.append(f"{what:42s} " + " ".join(f"{doc['designs'][d][key]:9.3f}x"
+                                              for d in designs))
     lines += ["", f"communication share of the {base} iteration (its collectives' phases): "
               f"{doc['comm_share'] * 100:.1f}%",
               "composition: the layer's items one after another, x layers, plus the LM head, "
