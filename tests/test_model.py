@@ -75,14 +75,17 @@ def test_a_bad_model_file_is_refused_with_one_line_and_exit_2(tmp_path, text, ne
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--tp", "16"], "system a100-sxm-x8 has 8 GPUs"),
+    (["--tp", "16"], "TP 16 x PP 1 x DP 1 = 16 GPUs; system a100-sxm-x8 has 8"),
+    (["--pp", "2"], "PP 2 does not divide the 3 layers"),
+    (["--tp", "4", "--dp", "2"], "a tensor-parallel group of part of a node is not emulated"),
+    (["--system", "a100-sxm-2x8", "--dp", "2", "--phase", "decode"], "--dp 2: data "),
     (["--system", "mi210x4"], "TP 4 does not divide the 6 attention heads"),
     (["--designs", "flux,nvls"], "unknown design 'nvls'"),
     (["--batch", "0"], "--batch 0"),
 ])
 def test_impossible_degrees_and_unknown_designs_are_refused_before_launch(toy, args, needle):
     model = toy / "toy.toml"
-    if "--system" in args:  # 6 heads on the 4 GPUs of mi210x4
+    if "mi210x4" in args:  # 6 heads on the 4 GPUs of mi210x4
         model = toy / "six.toml"
         model.write_text(TOY.replace("heads = 8", "heads = 6").replace("hidden = 512",
                                                                        "hidden = 384"))
@@ -196,3 +199,57 @@ def test_a_toy_model_s_prefill_with_all_reduce_is_the_hand_composed_sum(toy):
         assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
         assert got["layer_backward_s"] == 0
         assert got["iteration_s"] == pytest.approx(3 * fwd + other, rel=1e-12)
+
+
+def _head(doc, design):
+    items = [r for r in doc["designs"][design]["items"] if r["part"] == "head"]
+    return (sum(r["time_s"] for r in items if "fwd" in r["item"]),
+            sum(r["time_s"] for r in items if "fwd" not in r["item"]))
+
+
+@pytest.mark.parametrize("pp,dp", [(2, 1), (1, 2)])
+def test_pipeline_and_data_parallel_iterations_are_composed_as_documented(toy, pp, dp):
+    """Two nodes of 8 A100s (a100-sxm-2x8: 4 NICs of 25 GB/s per node, 2 GPUs per NIC,
+    3 us, the library at 0.9 of the network's peak), TP 8 on one node, training with SP.
+    PP 2 x 2 micro-batches (1F1B): stage i holds 2 of the 4 layers, the last also the LM
+    head; a micro-batch's 16 x 512 fp16 activations cross to the other node in
+    3 us + 16384 B / (25 GB/s / 2 x 0.9). DP 2: the GPU's 1.70M gradient parameters
+    (one bucket: under 40M) all-reduced over 2 replicas, a ring of 2 steps of half the
+    bytes each over the same route, none of it hidden (one bucket is the last)."""
+    model = toy / "four.toml"
+    model.write_text(TOY.replace("layers = 3", "layers = 4"))
+    out = toy / f"pp{pp}dp{dp}.json"
+    proc = _t3emu("model", str(model), "--system", "a100-sxm-2x8", "--tp", "8", "--pp",
+                  str(pp), "--dp", str(dp), "--microbatches", str(pp), "--designs", "flux",
+                  "--json", str(out), "--cache", str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["setting"]["tp_group_set"] == ["nodes=1"]
+    link = 3e-6, 25e9 / 2 * 0.9
+    p2p = link[0] + 16 * 512 * 2 / link[1]
+    per_layer = 512 * 1536 + 512 * 512 + 512 * 2048 + 2048 * 512
+    for design in ("sequential", "flux"):
+        got = doc["designs"][design]
+        f, b = got["layer_forward_s"], got["layer_backward_s"]
+        hf, hb = _head(doc, design)
+        L = 4 // pp
+        F = [L * f] * pp
+        B = [L * b] * pp
+        F[-1] += hf
+        B[-1] += hb
+        stages = [L * per_layer / 8 + (1000 * 512 / 8) * (2 if pp == 1 else 1)] * pp
+        if pp > 1:
+            per = max(x + y + 2 * p2p for x, y in zip(F, B))
+            pipeline = (pp - 1) * per + sum(F) + sum(B) + 2 * (pp - 1) * p2p
+            assert doc["p2p_s"] == pytest.approx(p2p, rel=1e-12)
+        else:
+            pipeline = F[0] + B[0]
+        assert got["pipeline_s"] == pytest.approx(pipeline, rel=1e-12), design
+        ring = 2 * (dp - 1) * (link[0] + stages[0] * 2 / dp / link[1]) if dp > 1 else 0.0
+        assert got["dp_allreduce_s"] == pytest.approx(ring, rel=1e-12)
+        assert got["dp_exposed_s"] == pytest.approx(ring, rel=1e-12)
+        # Adam: a launch (a100-sxm: launch_us = 3.55) and 28 B per parameter of the
+        # largest stage at 2039 GB/s
+        opt = 3.55e-6 + 28 * max(stages) / 2.039e12
+        assert got["optimizer_s"] == pytest.approx(opt, rel=1e-12)
+        assert got["iteration_s"] == pytest.approx(pipeline + ring + opt, rel=1e-12)

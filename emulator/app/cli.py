@@ -261,7 +261,12 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--phase", type=click.Choice(["training", "prefill", "decode"]),
               default="training", show_default=True)
 @click.option("--tp", type=int, default=None,
-              help="Tensor-parallel degree (default: the system's GPUs).")
+              help="Tensor-parallel degree (default: the system's GPUs / (PP x DP)).")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages (1F1B).")
+@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel replicas.")
+@click.option("--microbatches", type=int, default=None,
+              help="Micro-batches per iteration and replica (default: 1, or 4 x PP with "
+                   "pipeline stages).")
 @click.option("--sp/--no-sp", default=True, show_default=True,
               help="Megatron's sequence parallelism (all-gather before the column-parallel "
                    "GEMMs, reduce-scatter after the row-parallel ones) or plain all-reduce.")
@@ -281,8 +286,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--no-cache", is_flag=True, help="Run every operation again; keep nothing.")
 @click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
 @_what_ifs
-def model(spec, system, phase, tp, sp, designs, seq, batch, dtype, json_path, cache_dir,
-          no_cache, list_, overrides) -> None:
+def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch, dtype,
+          json_path, cache_dir, no_cache, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
@@ -321,24 +326,30 @@ def model(spec, system, phase, tp, sp, designs, seq, batch, dtype, json_path, ca
             raise SpecError(f"{spec}: a {m.kind} model; `t3emu model` composes transformers so "
                             f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
                             f"--collective emb+a2a`)")
-        size = system_size(load_system(system, sets))
-        tp = size if tp is None else tp
-        if tp < 1 or (size and tp > size):
-            raise SpecError(f"--tp {tp}: system {system} has {size} GPUs")
-        if size and tp != size:
-            raise SpecError(f"--tp {tp}: one tensor-parallel group is emulated on the whole "
-                            f"system ({size} GPUs); give a system of {tp} GPUs (e.g. --set "
-                            f"nodes=... or --set gpus_per_node=...)")
-        check_tp(m, tp)
-        for opt, val in (("--seq", seq), ("--batch", batch)):
+        for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
+                         ("--microbatches", microbatches), ("--tp", tp)):
             if val is not None and val < 1:
                 raise SpecError(f"{opt} {val}: must be at least 1")
+        full = load_system(system, sets)
+        size = system_size(full)
+        tp = (size // (pp * dp) if size else 1) if tp is None else tp
+        if size and tp * pp * dp != size:
+            raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
+                            f"{system} has {size} (--set nodes=N resizes it)")
+        check_tp(m, tp)
+        if m.layers % pp:
+            raise SpecError(f"PP {pp} does not divide the {m.layers} layers of {m.name}")
+        if phase != "training" and dp > 1:
+            raise SpecError(f"--dp {dp}: data parallelism is a training split (inference "
+                            f"replicas run apart: give one replica's GPUs)")
         m = dataclasses.replace(m, seq=seq or m.seq, batch=batch or m.batch)
         names = tuple(d.strip() for d in designs.split(",") if d.strip())
         for d in names:
             reg.design(d)
+        group = est.tp_group(tp, size, full.interconnect.gpus_per_node)
         setting = est.Setting(m, system, phase, tp, sp, names, dtype,
-                              tuple(f"{k}={v}" for k, v in sets))
+                              tuple(f"{k}={v}" for k, v in sets), pp, dp,
+                              microbatches or (4 * pp if pp > 1 else 1), group)
         layer(m, tp, phase, sp, setting.tokens, m.seq, setting.e)  # shapes check here
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)

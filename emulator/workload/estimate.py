@@ -50,6 +50,9 @@ ATTENTION_EFFICIENCY = 0.6
 # write the three (12 B) and the 2 B working copy (Micikevicius et al. 2018's scheme)
 ADAM_BYTES = 28
 VOCAB_PAD = 128  # Megatron-LM pads the vocabulary to a multiple of 128 x TP
+# Megatron-LM's DistributedDataParallel bucket (megatron/core/distributed,
+# overlap_grad_reduce): max(40M, 1M x dp) parameters
+DDP_BUCKET, DDP_BUCKET_PER_RANK = 40_000_000, 1_000_000
 COLLECTIVE_PHASES = ("rs", "ag", "ar", "a2a")
 ALONE = "gemm+rs"  # a GEMM alone is the GEMM phase of a sequential run of this operation
 
@@ -64,6 +67,10 @@ class Setting:
     designs: tuple[str, ...]
     dtype: str = "fp16"
     overrides: tuple[str, ...] = ()  # --set KEY=VALUE
+    pp: int = 1  # pipeline stages
+    dp: int = 1  # data-parallel replicas
+    microbatches: int = 1  # per iteration and replica (the pipeline's m)
+    group: tuple[str, ...] = ()  # --set items that shrink the system to one TP group
 
     @property
     def tokens(self) -> int:
@@ -79,6 +86,28 @@ class Setting:
         from devices.overrides import parse
 
         return tuple(parse(o) for o in self.overrides)
+
+    @property
+    def group_overrides(self) -> tuple:
+        """The overrides the TP group's operations run under (the system cut to the group's
+        nodes)."""
+        from devices.overrides import parse
+
+        return self.parsed_overrides + tuple(parse(o) for o in self.group)
+
+
+def tp_group(tp: int, size: int, per_node: int) -> tuple[str, ...]:
+    """The ``--set`` items that cut a system of ``size`` GPUs (``per_node`` per node) to one
+    tensor-parallel group of ``tp``: TP runs on consecutive GPUs, so a group of whole
+    nodes (Megatron-LM keeps TP within a node where it fits); raises ValueError for a
+    group that is part of a node of a larger system or not whole nodes."""
+    if not size or tp == size:
+        return ()
+    if tp % per_node:
+        raise ValueError(f"TP {tp} on a system of {per_node} GPUs per node: a tensor-parallel "
+                         f"group of part of a node is not emulated (give TP a multiple of "
+                         f"{per_node}, or a system of {tp} GPUs)")
+    return (f"nodes={tp // per_node}",)
 
 
 @dataclass
@@ -122,7 +151,8 @@ class Runner:
     def __call__(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
         from emulator import api
 
-        key = {"system": self.s.system, "set": list(self.s.overrides), "dtype": self.s.dtype,
+        key = {"system": self.s.system, "set": [*self.s.overrides, *self.s.group],
+               "dtype": self.s.dtype,
                "ranks": self.s.tp, "op": op, "m": m, "n": n, "k": k, "modes": list(modes),
                "code": self._code}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
@@ -132,7 +162,7 @@ class Runner:
         t0 = time.monotonic()
         res = api.run(op, system=self.s.system, ranks=self.s.tp, modes=list(modes), m=m, n=n,
                       k=k, dtype=self.s.dtype, timing_only=True,
-                      set=dict(self.s.parsed_overrides))
+                      set=dict(self.s.group_overrides))
         out = {"runs": {r: {"time": x.modelled_time_s, "phases": x.phases}
                         for r, x in res.runs.items()},
                "launch_s": res.doc["device"]["launch_s"]}
@@ -147,8 +177,8 @@ class Runner:
 
 
 def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
-    """(a layer's forward items, its backward items, the model's other items: LM head,
-    cross-entropy, optimizer) on one GPU."""
+    """(a layer's forward items, its backward items, the last pipeline stage's LM head and
+    loss: forward, then backward in training) on one GPU."""
     m, t, e = s.model, s.tp, s.e
     fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e)
     vocab = -(-m.vocab // (VOCAB_PAD * t)) * VOCAB_PAD  # this GPU's padded vocabulary slice
@@ -161,19 +191,61 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
         head += [Kernel("cross-entropy bwd", 2 * head_rows * vocab * e),
                  Gemm("LM head dgrad", "gemm+rs" if s.sp else "gemm+ar", head_rows,
                       m.hidden, vocab),
-                 Gemm("LM head wgrad", None, m.hidden, vocab, head_rows),
-                 Kernel("optimizer (Adam)", ADAM_BYTES * parameters(s))]
+                 Gemm("LM head wgrad", None, m.hidden, vocab, head_rows)]
     return fwd, bwd, head
 
 
-def parameters(s: Setting) -> float:
-    """Parameters of the model on one GPU of the TP group (weights of the GEMMs and the
-    vocabulary slice of the embedding and the LM head; norms are negligible)."""
+def stage_parameters(s: Setting) -> list[float]:
+    """Parameters of each pipeline stage on one GPU of its TP group: its layers' GEMM
+    weights, the first stage's embedding and the last's LM head (vocabulary slices; norms
+    are negligible)."""
     m, t = s.model, s.tp
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     up = 2 * m.ffn_hidden if m.ffn == "swiglu" else m.ffn_hidden
     per_layer = m.hidden * (q + 2 * kv) + q * m.hidden + m.hidden * up + m.ffn_hidden * m.hidden
-    return (m.layers * per_layer + 2 * m.vocab * m.hidden) / t
+    out = [m.layers // s.pp * per_layer / t for _ in range(s.pp)]
+    out[0] += m.vocab * m.hidden / t
+    out[-1] += m.vocab * m.hidden / t
+    return out
+
+
+def p2p_time(s: Setting, spec) -> float:
+    """One micro-batch's activations (or their gradients) from a GPU of stage i to its
+    counterpart in stage i + 1: rows x H x e bytes (with SP the GPU's T/t rows; without,
+    the same 1/t share: Megatron-LM's scatter-gather optimisation, whose all-gather on the
+    next stage is left out), on the system's route between them at the library's share
+    of its peak (NCCL's send/receive), the route's ports split among the GPUs of the node
+    that send at once (``Topology``, direct pattern)."""
+    return _transfer(s, spec, 0, s.tp * s.dp, s.tokens // s.tp * s.model.hidden * s.e)
+
+
+def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float) -> float:
+    from emulator.model.topology import Topology
+
+    topo = Topology.of(spec, s.tp * s.pp * s.dp, "direct")
+    route = topo.route(src, dst)
+    ic = spec.interconnect
+    frac = spec.executors.fraction("library", ic.library_fraction,
+                                   topo.crosses_network(src, dst), ic.library_fraction_network)
+    return route.latency + nbytes / (route.rate * frac)
+
+
+def dp_allreduce(s: Setting, spec, params: float) -> tuple[float, float]:
+    """(the whole gradient all-reduce of ``params`` on one GPU over its ``dp`` replicas, its
+    last bucket's): a ring of 2 (d - 1) steps of 1/d of the bytes each (``_transfer``
+    between neighbouring replicas), in buckets of ``max(40M, 1M x dp)`` parameters
+    (Megatron-LM's DistributedDataParallel with overlap_grad_reduce)."""
+    d = s.dp
+    if d == 1:
+        return 0.0, 0.0
+    bucket = max(DDP_BUCKET, DDP_BUCKET_PER_RANK * d)
+
+    def ring(nparams: float) -> float:
+        return 2 * (d - 1) * _transfer(s, spec, 0, s.tp, nparams * s.e / d)
+
+    buckets = -(-int(params) // int(bucket))
+    last = params - (buckets - 1) * bucket
+    return (buckets - 1) * ring(bucket) + ring(last), ring(last)
 
 
 def kernel_time(k: Kernel, spec, dtype: str) -> float:
@@ -238,16 +310,18 @@ def item_time(it: Item, design: str, meas: Measured, spec, dtype: str) -> float:
 
 def compose(s: Setting, meas: Measured, spec) -> dict:
     """Per design: each item's time and exposed communication, the layer's forward and
-    backward, the iteration (``layers`` equal layers plus the model's other items), its
-    speedup over the baseline; the baseline's communication share."""
+    backward, the pipeline's iteration (``iteration``), its speedup over the baseline;
+    the baseline's communication share."""
     from emulator.app.catalog import registry
 
     base = registry().baseline()
     fwd, bwd, head = items(s)
-    out = {"designs": {}, "baseline": base}
+    p2p = p2p_time(s, spec) if s.pp > 1 else 0.0
+    params = stage_parameters(s)
+    out = {"designs": {}, "baseline": base, "p2p_s": p2p}
     for design in (base, *s.designs):
         rows = []
-        for part, its in (("forward", fwd), ("backward", bwd), ("model", head)):
+        for part, its in (("forward", fwd), ("backward", bwd), ("head", head)):
             for it in its:
                 t = item_time(it, design, meas, spec, s.dtype)
                 gemm = isinstance(it, Gemm)
@@ -258,26 +332,63 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
                              "op": (it.op or "GEMM") if gemm else "kernel",
                              "shape": [it.m, it.n, it.k] if gemm else None,
                              "time_s": t, "exposed_comm_s": exposed})
-        layer_f = sum(r["time_s"] for r in rows if r["part"] == "forward")
-        layer_b = sum(r["time_s"] for r in rows if r["part"] == "backward")
-        other = sum(r["time_s"] for r in rows if r["part"] == "model")
-        iteration = s.model.layers * (layer_f + layer_b) + other
-        exposed = (s.model.layers * sum(r["exposed_comm_s"] for r in rows
-                                        if r["part"] != "model")
-                   + sum(r["exposed_comm_s"] for r in rows if r["part"] == "model"))
-        out["designs"][design] = {"items": rows, "layer_forward_s": layer_f,
-                                  "layer_backward_s": layer_b, "other_s": other,
-                                  "iteration_s": iteration, "exposed_comm_s": exposed}
+        f = sum(r["time_s"] for r in rows if r["part"] == "forward")
+        b = sum(r["time_s"] for r in rows if r["part"] == "backward")
+        head_f = sum(r["time_s"] for r in rows if r["part"] == "head" and "fwd" in r["item"])
+        head_b = sum(r["time_s"] for r in rows if r["part"] == "head" and "fwd" not in
+                     r["item"])
+        d = {"items": rows, "layer_forward_s": f, "layer_backward_s": b}
+        d.update(iteration(s, f, b, head_f, head_b, p2p, params, spec))
+        layer_exposed = sum(r["exposed_comm_s"] for r in rows if r["part"] != "head")
+        head_exposed = sum(r["exposed_comm_s"] for r in rows if r["part"] == "head")
+        d["exposed_comm_s"] = s.microbatches * (s.model.layers // s.pp * layer_exposed
+                                                + head_exposed)
+        out["designs"][design] = d
     b = out["designs"][base]
     for d in out["designs"].values():
         d["speedup"] = b["iteration_s"] / d["iteration_s"]
         d["layer_speedup"] = ((b["layer_forward_s"] + b["layer_backward_s"])
                               / (d["layer_forward_s"] + d["layer_backward_s"]))
-    b = b["iteration_s"]
-    comm = s.model.layers * sum(meas.comm[(it.op, it.m, it.n, it.k)] for it in fwd + bwd
-                                if isinstance(it, Gemm) and it.op) + sum(
-        meas.comm[(it.op, it.m, it.n, it.k)] for it in head if isinstance(it, Gemm) and it.op)
-    out["comm_share"] = comm / b
+    comm = s.model.layers // s.pp * sum(meas.comm[(it.op, it.m, it.n, it.k)]
+                                        for it in fwd + bwd if isinstance(it, Gemm) and it.op)
+    comm += sum(meas.comm[(it.op, it.m, it.n, it.k)] for it in head
+                if isinstance(it, Gemm) and it.op)
+    out["comm_share"] = s.microbatches * comm / b["iteration_s"]
+    return out
+
+
+def iteration(s: Setting, f: float, b: float, head_f: float, head_b: float, p2p: float,
+              params: list[float], spec) -> dict:
+    """The iteration from one micro-batch's layer times (1F1B, Narayanan et al. 2021).
+    Stage i runs ``layers / pp`` layers (the last also the LM head and loss): F_i forward,
+    B_i backward per micro-batch. With m micro-batches the pipeline runs m - 1 of them at
+    the slowest stage's pace (F_i + B_i + 2 p2p: an activation in, a gradient out) and one
+    through every stage (sum of F_i + B_i and 2 (pp - 1) p2p); prefill and decode have no
+    backward (one p2p per boundary). Training then waits for the data-parallel gradient
+    all-reduce beyond what the last micro-batch's backward hides (every bucket but the
+    last overlaps it; each stage's, the slowest counted) and runs the optimizer step
+    (mixed-precision Adam, ``ADAM_BYTES`` per parameter of the largest stage at the HBM's
+    peak, one launch)."""
+    L, m, pp = s.model.layers // s.pp, s.microbatches, s.pp
+    train = s.phase == "training"
+    F = [L * f] * pp
+    B = [L * b] * pp if train else [0.0] * pp
+    F[-1] += head_f
+    B[-1] += head_b
+    links = 2 if train else 1
+    per = [x + y + links * p2p * (pp > 1) for x, y in zip(F, B)]
+    pipeline = (m - 1) * max(per) + sum(F) + sum(B) + links * (pp - 1) * p2p
+    out = {"stage_forward_s": F, "stage_backward_s": B, "pipeline_s": pipeline,
+           "dp_allreduce_s": 0.0, "dp_exposed_s": 0.0, "optimizer_s": 0.0}
+    if train:
+        exposed = 0.0
+        for i, n in enumerate(params):
+            total, last = dp_allreduce(s, spec, n)
+            exposed = max(exposed, max(last, total - B[i]))
+            out["dp_allreduce_s"] = max(out["dp_allreduce_s"], total)
+        out["dp_exposed_s"] = exposed
+        out["optimizer_s"] = spec.launch_s + ADAM_BYTES * max(params) / spec.hbm_bw
+    out["iteration_s"] = pipeline + out["dp_exposed_s"] + out["optimizer_s"]
     return out
 
 
@@ -291,7 +402,9 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     meas = measure(s, fwd + bwd + head, run)
     doc = compose(s, meas, spec)
     doc["setting"] = {"model": s.model.name, "system": s.system, "phase": s.phase,
-                      "tp": s.tp, "sp": s.sp, "designs": list(s.designs), "dtype": s.dtype,
+                      "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
+                      "sp": s.sp, "designs": list(s.designs), "dtype": s.dtype,
                       "tokens": s.tokens, "seq": s.model.seq, "batch": s.model.batch,
-                      "layers": s.model.layers, "set": list(s.overrides)}
+                      "layers": s.model.layers, "set": list(s.overrides),
+                      "tp_group_set": list(s.group)}
     return doc

@@ -12,9 +12,12 @@ def text(doc: dict) -> str:
     designs = list(doc["designs"])
     base = doc["baseline"]
     lines = [f"{st['model']} on {st['system']}: {st['phase']}, TP {st['tp']} "
-             f"({'sequence parallel: AG + GEMM, GEMM + RS' if st['sp'] else 'all-reduce'}), "
-             f"{st['tokens']} tokens per layer (sequence {st['seq']} x batch {st['batch']}), "
-             f"{st['layers']} layers, {st['dtype']}",
+             f"({'sequence parallel: AG + GEMM, GEMM + RS' if st['sp'] else 'all-reduce'}) "
+             f"x PP {st['pp']} x DP {st['dp']}, {st['microbatches']} micro-batch(es) of "
+             f"{st['tokens']} tokens (sequence {st['seq']} x batch {st['batch']}), "
+             f"{st['layers']} layers, {st['dtype']}"
+             + (f"; the TP group's operations run with --set {' '.join(st['tp_group_set'])}"
+                if st["tp_group_set"] else ""),
              "",
              "per layer and per model item, modelled us (exposed communication: the time "
              "less the GEMM alone)"]
@@ -29,8 +32,10 @@ def text(doc: dict) -> str:
     lines.append("")
     for key, what in (("layer_forward_s", "layer forward"), ("layer_backward_s",
                                                             "layer backward"),
-                      ("other_s", "LM head, loss, optimizer"), ("iteration_s", "iteration"),
-                      ("exposed_comm_s", "exposed communication")):
+                      ("pipeline_s", "forward and backward passes (pipeline)"),
+                      ("dp_exposed_s", "data-parallel all-reduce, exposed"),
+                      ("optimizer_s", "optimizer step"), ("iteration_s", "iteration"),
+                      ("exposed_comm_s", "exposed TP communication")):
         vals = " ".join(_us(doc["designs"][d][key]) for d in designs)
         lines.append(f"{what:42s} {vals}")
     for key, what in (("layer_speedup", "layer speedup over " + base),
@@ -39,6 +44,8 @@ def text(doc: dict) -> str:
                                               for d in designs))
     lines += ["", f"communication share of the {base} iteration (its collectives' phases): "
               f"{doc['comm_share'] * 100:.1f}%",
-              "composition: the layer's items one after another, x layers, plus the LM head, "
-              "loss and optimizer (docs/models.md)"]
+              f"pipeline point-to-point per micro-batch and boundary: {doc['p2p_s'] * 1e6:.1f} us; "
+              "composition: a layer's items one after another, layers / PP per stage, 1F1B "
+              "over the micro-batches, then the data-parallel all-reduce's exposed part and "
+              "the optimizer (docs/models.md)"]
     return "\n".join(lines)
