@@ -221,8 +221,10 @@ def test_pipeline_and_data_parallel_iterations_are_composed_as_documented(toy, p
     out = toy / f"pp{pp}dp{dp}.json"
     proc = _t3emu("model", str(model), "--system", "a100-sxm-2x8", "--tp", "8", "--pp",
                   str(pp), "--dp", str(dp), "--microbatches", str(pp), "--designs", "flux",
-                  "--json", str(out), "--cache", str(toy / "cache"))
+                  "--json", str(out), "--cache", str(toy / "cache"), "--figure",
+                  str(toy / "fig.png"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (toy / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     doc = json.loads(out.read_text())
     assert doc["setting"]["tp_group_set"] == ["nodes=1"]
     link = 3e-6, 25e9 / 2 * 0.9

@@ -284,10 +284,13 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
               help="Where the emulated operations' results are kept (default: "
                    "$XDG_CACHE_HOME/t3emu/ops or ~/.cache/t3emu/ops).")
 @click.option("--no-cache", is_flag=True, help="Run every operation again; keep nothing.")
+@click.option("--figure", "figure_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG here: where a layer's and the iteration's time goes per "
+                   "design.")
 @click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
 @_what_ifs
 def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch, dtype,
-          json_path, cache_dir, no_cache, list_, overrides) -> None:
+          json_path, cache_dir, no_cache, figure_path, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
@@ -301,7 +304,7 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
     from emulator.engine.registry import RegistryError
     from emulator.workload import estimate as est
     from emulator.workload.layers import check_tp, layer
-    from emulator.workload.report import text
+    from emulator.workload.report import figure, text
     from emulator.workload.spec import list_models, load_model
 
     reg = registry()
@@ -360,6 +363,8 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
     if json_path:
         Path(json_path).write_text(json.dumps(doc, indent=1))
         click.echo(f"json: {json_path}")
+    if figure_path:
+        click.echo(f"figure: {figure(doc, figure_path)}")
 
 
 @main.command()

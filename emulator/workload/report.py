@@ -49,3 +49,46 @@ def text(doc: dict) -> str:
               "over the micro-batches, then the data-parallel all-reduce's exposed part and "
               "the optimizer (docs/models.md)"]
     return "\n".join(lines)
+
+
+def figure(doc: dict, path) -> str:
+    """Where a layer's time goes per design (GEMMs alone, exposed TP communication, the
+    other kernels; forward and backward) beside the iteration's parts (the pipeline's
+    passes, the exposed data-parallel all-reduce, the optimizer), as stacked bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    designs = list(doc["designs"])
+    layer = {"GEMM alone": [], "exposed TP communication": [], "other kernels": []}
+    for d in designs:
+        rows = [r for r in doc["designs"][d]["items"] if r["part"] != "head"]
+        comm = sum(r["exposed_comm_s"] for r in rows)
+        gemm = sum(r["time_s"] for r in rows if r["op"] != "kernel") - comm
+        layer["GEMM alone"].append(gemm * 1e6)
+        layer["exposed TP communication"].append(comm * 1e6)
+        layer["other kernels"].append(sum(r["time_s"] for r in rows
+                                          if r["op"] == "kernel") * 1e6)
+    it = {"forward and backward passes": [doc["designs"][d]["pipeline_s"] * 1e3
+                                          for d in designs],
+          "data-parallel all-reduce (exposed)": [doc["designs"][d]["dp_exposed_s"] * 1e3
+                                                 for d in designs],
+          "optimizer": [doc["designs"][d]["optimizer_s"] * 1e3 for d in designs]}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, parts, unit, title in ((axes[0], layer, "us", "one layer (forward + backward)"),
+                                   (axes[1], it, "ms", "iteration")):
+        bottom = [0.0] * len(designs)
+        for name, vals in parts.items():
+            ax.bar(designs, vals, bottom=bottom, label=name)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel(f"modelled {unit}")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    st = doc["setting"]
+    fig.suptitle(f"{st['model']} on {st['system']}, {st['phase']}, TP {st['tp']} x PP "
+                 f"{st['pp']} x DP {st['dp']}; {doc['baseline']}'s communication share "
+                 f"{doc['comm_share'] * 100:.1f}%", fontsize=10)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return str(path)
