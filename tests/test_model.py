@@ -79,6 +79,9 @@ def test_a_bad_model_file_is_refused_with_one_line_and_exit_2(tmp_path, text, ne
     (["--pp", "2"], "PP 2 does not divide the 3 layers"),
     (["--tp", "4", "--dp", "2"], "a tensor-parallel group of part of a node is not emulated"),
     (["--system", "a100-sxm-2x8", "--dp", "2", "--phase", "decode"], "--dp 2: data "),
+    (["--device", "t3-sim"], "--device runs one tensor-parallel group: give --tp"),
+    (["--device", "t3-sim", "--tp", "4", "--pp", "2"], "no --pp or --dp"),
+    (["--device", "t3-sim", "--tp", "8", "--topology", "torus"], "--topology 'torus'"),
     (["--system", "mi210x4"], "TP 4 does not divide the 6 attention heads"),
     (["--designs", "flux,nvls"], "unknown design 'nvls'"),
     (["--batch", "0"], "--batch 0"),
@@ -89,7 +92,7 @@ def test_impossible_degrees_and_unknown_designs_are_refused_before_launch(toy, a
         model = toy / "six.toml"
         model.write_text(TOY.replace("heads = 8", "heads = 6").replace("hidden = 512",
                                                                        "hidden = 384"))
-    system = [] if "--system" in args else ["--system", SYSTEM]
+    system = [] if "--system" in args or "--device" in args else ["--system", SYSTEM]
     proc = _t3emu("model", str(model), *system, *args)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr
 

@@ -258,6 +258,11 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--system", type=str, default=None,
               help="The system (a preset of `t3emu devices` or a system TOML file) one "
                    "tensor-parallel group runs on.")
+@click.option("--device", type=str, default=None,
+              help="Instead of --system: a GPU preset (or file) whose --tp GPUs sit on "
+                   "--topology (T3's simulated system: --device t3-sim).")
+@click.option("--topology", type=str, default=None,
+              help="With --device: ring, full-mesh, switch or pcie (default: ring).")
 @click.option("--phase", type=click.Choice(["training", "prefill", "decode"]),
               default="training", show_default=True)
 @click.option("--tp", type=int, default=None,
@@ -289,8 +294,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
                    "design.")
 @click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
 @_what_ifs
-def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch, dtype,
-          json_path, cache_dir, no_cache, figure_path, list_, overrides) -> None:
+def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, designs, seq,
+          batch, dtype, json_path, cache_dir, no_cache, figure_path, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
@@ -298,7 +303,7 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
     import json
     from pathlib import Path
 
-    from devices.spec import SpecError
+    from devices.spec import TOPOLOGIES, SpecError, load_device
     from devices.system import load_system, system_size
     from emulator.app.catalog import registry
     from emulator.engine.registry import RegistryError
@@ -320,8 +325,11 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
         return
     if not spec:
         _fail_usage(click.UsageError("give a model (SPEC; `t3emu model --list`)"))
-    if not system:
-        _fail_usage(click.UsageError("give --system (a preset of `t3emu devices` or a file)"))
+    if bool(system) == bool(device):
+        _fail_usage(click.UsageError("give --system (a preset of `t3emu devices` or a file) "
+                                     "or --device with --tp"))
+    if topology and not device:
+        _fail_usage(click.UsageError("--topology goes with --device (a system gives its own)"))
     sets = _overrides(overrides)
     try:
         m = load_model(spec)
@@ -333,8 +341,16 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
                          ("--microbatches", microbatches), ("--tp", tp)):
             if val is not None and val < 1:
                 raise SpecError(f"{opt} {val}: must be at least 1")
-        full = load_system(system, sets)
-        size = system_size(full)
+        if device:
+            if tp is None or pp > 1 or dp > 1:
+                raise SpecError("--device runs one tensor-parallel group: give --tp, no --pp "
+                                "or --dp (a --system places pipeline and data parallelism)")
+            full = load_device(device, sets)
+            if topology and topology not in TOPOLOGIES:
+                raise SpecError(f"--topology {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
+        else:
+            full = load_system(system, sets)
+        size = 0 if device else system_size(full)
         tp = (size // (pp * dp) if size else 1) if tp is None else tp
         if size and tp * pp * dp != size:
             raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
@@ -350,9 +366,10 @@ def model(spec, system, phase, tp, pp, dp, microbatches, sp, designs, seq, batch
         for d in names:
             reg.design(d)
         group = est.tp_group(tp, size, full.interconnect.gpus_per_node)
-        setting = est.Setting(m, system, phase, tp, sp, names, dtype,
+        setting = est.Setting(m, system or "", phase, tp, sp, names, dtype,
                               tuple(f"{k}={v}" for k, v in sets), pp, dp,
-                              microbatches or (4 * pp if pp > 1 else 1), group)
+                              microbatches or (4 * pp if pp > 1 else 1), group,
+                              device or "", topology or "")
         layer(m, tp, phase, sp, setting.tokens, m.seq, setting.e)  # shapes check here
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)

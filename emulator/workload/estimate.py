@@ -71,6 +71,20 @@ class Setting:
     dp: int = 1  # data-parallel replicas
     microbatches: int = 1  # per iteration and replica (the pipeline's m)
     group: tuple[str, ...] = ()  # --set items that shrink the system to one TP group
+    device: str = ""  # instead of a system: a GPU preset on ``topology`` (T3's simulated
+    topology: str = ""  # ring), one TP group, no pipeline or data parallelism
+
+    @property
+    def platform(self) -> dict:
+        """The ``api.run`` options that name the hardware."""
+        if self.device:
+            return {"device": self.device, "topology": self.topology or None}
+        return {"system": self.system}
+
+    @property
+    def where(self) -> str:
+        return (f"{self.tp} x {self.device} ({self.topology or 'ring'})" if self.device
+                else self.system)
 
     @property
     def tokens(self) -> int:
@@ -151,7 +165,7 @@ class Runner:
     def __call__(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
         from emulator import api
 
-        key = {"system": self.s.system, "set": [*self.s.overrides, *self.s.group],
+        key = {**self.s.platform, "set": [*self.s.overrides, *self.s.group],
                "dtype": self.s.dtype,
                "ranks": self.s.tp, "op": op, "m": m, "n": n, "k": k, "modes": list(modes),
                "code": self._code}
@@ -160,7 +174,7 @@ class Runner:
         if path is not None and path.is_file():
             return json.loads(path.read_text())
         t0 = time.monotonic()
-        res = api.run(op, system=self.s.system, ranks=self.s.tp, modes=list(modes), m=m, n=n,
+        res = api.run(op, **self.s.platform, ranks=self.s.tp, modes=list(modes), m=m, n=n,
                       k=k, dtype=self.s.dtype, timing_only=True,
                       set=dict(self.s.group_overrides))
         out = {"runs": {r: {"time": x.modelled_time_s, "phases": x.phases}
@@ -394,14 +408,16 @@ def iteration(s: Setting, f: float, b: float, head_f: float, head_b: float, p2p:
 
 def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     """Measure (or read from the cache) and compose; the result document."""
+    from devices.spec import load_device
     from devices.system import load_system
 
-    spec = load_system(s.system, s.parsed_overrides)
+    spec = (load_device(s.device, s.parsed_overrides) if s.device
+            else load_system(s.system, s.parsed_overrides))
     fwd, bwd, head = items(s)
     run = Runner(s, cache, progress)
     meas = measure(s, fwd + bwd + head, run)
     doc = compose(s, meas, spec)
-    doc["setting"] = {"model": s.model.name, "system": s.system, "phase": s.phase,
+    doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,
                       "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
                       "sp": s.sp, "designs": list(s.designs), "dtype": s.dtype,
                       "tokens": s.tokens, "seq": s.model.seq, "batch": s.model.batch,
