@@ -299,16 +299,14 @@ def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, d
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
-    import dataclasses
     import json
     from pathlib import Path
 
-    from devices.spec import TOPOLOGIES, SpecError, load_device
-    from devices.system import load_system, system_size
+    from devices.spec import SpecError
+    from emulator.api import RunError
     from emulator.app.catalog import registry
     from emulator.engine.registry import RegistryError
     from emulator.workload import estimate as est
-    from emulator.workload.layers import check_tp, layer
     from emulator.workload.report import figure, text
     from emulator.workload.spec import list_models, load_model
 
@@ -325,57 +323,24 @@ def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, d
         return
     if not spec:
         _fail_usage(click.UsageError("give a model (SPEC; `t3emu model --list`)"))
-    if bool(system) == bool(device):
-        _fail_usage(click.UsageError("give --system (a preset of `t3emu devices` or a file) "
-                                     "or --device with --tp"))
-    if topology and not device:
-        _fail_usage(click.UsageError("--topology goes with --device (a system gives its own)"))
     sets = _overrides(overrides)
     try:
-        m = load_model(spec)
-        if m.kind != "transformer":
-            raise SpecError(f"{spec}: a {m.kind} model; `t3emu model` composes transformers so "
-                            f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
-                            f"--collective emb+a2a`)")
-        for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
-                         ("--microbatches", microbatches), ("--tp", tp)):
-            if val is not None and val < 1:
-                raise SpecError(f"{opt} {val}: must be at least 1")
-        if device:
-            if tp is None or pp > 1 or dp > 1:
-                raise SpecError("--device runs one tensor-parallel group: give --tp, no --pp "
-                                "or --dp (a --system places pipeline and data parallelism)")
-            full = load_device(device, sets)
-            if topology and topology not in TOPOLOGIES:
-                raise SpecError(f"--topology {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
-        else:
-            full = load_system(system, sets)
-        size = 0 if device else system_size(full)
-        tp = (size // (pp * dp) if size else 1) if tp is None else tp
-        if size and tp * pp * dp != size:
-            raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
-                            f"{system} has {size} (--set nodes=N resizes it)")
-        check_tp(m, tp)
-        if m.layers % pp:
-            raise SpecError(f"PP {pp} does not divide the {m.layers} layers of {m.name}")
-        if phase != "training" and dp > 1:
-            raise SpecError(f"--dp {dp}: data parallelism is a training split (inference "
-                            f"replicas run apart: give one replica's GPUs)")
-        m = dataclasses.replace(m, seq=seq or m.seq, batch=batch or m.batch)
-        names = tuple(d.strip() for d in designs.split(",") if d.strip())
-        for d in names:
-            reg.design(d)
-        group = est.tp_group(tp, size, full.interconnect.gpus_per_node)
-        setting = est.Setting(m, system or "", phase, tp, sp, names, dtype,
-                              tuple(f"{k}={v}" for k, v in sets), pp, dp,
-                              microbatches or (4 * pp if pp > 1 else 1), group,
-                              device or "", topology or "")
-        layer(m, tp, phase, sp, setting.tokens, m.seq, setting.e)  # shapes check here
+        setting = est.setting(spec, system=system, device=device, topology=topology,
+                              phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
+                              sp=sp, designs=designs.split(","), seq=seq, batch=batch,
+                              dtype=dtype, overrides=sets)
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
     cache = None if no_cache else Path(cache_dir) if cache_dir else est.default_cache()
-    doc = est.estimate(setting, cache)
+    try:
+        doc = est.estimate(setting, cache)
+    except ConfigError as exc:  # an operation of the model the emulator refuses
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    except RunError as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(1)
     click.echo(text(doc))
     if json_path:
         Path(json_path).write_text(json.dumps(doc, indent=1))

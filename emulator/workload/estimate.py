@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.workload.layers import Gemm, Item, Kernel, layer
+from emulator.workload.layers import PHASES, Gemm, Item, Kernel, check_tp, layer
 from emulator.workload.spec import TransformerSpec
 
 # FlashAttention-2 (Dao 2023, abstract and section 4.1): forward and backward reach 50-73%
@@ -108,6 +108,74 @@ class Setting:
         from devices.overrides import parse
 
         return self.parsed_overrides + tuple(parse(o) for o in self.group)
+
+
+def setting(spec: str, *, system: str | None = None, device: str | None = None,
+            topology: str | None = None, phase: str = "training", tp: int | None = None,
+            pp: int = 1, dp: int = 1, microbatches: int | None = None, sp: bool = True,
+            designs=("t3", "flux", "te"), seq: int | None = None, batch: int | None = None,
+            dtype: str = "fp16", overrides: tuple = ()) -> Setting:
+    """A checked ``Setting`` (the options of ``t3emu model``; ``overrides``: parsed ``--set``
+    pairs). Raises SpecError (or RegistryError, ValueError) naming what is wrong, before
+    anything runs: a bad model file, impossible degrees (TP not dividing the heads, the
+    key/value heads or the FFN; PP not dividing the layers; TP x PP x DP other than the
+    system's GPUs; a TP group of part of a node), an unknown design."""
+    import dataclasses
+
+    from devices.spec import TOPOLOGIES, SpecError, load_device
+    from devices.system import load_system, system_size
+    from emulator.app.catalog import registry
+    from emulator.workload.spec import load_model
+
+    if bool(system) == bool(device):
+        raise SpecError("give --system (a preset of `t3emu devices` or a file) or --device "
+                        "with --tp")
+    if topology and not device:
+        raise SpecError("--topology goes with --device (a system gives its own)")
+    m = load_model(spec)
+    if m.kind != "transformer":
+        raise SpecError(f"{spec}: a {m.kind} model; `t3emu model` composes transformers so "
+                        f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
+                        f"--collective emb+a2a`)")
+    for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
+                     ("--microbatches", microbatches), ("--tp", tp)):
+        if val is not None and val < 1:
+            raise SpecError(f"{opt} {val}: must be at least 1")
+    if phase not in PHASES:
+        raise SpecError(f"--phase {phase!r}; allowed: {', '.join(PHASES)}")
+    if device:
+        if tp is None or pp > 1 or dp > 1:
+            raise SpecError("--device runs one tensor-parallel group: give --tp, no --pp "
+                            "or --dp (a --system places pipeline and data parallelism)")
+        if topology and topology not in TOPOLOGIES:
+            raise SpecError(f"--topology {topology!r}; allowed: {', '.join(TOPOLOGIES)}")
+        full = load_device(device, overrides)
+        size = 0
+    else:
+        full = load_system(system, overrides)
+        size = system_size(full)
+    tp = (size // (pp * dp) if size else 1) if tp is None else tp
+    if size and tp * pp * dp != size:
+        raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
+                        f"{system} has {size} (--set nodes=N resizes it)")
+    check_tp(m, tp)
+    if m.layers % pp:
+        raise SpecError(f"PP {pp} does not divide the {m.layers} layers of {m.name}")
+    if phase != "training" and dp > 1:
+        raise SpecError(f"--dp {dp}: data parallelism is a training split (inference "
+                        f"replicas run apart: give one replica's GPUs)")
+    m = dataclasses.replace(m, seq=seq or m.seq, batch=batch or m.batch)
+    names = tuple(d.strip() for d in designs if d.strip())
+    reg = registry()
+    for d in names:
+        reg.design(d)
+    out = Setting(m, system or "", phase, tp, sp, names, dtype,
+                  tuple(f"{k}={v}" for k, v in overrides), pp, dp,
+                  microbatches or (4 * pp if pp > 1 else 1),
+                  tp_group(tp, size, full.interconnect.gpus_per_node), device or "",
+                  topology or "")
+    layer(m, tp, phase, sp, out.tokens, m.seq, out.e)  # the shapes' checks
+    return out
 
 
 def tp_group(tp: int, size: int, per_node: int) -> tuple[str, ...]:
