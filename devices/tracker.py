@@ -9,9 +9,9 @@ next to each counter sit the modelled arrival times of the latest update and
 count, so a reader that sees the count complete also sees the time it completed
 at, and since when its data came in (``first_arrival``: the receiver's port and
 memory take a region's incoming bytes in that window, ``RankClock.receive``).
-Beside each count, a second counter adds the updates that crossed the network
-(``far``: the signaller's peers on other nodes), so the receiver knows how many of
-a region's bytes came in through its NIC (``network_updates``).
+A second counter per slot adds the updates that crossed the network (``far``: the
+signaller's peers on other nodes), also before the count, so the receiver knows how
+many of a region's bytes came in through its NIC (``network_updates``).
 """
 
 from __future__ import annotations
@@ -131,12 +131,13 @@ class Tracker:
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         n = max(self.nslots, 1)
         raw[:] = 0
-        both = raw[: 16 * n].view(np.int64)  # per slot: all updates, those over the network
-        self._counts, self._network = both[0::2], both[1::2]
+        self._counts = raw[: 8 * n].view(np.int64)  # per slot: all updates
+        self._network = raw[8 * n : 16 * n].view(np.int64)  # those over the network
         self._times = raw[16 * n :].view(np.float64)  # per slot: latest, -earliest arrival
         self._times[1::2] = -np.inf
         self.win.Sync()
         self._time_base = 16 * n
+        self._network_base = 8 * n
         comm.Barrier()  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
@@ -154,11 +155,10 @@ class Tracker:
         times[:, 0] = t_arrival
         # time 0: a local write's signal (its writer keeps its time), no data coming in
         times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
-        counts = np.zeros((n, 2), np.int64)  # (all, over the network) per slot: one SUM
-        counts[:, 0] = elems  # (origin buffers stay referenced until the flush: RMA to
-        if self.far[target]:  # another node reads them only then)
-            counts[:, 1] = counts[:, 0]
-        disp = np.asarray(slots, np.int64)
+        counts = np.ascontiguousarray(elems, dtype=np.int64)  # (origin buffers stay
+        # referenced until the flush: RMA to another node reads them only then)
+        far = self.far[target]  # the network count first, so a reader that sees the count
+        disp = np.asarray(slots, np.int64)  # complete sees it too
         if n == 1 or (disp[-1] - disp[0] == n - 1 and (np.diff(disp) == 1).all()):
             s = int(disp[0])  # a run of slots (local buffers: the GEMM and DMA threads
             # both signal): plain contiguous accumulates (no indexed datatype)
@@ -166,22 +166,27 @@ class Tracker:
                                 target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
                                 op=MPI.MAX)
             self.win.Flush(target)
-            self.win.Accumulate([counts, MPI.INT64_T], target,
-                                target=(16 * s, 2 * n, MPI.INT64_T), op=MPI.SUM)
-            self.win.Flush(target)
+            for base in ((self._network_base, 0) if far else (0,)):
+                self.win.Accumulate([counts, MPI.INT64_T], target,
+                                    target=(base + 8 * s, n, MPI.INT64_T), op=MPI.SUM)
+                self.win.Flush(target)
             self.bell.ring(target)
             return
         t_type = MPI.DOUBLE.Create_indexed_block(
             2, (2 * disp + self._time_base // 8).tolist()).Commit()
-        c_type = MPI.INT64_T.Create_indexed_block(2, (2 * disp).tolist()).Commit()
+        c_types = [MPI.INT64_T.Create_indexed_block(1, (disp + base // 8).tolist()).Commit()
+                   for base in ((self._network_base, 0) if far else (0,))]
         try:
             self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type), op=MPI.MAX)
             self.win.Flush(target)
-            self.win.Accumulate([counts, MPI.INT64_T], target, target=(0, 1, c_type), op=MPI.SUM)
-            self.win.Flush(target)
+            for c_type in c_types:
+                self.win.Accumulate([counts, MPI.INT64_T], target, target=(0, 1, c_type),
+                                    op=MPI.SUM)
+                self.win.Flush(target)
         finally:
             t_type.Free()
-            c_type.Free()
+            for c_type in c_types:
+                c_type.Free()
         self.bell.ring(target)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:

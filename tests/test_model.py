@@ -149,8 +149,9 @@ def test_a_toy_model_s_training_iteration_is_the_hand_composed_sum(toy):
                  _kernel(spec, 6 * rows * H * e), _kernel(spec, 2 * io, 2.5 * flops_attn),
                  _kernel(spec, 3 * rows * H * e)]
     # the GPU's shard of the weights: QKV 512 x 1536, OP 512 x 512, FC-1 512 x 2048, FC-2
-    # 2048 x 512 per layer, the embedding and the LM head 1000 x 512 each
-    params = (3 * (512 * 1536 + 512 * 512 + 512 * 2048 + 2048 * 512) + 2 * 1000 * 512) / 8
+    # 2048 x 512 per layer over 8 GPUs, the embedding's and the LM head's vocabulary slices
+    # 128 x 512 each (1000 padded to a multiple of 128 x 8)
+    params = 3 * (512 * 1536 + 512 * 512 + 512 * 2048 + 2048 * 512) / 8 + 2 * 128 * 512
     head_k = [_kernel(spec, 2 * T * 128 * e)] * 2 + [_kernel(spec, 28 * params)]
     for design, mode in (("sequential", "sequential"), ("flux", "flux-best")):
         got = doc["designs"][design]
@@ -242,7 +243,7 @@ def test_pipeline_and_data_parallel_iterations_are_composed_as_documented(toy, p
         B = [L * b] * pp
         F[-1] += hf
         B[-1] += hb
-        stages = [L * per_layer / 8 + (1000 * 512 / 8) * (2 if pp == 1 else 1)] * pp
+        stages = [L * per_layer / 8 + 128 * 512 * (2 if pp == 1 else 1)] * pp
         if pp > 1:
             per = max(x + y + 2 * p2p for x, y in zip(F, B))
             pipeline = (pp - 1) * per + sum(F) + sum(B) + 2 * (pp - 1) * p2p
@@ -258,3 +259,41 @@ def test_pipeline_and_data_parallel_iterations_are_composed_as_documented(toy, p
         opt = 3.55e-6 + 28 * max(stages) / 2.039e12
         assert got["optimizer_s"] == pytest.approx(opt, rel=1e-12)
         assert got["iteration_s"] == pytest.approx(pipeline + ring + opt, rel=1e-12)
+
+
+def test_a_gqa_swiglu_model_s_decode_step_is_the_hand_composed_sum(toy):
+    """One decode step of batch 1 (TP 8, all-reduce, the fused design) of a toy with
+    grouped-query attention (8 query heads, 2 key/value heads: fewer than the GPUs, so each
+    GPU keeps one) and SwiGLU: QKV (N = 64 + 2 x 64) and FC-1 (gate and up, N = 2 x 1024/8)
+    are GEMMs alone of one row (run as their transposes: 1 row < 8 ranks), OP and FC-2
+    GEMV + all-reduce (M = 512 output rows, N = 1, K = 64 and 128), sequential and fused;
+    attention reads a 64-token key/value cache."""
+    model = toy / "gqa.toml"
+    model.write_text(TOY.replace("heads = 8", "heads = 8\nkv_heads = 2").replace(
+        'ffn = "gelu"', 'ffn = "swiglu"').replace("ffn_hidden = 2048", "ffn_hidden = 1024")
+        .replace("batch = 2", "batch = 1"))
+    out = toy / "decode.json"
+    proc = _t3emu("model", str(model), "--system", SYSTEM, "--designs", "fused", "--phase",
+                  "decode", "--no-sp", "--json", str(out), "--cache", str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    e, H = 2, 512
+    gemv = [("gemv+ar", 512, 1, 64), ("gemv+ar", 512, 1, 128)]
+    times, alone = {}, {}
+    spec = None
+    for key in gemv:
+        for mode in ("sequential", "fused"):
+            times[key, mode], _, spec = _run(*key, mode)
+    for shape in [(192, 1, 512), (256, 1, 512), (128, 1, 512)]:  # QKV, FC-1, LM head
+        _, phases, spec = _run("gemm+rs", *shape, "sequential")
+        alone[shape] = spec["launch_s"] + phases["gemm"]
+    attention = _kernel(spec, 2 * 64 * 64 * e + 2 * 64 * e, 4.0 * 64 * 64)
+    kernels = [_kernel(spec, 2 * H * e), attention, _kernel(spec, 5 * H * e),
+               _kernel(spec, (256 + 128) * e), _kernel(spec, 3 * H * e)]
+    for design, mode in (("sequential", "sequential"), ("fused", "fused")):
+        got = doc["designs"][design]
+        fwd = (sum(times[o, mode] for o in gemv) + alone[(192, 1, 512)]
+               + alone[(256, 1, 512)] + sum(kernels))
+        head = alone[(128, 1, 512)] + _kernel(spec, 2 * 128 * e)
+        assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
+        assert got["iteration_s"] == pytest.approx(3 * fwd + head, rel=1e-12), design

@@ -279,8 +279,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
               help="Comma-separated designs to compare with the baseline (`--list`).")
 @click.option("--seq", type=int, default=None, help="Sequence length (default: the file's).")
 @click.option("--batch", type=int, default=None,
-              help="Sequences per iteration (decode: the batch of one-token steps; default: "
-                   "the file's).")
+              help="Sequences per micro-batch (decode: the batch of one-token steps; "
+                   "default: the file's).")
 @click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16",
               show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -329,6 +329,10 @@ def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, d
                               phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
                               sp=sp, designs=designs.split(","), seq=seq, batch=batch,
                               dtype=dtype, overrides=sets)
+        for opt, path in (("--json", json_path), ("--figure", figure_path)):
+            if path and not Path(path).resolve().parent.is_dir():
+                raise ValueError(f"{opt} {path}: its directory does not exist")
+        est.precheck(setting)  # every job as `t3emu run` checks it, before any runs
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)

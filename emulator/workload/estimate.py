@@ -78,7 +78,7 @@ class Setting:
     def platform(self) -> dict:
         """The ``api.run`` options that name the hardware."""
         if self.device:
-            return {"device": self.device, "topology": self.topology or None}
+            return {"device": self.device, "topology": self.topology or "ring"}
         return {"system": self.system}
 
     @property
@@ -226,35 +226,52 @@ class Runner:
     """Runs (or reads from the cache) one operation in some configurations."""
 
     def __init__(self, setting: Setting, cache: Path | None, progress=None):
+        from devices.spec import load_device
+        from devices.system import load_system
+
         self.s, self.cache = setting, cache
         self.progress = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self._code = code_hash()
+        s = setting  # the hardware the operations run on, as loaded (a user's file's
+        # content, not its name, decides the cache key)
+        self._spec = repr(load_device(s.device, s.group_overrides) if s.device
+                          else load_system(s.system, s.group_overrides))
+
+    def options(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
+        """``api.run``'s options for one operation of the model."""
+        return dict(operation=op, **self.s.platform, ranks=self.s.tp, modes=list(modes), m=m,
+                    n=n, k=k, dtype=self.s.dtype, timing_only=True,
+                    set=dict(self.s.group_overrides))
 
     def __call__(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
         from emulator import api
 
         key = {**self.s.platform, "set": [*self.s.overrides, *self.s.group],
-               "dtype": self.s.dtype,
+               "dtype": self.s.dtype, "spec": self._spec,
                "ranks": self.s.tp, "op": op, "m": m, "n": n, "k": k, "modes": list(modes),
                "code": self._code}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         path = self.cache / f"{digest}.json" if self.cache else None
         if path is not None and path.is_file():
-            return json.loads(path.read_text())
+            try:
+                return json.loads(path.read_text())
+            except (OSError, ValueError):  # a damaged entry: run it again
+                pass
         t0 = time.monotonic()
-        res = api.run(op, **self.s.platform, ranks=self.s.tp, modes=list(modes), m=m, n=n,
-                      k=k, dtype=self.s.dtype, timing_only=True,
-                      set=dict(self.s.group_overrides))
+        res = api.run(**self.options(op, m, n, k, modes))
         out = {"runs": {r: {"time": x.modelled_time_s, "phases": x.phases}
                         for r, x in res.runs.items()},
                "launch_s": res.doc["device"]["launch_s"]}
         self.progress(f"  {op} M={m} N={n} K={k} ({', '.join(modes)}): "
                       f"{time.monotonic() - t0:.0f} s")
         if path is not None:
+            import tempfile
+
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(out))
-            tmp.replace(path)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # (estimates at once)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(out))
+            os.replace(tmp, path)
         return out
 
 
@@ -263,7 +280,7 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
     loss: forward, then backward in training) on one GPU."""
     m, t, e = s.model, s.tp, s.e
     fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e)
-    vocab = -(-m.vocab // (VOCAB_PAD * t)) * VOCAB_PAD  # this GPU's padded vocabulary slice
+    vocab = padded_vocab(s)
     head_rows = s.tokens if s.phase != "prefill" else m.batch  # prefill: last tokens only
     if s.sp and head_rows % t:
         head_rows = -(-head_rows // t) * t
@@ -282,13 +299,21 @@ def stage_parameters(s: Setting) -> list[float]:
     weights, the first stage's embedding and the last's LM head (vocabulary slices; norms
     are negligible)."""
     m, t = s.model, s.tp
-    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    up = 2 * m.ffn_hidden if m.ffn == "swiglu" else m.ffn_hidden
-    per_layer = m.hidden * (q + 2 * kv) + q * m.hidden + m.hidden * up + m.ffn_hidden * m.hidden
-    out = [m.layers // s.pp * per_layer / t for _ in range(s.pp)]
-    out[0] += m.vocab * m.hidden / t
-    out[-1] += m.vocab * m.hidden / t
+    q = m.heads // t * m.head_dim  # the GPU's shards, as ``layers.layer`` (key/value heads
+    kv = max(1, m.kv_heads // t) * m.head_dim  # fewer than GPUs: replicated)
+    up = (2 if m.ffn == "swiglu" else 1) * m.ffn_hidden // t
+    per_layer = m.hidden * (q + 2 * kv) + q * m.hidden + m.hidden * up + up * m.hidden // (
+        2 if m.ffn == "swiglu" else 1)
+    vocab = padded_vocab(s) * m.hidden
+    out = [m.layers // s.pp * per_layer for _ in range(s.pp)]
+    out[0] += vocab
+    out[-1] += vocab
     return out
+
+
+def padded_vocab(s: Setting) -> int:
+    """This GPU's slice of the vocabulary, padded to a multiple of 128 x TP (Megatron-LM)."""
+    return -(-s.model.vocab // (VOCAB_PAD * s.tp)) * VOCAB_PAD
 
 
 def p2p_time(s: Setting, spec) -> float:
@@ -337,24 +362,55 @@ def kernel_time(k: Kernel, spec, dtype: str) -> float:
     return spec.launch_s + max(compute, k.bytes / spec.hbm_bw)
 
 
-def measure(s: Setting, all_items: list[Item], run: Runner) -> Measured:
-    """Run every distinct operation and GEMM alone of ``all_items`` once."""
+def runs(s: Setting, all_items: list[Item]) -> list[tuple[tuple, tuple]]:
+    """The distinct jobs ``all_items`` need: ((operation or None, m, n, k) of the item,
+    (operation, m, n, k, configurations) of the job that times it)."""
     from emulator.app.catalog import registry
 
     reg = registry()
     base = reg.baseline()
-    out = Measured()
-    shapes = list(dict.fromkeys((it.op, it.m, it.n, it.k) for it in all_items
-                                if isinstance(it, Gemm)))
-    for i, (op, m, n, k) in enumerate(shapes, 1):
-        run.progress(f"[{i}/{len(shapes)}] {op or 'GEMM alone'} M={m} N={n} K={k}")
+    out = []
+    for op, m, n, k in dict.fromkeys((it.op, it.m, it.n, it.k) for it in all_items
+                                     if isinstance(it, Gemm)):
         if op is None:
-            doc = run(ALONE, *alone_shape(m, n, k, s.tp), (base,))
+            out.append(((None, m, n, k), (ALONE, *alone_shape(m, n, k, s.tp), (base,))))
+        else:
+            modes = tuple(dict.fromkeys([base, *(reg.design_configuration(d, op)
+                                                 for d in s.designs)]))
+            out.append(((op, m, n, k), (op, m, n, k, modes)))
+    return out
+
+
+def precheck(s: Setting) -> None:
+    """Check every job of the estimate as ``t3emu run`` would before launching it; raises
+    ValueError naming the item whose job the emulator refuses (a configuration a design
+    names that cannot run there, a shape an operation cannot take), before any runs."""
+    from emulator import api
+    from emulator.app.config import ConfigError
+
+    fwd, bwd, head = items(s)
+    run = Runner(s, None, lambda msg: None)
+    for (op, m, n, k), job in runs(s, fwd + bwd + head):
+        try:
+            api.config(**run.options(*job))
+        except ConfigError as exc:
+            what = f"{op} M={m} N={n} K={k}" if op else f"a GEMM alone M={m} N={n} K={k}"
+            raise ValueError(f"the model's {what}: {exc}") from None
+
+
+def measure(s: Setting, all_items: list[Item], run: Runner) -> Measured:
+    """Run every distinct operation and GEMM alone of ``all_items`` once."""
+    from emulator.app.catalog import registry
+
+    base = registry().baseline()
+    out = Measured()
+    jobs = runs(s, all_items)
+    for i, ((op, m, n, k), job) in enumerate(jobs, 1):
+        run.progress(f"[{i}/{len(jobs)}] {op or 'GEMM alone'} M={m} N={n} K={k}")
+        doc = run(*job)
+        if op is None:
             out.alone[(m, n, k)] = _alone(doc["runs"][base], doc["launch_s"])
             continue
-        modes = tuple(dict.fromkeys([base, *(reg.design_configuration(d, op)
-                                             for d in s.designs)]))
-        doc = run(op, m, n, k, modes)
         out.ops[(op, m, n, k)] = {c: r["time"] for c, r in doc["runs"].items()}
         seq = doc["runs"][base]
         out.comm[(op, m, n, k)] = sum(v for p, v in seq["phases"].items()

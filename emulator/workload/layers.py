@@ -13,8 +13,8 @@ row-parallel (K = q/t or F/t). With sequence parallelism (``sp``; Korthikanti et
 2022) the norms and residuals run on T/t tokens, an all-gather feeds each
 column-parallel GEMM (``ag+gemm``, M = T gathered rows) and a reduce-scatter follows
 each row-parallel one (``gemm+rs``); without it the row-parallel GEMMs end in an
-all-reduce (``gemm+ar``; a decode step of one token: a GEMV, ``gemv+ar``) and the
-others are GEMMs alone.
+all-reduce (``gemm+ar``; a decode step of fewer tokens than GPUs: a GEMV, ``gemv+ar``)
+and the others are GEMMs alone.
 
 Backward (training): every GEMM Y = X W has an input gradient dX = dY W^T (M = T, N =
 its K, K = its N) and a weight gradient dW = X^T dY (M = its K, N = its N, K = T). The
@@ -103,8 +103,8 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
     col, row = ("ag+gemm", "gemm+rs") if sp else (None, "gemm+ar")
 
     def row_parallel(name: str, k: int) -> Gemm:
-        if row == "gemm+ar" and T == 1:  # one decode token: a GEMV (output rows M = H,
-            return Gemm(name, "gemv+ar", H, T, k)  # right-hand sides N = 1, K = k)
+        if not sp and T < tp:  # decode at a batch below the GPUs: a GEMV (output rows
+            return Gemm(name, "gemv+ar", H, T, k)  # M = H, right-hand sides N = T, K = k)
         return Gemm(name, row, T, H, k)
 
     fwd: list[Item] = [

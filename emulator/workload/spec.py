@@ -140,7 +140,7 @@ def _checked(source: str, section: str, data: dict[str, Any],
 def parse_model(data: dict[str, Any], source: str) -> ModelSpec:
     """Validate a parsed model file; return its spec."""
     kind = data.get("kind")
-    if kind not in _KEYS:
+    if not isinstance(kind, str) or kind not in _KEYS:
         raise ModelError(f"{source}: kind = {kind!r}; allowed: {', '.join(_KEYS)}")
     schema = _KEYS[kind]
     top = _checked(source, "", data, schema[""])
