@@ -181,7 +181,10 @@ class Registry:
         return self.designs[name]
 
     def design_configuration(self, design: str, op: str) -> str:
-        """The configuration ``design`` runs ``op`` with (the baseline where it has none)."""
+        """The configuration ``design`` runs ``op`` with (the baseline where it has none; the
+        baseline itself, named as a design, runs everything)."""
+        if design == self.baseline():
+            return design
         return self.design(design).uses.get(self.operation(op).name, self.baseline())
 
     def add_operation(self, op: Operation) -> Operation:

@@ -441,9 +441,7 @@ def item_time(it: Item, design: str, meas: Measured, spec, dtype: str) -> float:
         return kernel_time(it, spec, dtype)
     if it.op is None:
         return meas.alone[(it.m, it.n, it.k)]
-    cfg = registry().design_configuration(design, it.op) if design != registry().baseline() \
-        else design
-    return meas.ops[(it.op, it.m, it.n, it.k)][cfg]
+    return meas.ops[(it.op, it.m, it.n, it.k)][registry().design_configuration(design, it.op)]
 
 
 def compose(s: Setting, meas: Measured, spec) -> dict:
