@@ -85,6 +85,7 @@ def test_a_bad_model_file_is_refused_with_one_line_and_exit_2(tmp_path, text, ne
     (["--system", "mi210x4"], "TP 4 does not divide the 6 attention heads"),
     (["--designs", "flux,nvls"], "unknown design 'nvls'"),
     (["--batch", "0"], "--batch 0"),
+    (["--ep", "8"], "--ep 8: toy has no experts"),
 ])
 def test_impossible_degrees_and_unknown_designs_are_refused_before_launch(toy, args, needle):
     model = toy / "toy.toml"
@@ -297,3 +298,77 @@ def test_a_gqa_swiglu_model_s_decode_step_is_the_hand_composed_sum(toy):
         head = alone[(128, 1, 512)] + _kernel(spec, 2 * 128 * e)
         assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
         assert got["iteration_s"] == pytest.approx(3 * fwd + head, rel=1e-12), design
+
+
+def test_a_mixture_of_experts_layer_s_training_is_the_hand_composed_sum(toy):
+    """A toy with 8 experts (top 2, expert width 256) on TP 8 = EP 8, sequence parallel,
+    training, FiCCO and the fused operators: T = 128 x 2 = 256 tokens, 32 per GPU, R = 64
+    rows dispatched from and (balanced) received by each GPU's one expert. The dispatch
+    feeding FC-1 and the combine after FC-2 run as a2a+gemm (ficco-auto) and gemm+a2a
+    (fused), and in backward the other way round (FC-2's input gradient dispatched, FC-1's
+    returned); the router's GEMMs and the experts' weight gradients are GEMMs alone."""
+    model = toy / "moe.toml"
+    model.write_text(TOY.replace("seq = 64", "seq = 128") + "[moe]\nexperts = 8\ntop_k = 2\n"
+                     "expert_ffn_hidden = 256\n")
+    out = toy / "moe.json"
+    proc = _t3emu("model", str(model), "--system", SYSTEM, "--designs", "ficco,fused",
+                  "--json", str(out), "--cache", str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    T, rows, R, H, F, e = 256, 32, 64, 512, 256, 2
+    runs = {("ag+gemm", T, 192, H): "ficco-auto", ("gemm+rs", T, H, 64): None,
+            ("a2a+gemm", R, F, H): "ficco-auto", ("gemm+a2a", R, H, F): "fused",
+            ("ag+gemm", T, 64, H): "ficco-auto", ("gemm+rs", T, H, 192): None}
+    times, alone = {}, {}
+    spec = None
+    for key, mode in runs.items():
+        for m in ("sequential", mode or "sequential"):
+            times[key, m], _, spec = _run(*key, m)
+    for shape in [(rows, 8, H), (F, H, R), (H, F, R), (rows, H, 8), (H, 8, rows),
+                  (64, H, T), (H, 192, T)]:
+        _, phases, spec = _run("gemm+rs", *shape, "sequential")
+        alone[shape] = spec["launch_s"] + phases["gemm"]
+    flops_attn = 4.0 * T * 128 * 64 * 0.5
+    io = 4 * T * 64 * e
+    route = 2 * rows * 8 * e + 2 * R * H * e
+    kernels_f = [_kernel(spec, 2 * rows * H * e), _kernel(spec, io, flops_attn),
+                 _kernel(spec, 5 * rows * H * e), _kernel(spec, route),
+                 _kernel(spec, 2 * F * R * e), _kernel(spec, (R + rows) * H * e),
+                 _kernel(spec, 3 * rows * H * e)]
+    kernels_b = [_kernel(spec, 3 * rows * H * e), _kernel(spec, (rows + R) * H * e),
+                 _kernel(spec, 3 * F * R * e), _kernel(spec, route),
+                 _kernel(spec, 6 * rows * H * e), _kernel(spec, 2 * io, 2.5 * flops_attn),
+                 _kernel(spec, 3 * rows * H * e)]
+    fwd_ops = [("ag+gemm", T, 192, H), ("gemm+rs", T, H, 64), ("a2a+gemm", R, F, H),
+               ("gemm+a2a", R, H, F)]
+    bwd_ops = [("a2a+gemm", R, F, H), ("gemm+a2a", R, H, F), ("ag+gemm", T, 64, H),
+               ("gemm+rs", T, H, 192)]
+    wgrads = [(F, H, R), (H, F, R), (rows, H, 8), (H, 8, rows), (64, H, T), (H, 192, T)]
+    # the GPU's weights per layer: QKV 512 x 192, OP 64 x 512, its one expert 512 x 256 and
+    # 256 x 512, the router 512 x 8; the vocabulary slices 128 x 512 twice
+    params = 3 * (512 * 192 + 64 * 512 + 2 * 512 * 256 + 512 * 8) + 2 * 128 * 512
+    for design in ("sequential", "ficco", "fused"):
+        def mode(key):
+            return runs[key] if runs[key] and design != "sequential" and (
+                (design == "ficco") == runs[key].startswith("ficco")) else "sequential"
+        got = doc["designs"][design]
+        fwd = (sum(times[o, mode(o)] for o in fwd_ops) + alone[(rows, 8, H)]
+               + sum(kernels_f))
+        bwd = (sum(times[o, mode(o)] for o in bwd_ops) + sum(alone[s] for s in wgrads)
+               + sum(kernels_b))
+        assert got["layer_forward_s"] == pytest.approx(fwd, rel=1e-12), design
+        assert got["layer_backward_s"] == pytest.approx(bwd, rel=1e-12), design
+        assert got["optimizer_s"] == pytest.approx(
+            spec["launch_s"] + 28 * params / spec["hbm_bw"], rel=1e-12)
+    assert doc["setting"]["ep"] == 8
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--ep", "4"], "expert parallelism runs over the tensor-parallel group's GPUs"),
+    (["--no-sp"], "Megatron-LM requires sequence parallelism"),
+])
+def test_expert_parallel_degrees_the_estimate_cannot_place_are_refused(toy, args, needle):
+    model = toy / "moe-refused.toml"
+    model.write_text(TOY + "[moe]\nexperts = 8\ntop_k = 2\n")
+    proc = _t3emu("model", str(model), "--system", SYSTEM, *args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr

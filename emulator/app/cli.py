@@ -269,6 +269,9 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
               help="Tensor-parallel degree (default: the system's GPUs / (PP x DP)).")
 @click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages (1F1B).")
 @click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel replicas.")
+@click.option("--ep", type=int, default=None,
+              help="Expert-parallel degree of a model with experts (over the TP group's "
+                   "GPUs: default and only value, --tp).")
 @click.option("--microbatches", type=int, default=None,
               help="Micro-batches per iteration and replica (default: 1, or 4 x PP with "
                    "pipeline stages).")
@@ -294,7 +297,7 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
                    "design.")
 @click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
 @_what_ifs
-def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, designs, seq,
+def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, sp, designs, seq,
           batch, dtype, json_path, cache_dir, no_cache, figure_path, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
@@ -328,7 +331,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, microbatches, sp, d
         setting = est.setting(spec, system=system, device=device, topology=topology,
                               phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
                               sp=sp, designs=designs.split(","), seq=seq, batch=batch,
-                              dtype=dtype, overrides=sets)
+                              dtype=dtype, overrides=sets, ep=ep)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
             if path and not Path(path).resolve().parent.is_dir():
                 raise ValueError(f"{opt} {path}: its directory does not exist")

@@ -40,7 +40,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.workload.layers import PHASES, Gemm, Item, Kernel, check_tp, layer
+from emulator.workload.layers import (PHASES, Gemm, Item, Kernel, check_ep, check_tp,
+                                      expert_width, layer)
 from emulator.workload.spec import TransformerSpec
 
 # FlashAttention-2 (Dao 2023, abstract and section 4.1): forward and backward reach 50-73%
@@ -73,6 +74,7 @@ class Setting:
     group: tuple[str, ...] = ()  # --set items that shrink the system to one TP group
     device: str = ""  # instead of a system: a GPU preset on ``topology`` (T3's simulated
     topology: str = ""  # ring), one TP group, no pipeline or data parallelism
+    ep: int = 1  # expert parallelism (a [moe] model: over the TP group's GPUs)
 
     @property
     def platform(self) -> dict:
@@ -114,12 +116,13 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
             topology: str | None = None, phase: str = "training", tp: int | None = None,
             pp: int = 1, dp: int = 1, microbatches: int | None = None, sp: bool = True,
             designs=("t3", "flux", "te"), seq: int | None = None, batch: int | None = None,
-            dtype: str = "fp16", overrides: tuple = ()) -> Setting:
+            dtype: str = "fp16", overrides: tuple = (), ep: int | None = None) -> Setting:
     """A checked ``Setting`` (the options of ``t3emu model``; ``overrides``: parsed ``--set``
     pairs). Raises SpecError (or RegistryError, ValueError) naming what is wrong, before
     anything runs: a bad model file, impossible degrees (TP not dividing the heads, the
     key/value heads or the FFN; PP not dividing the layers; TP x PP x DP other than the
-    system's GPUs; a TP group of part of a node), an unknown design."""
+    system's GPUs; a TP group of part of a node; EP other than the TP group of a model
+    with experts, or EP on one without), an unknown design."""
     import dataclasses
 
     from devices.spec import TOPOLOGIES, SpecError, load_device
@@ -138,7 +141,7 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
                         f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
                         f"--collective emb+a2a`)")
     for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
-                     ("--microbatches", microbatches), ("--tp", tp)):
+                     ("--microbatches", microbatches), ("--tp", tp), ("--ep", ep)):
         if val is not None and val < 1:
             raise SpecError(f"{opt} {val}: must be at least 1")
     if phase not in PHASES:
@@ -159,6 +162,8 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
         raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
                         f"{system} has {size} (--set nodes=N resizes it)")
     check_tp(m, tp)
+    ep = ep or (tp if m.moe is not None else 1)
+    check_ep(m, tp, ep, sp)
     if m.layers % pp:
         raise SpecError(f"PP {pp} does not divide the {m.layers} layers of {m.name}")
     if phase != "training" and dp > 1:
@@ -173,8 +178,8 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
                   tuple(f"{k}={v}" for k, v in overrides), pp, dp,
                   microbatches or (4 * pp if pp > 1 else 1),
                   tp_group(tp, size, full.interconnect.gpus_per_node), device or "",
-                  topology or "")
-    layer(m, tp, phase, sp, out.tokens, m.seq, out.e)  # the shapes' checks
+                  topology or "", ep)
+    layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep)  # the shapes' checks
     return out
 
 
@@ -279,7 +284,7 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
     """(a layer's forward items, its backward items, the last pipeline stage's LM head and
     loss: forward, then backward in training) on one GPU."""
     m, t, e = s.model, s.tp, s.e
-    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e)
+    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep)
     vocab = padded_vocab(s)
     head_rows = s.tokens if s.phase != "prefill" else m.batch  # prefill: last tokens only
     if s.sp and head_rows % t:
@@ -296,14 +301,18 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
 
 def stage_parameters(s: Setting) -> list[float]:
     """Parameters of each pipeline stage on one GPU of its TP group: its layers' GEMM
-    weights, the first stage's embedding and the last's LM head (vocabulary slices; norms
-    are negligible)."""
+    weights (a mixture of experts: the GPU's E / ep experts whole and the router), the
+    first stage's embedding and the last's LM head (vocabulary slices; norms are
+    negligible)."""
     m, t = s.model, s.tp
     q = m.heads // t * m.head_dim  # the GPU's shards, as ``layers.layer`` (key/value heads
     kv = max(1, m.kv_heads // t) * m.head_dim  # fewer than GPUs: replicated)
     up = (2 if m.ffn == "swiglu" else 1) * m.ffn_hidden // t
-    per_layer = m.hidden * (q + 2 * kv) + q * m.hidden + m.hidden * up + up * m.hidden // (
-        2 if m.ffn == "swiglu" else 1)
+    ffn = m.hidden * up + m.ffn_hidden // t * m.hidden
+    if m.moe is not None:
+        f, up_e = expert_width(m)
+        ffn = m.moe.experts // s.ep * (m.hidden * up_e + f * m.hidden) + m.hidden * m.moe.experts
+    per_layer = m.hidden * (q + 2 * kv) + q * m.hidden + ffn
     vocab = padded_vocab(s) * m.hidden
     out = [m.layers // s.pp * per_layer for _ in range(s.pp)]
     out[0] += vocab
@@ -541,7 +550,7 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     doc = compose(s, meas, spec)
     doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,
                       "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
-                      "sp": s.sp, "designs": list(s.designs), "dtype": s.dtype,
+                      "sp": s.sp, "ep": s.ep, "designs": list(s.designs), "dtype": s.dtype,
                       "tokens": s.tokens, "seq": s.model.seq, "batch": s.model.batch,
                       "layers": s.model.layers, "set": list(s.overrides),
                       "tp_group_set": list(s.group)}

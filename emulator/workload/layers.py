@@ -32,6 +32,21 @@ reads 3, writes 2); the attention core is FlashAttention (Dao 2023): forward 4 T
 FLOPs per query head of a causal sequence halved (QK^T and PV), backward 2.5x (five
 matrix products against two), reading Q, K, V and writing O (backward: reading Q, K, V,
 O, dO and writing dQ, dK, dV); decode reads the key/value cache of its context once.
+
+Mixture of experts (``[moe]``: E experts, top-k routing, an expert's FFN width F_e):
+expert parallelism over the TP group's GPUs (Megatron-core's MoE parallel folding with
+expert TP 1: each GPU holds E / ep experts whole; Megatron-LM requires sequence
+parallelism when EP and TP are both on). Each GPU routes its T/t tokens (a router GEMM
+T/t x E x H, softmax/top-k and a permutation copying R = k T/t rows), the all-to-all
+dispatch feeds its experts' FC-1 (``a2a+gemm``, M = R rows received with balanced
+routing, N = the expert's up width, K = H), the activation, then FC-2's output rows go
+back to their tokens' GPUs (``gemm+a2a``, M = R, N = H, K = F_e: the combine), where the
+k rows of each token are weighted and summed. Backward mirrors it: the combine's
+gradient is dispatched to the experts feeding FC-2's input gradient (``a2a+gemm``, M = R,
+N = F_e, K = H), FC-1's input gradient returns to the tokens' GPUs (``gemm+a2a``, M = R,
+N = H, K = up), weight gradients are GEMMs alone over the R rows. ASSUMPTIONS: routing is
+balanced (the registry's ``expert_skew`` is 0); a GPU's E / ep experts run as one GEMM
+over its R rows (a grouped GEMM: the same FLOPs, one launch).
 """
 
 from __future__ import annotations
@@ -85,14 +100,36 @@ def check_tp(model: TransformerSpec, tp: int) -> None:
     _div(model.ffn_hidden, tp, f"{model.name}'s FFN width")
 
 
+def check_ep(model: TransformerSpec, tp: int, ep: int, sp: bool) -> None:
+    """Refuse an expert-parallel degree the estimate cannot place: EP runs over the TP
+    group's GPUs (ep = tp), dividing the experts, with sequence parallelism; a model
+    without experts takes ep = 1."""
+    if model.moe is None:
+        if ep != 1:
+            raise ValueError(f"--ep {ep}: {model.name} has no experts ([moe])")
+        return
+    if ep != tp:
+        raise ValueError(f"--ep {ep}: expert parallelism runs over the tensor-parallel "
+                         f"group's GPUs here (ep = tp = {tp}; experts placed over other "
+                         f"GPUs are not emulated)")
+    if model.moe.experts % ep:
+        raise ValueError(f"EP {ep} does not divide the {model.moe.experts} experts of "
+                         f"{model.name}")
+    if tp > 1 and not sp:
+        raise ValueError("--no-sp with experts: Megatron-LM requires sequence parallelism "
+                         "when expert and tensor parallelism are both on")
+
+
 def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
-          context: int, e: int) -> tuple[list[Item], list[Item]]:
+          context: int, e: int, ep: int = 1) -> tuple[list[Item], list[Item]]:
     """(forward items, backward items) of one layer on one GPU: ``tokens`` T of the
     micro-batch (decode: the batch), ``context`` the sequence (decode: the tokens attended
-    to); the backward list is empty outside training."""
+    to), ``ep`` the expert-parallel degree (a ``[moe]`` model); the backward list is empty
+    outside training."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}; allowed: {', '.join(PHASES)}")
     check_tp(model, tp)
+    check_ep(model, tp, ep, sp)
     H, T, d = model.hidden, tokens, model.head_dim
     heads = model.heads // tp
     kv_heads = max(1, model.kv_heads // tp)  # (fewer key/value heads than GPUs: replicated)
@@ -107,12 +144,22 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
             return Gemm(name, "gemv+ar", H, T, k)  # M = H, right-hand sides N = T, K = k)
         return Gemm(name, row, T, H, k)
 
-    fwd: list[Item] = [
+    attention: list[Item] = [
         Kernel("norm-1 fwd", 2 * rows * H * e),
         Gemm("QKV fwd", col, T, q + 2 * kv, H),
         _attention("attention fwd", model, phase, T, context, heads, kv_heads, e),
         row_parallel("OP fwd", q),
         Kernel("residual+norm-2 fwd", (3 + 2) * rows * H * e),
+    ]
+    if model.moe is not None:
+        ffn_fwd, ffn_bwd = _experts(model, rows, e)
+        fwd = attention + ffn_fwd + [Kernel("residual fwd", 3 * rows * H * e)]
+        if phase != "training":
+            return fwd, []
+        bwd = [Kernel("residual bwd", 3 * rows * H * e), *ffn_bwd]
+        return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, heads,
+                                         kv_heads, q, kv, e)
+    fwd = attention + [
         Gemm("FC-1 fwd", col, T, up, H),
         Kernel("activation fwd", (up + F) * T * e),
         row_parallel("FC-2 fwd", F),
@@ -122,6 +169,7 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         return fwd, []
     dcol = "gemm+rs" if sp else "gemm+ar"  # a column-parallel GEMM's input gradient
     drow = "ag+gemm" if sp else None  # a row-parallel one's (dY gathered first)
+    # (the FFN's; the attention block's in ``_attention_bwd``)
     act_bwd = (3 + 2) * F * T * e if model.ffn == "swiglu" else 3 * F * T * e
     bwd: list[Item] = [
         Kernel("residual bwd", 3 * rows * H * e),
@@ -130,6 +178,18 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         Kernel("activation bwd", act_bwd),
         Gemm("FC-1 dgrad", dcol, T, H, up),
         Gemm("FC-1 wgrad", None, H, up, T),
+    ]
+    return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, heads, kv_heads,
+                                     q, kv, e)
+
+
+def _attention_bwd(model: TransformerSpec, phase: str, sp: bool, T: int, rows: int,
+                   context: int, heads: int, kv_heads: int, q: int, kv: int,
+                   e: int) -> list[Item]:
+    """The attention block's backward (from the second norm's backward on)."""
+    H = model.hidden
+    dcol, drow = ("gemm+rs", "ag+gemm") if sp else ("gemm+ar", None)
+    return [
         Kernel("norm-2+residual bwd", (3 + 3) * rows * H * e),
         Gemm("OP dgrad", drow, T, q, H),
         Gemm("OP wgrad", None, q, H, T),
@@ -137,6 +197,41 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         Gemm("QKV dgrad", dcol, T, H, q + 2 * kv),
         Gemm("QKV wgrad", None, H, q + 2 * kv, T),
         Kernel("norm-1 bwd", 3 * rows * H * e),
+    ]
+
+
+def expert_width(model: TransformerSpec) -> tuple[int, int]:
+    """(an expert's FFN width F_e, its up projection's width: 2 F_e for SwiGLU)."""
+    f = model.moe.expert_ffn_hidden
+    return f, 2 * f if model.ffn == "swiglu" else f
+
+
+def _experts(model: TransformerSpec, rows: int, e: int) -> tuple[list[Item], list[Item]]:
+    """The mixture-of-experts FFN on one GPU of ``rows`` tokens (module docstring)."""
+    H, E, top = model.hidden, model.moe.experts, model.moe.top_k
+    F, up = expert_width(model)
+    R = rows * top  # rows this GPU dispatches, and (balanced) its experts receive
+    act = (up + F) * R * e
+    act_bwd = (3 + 2) * F * R * e if model.ffn == "swiglu" else 3 * F * R * e
+    route = 2 * rows * E * e + 2 * R * H * e  # softmax/top-k over E logits; permute R rows
+    fwd: list[Item] = [
+        Gemm("router fwd", None, rows, E, H),
+        Kernel("route+permute fwd", route),
+        Gemm("experts FC-1 fwd", "a2a+gemm", R, up, H),
+        Kernel("activation fwd", act),
+        Gemm("experts FC-2 fwd", "gemm+a2a", R, H, F),
+        Kernel("unpermute+combine fwd", (R + rows) * H * e),
+    ]
+    bwd: list[Item] = [
+        Kernel("unpermute+combine bwd", (rows + R) * H * e),
+        Gemm("experts FC-2 dgrad", "a2a+gemm", R, F, H),
+        Gemm("experts FC-2 wgrad", None, F, H, R),
+        Kernel("activation bwd", act_bwd),
+        Gemm("experts FC-1 dgrad", "gemm+a2a", R, H, up),
+        Gemm("experts FC-1 wgrad", None, H, up, R),
+        Kernel("route+permute bwd", route),
+        Gemm("router dgrad", None, rows, H, E),
+        Gemm("router wgrad", None, H, E, rows),
     ]
     return fwd, bwd
 
