@@ -372,3 +372,89 @@ def test_expert_parallel_degrees_the_estimate_cannot_place_are_refused(toy, args
     model.write_text(TOY + "[moe]\nexperts = 8\ntop_k = 2\n")
     proc = _t3emu("model", str(model), "--system", SYSTEM, *args)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr
+
+
+DLRM = """\
+name = "toy-dlrm"
+kind = "dlrm"
+[dlrm]
+tables_per_gpu = 2
+rows_per_table = 1000
+dim = 16
+pooling = 4
+dense_features = 8
+bottom_mlp = [32, 32, 16]
+top_mlp = [32, 1]
+interaction = "dot"
+[run]
+batch = 64
+"""
+
+
+def test_a_toy_dlrm_s_training_iteration_is_the_hand_composed_sum(toy):
+    """A DLRM on the 4 MI210s of mi210x4 (80 GB/s links, 1 us, the library at 0.75 of the
+    peak; 1.36 us launches; 1638 GB/s HBM), the fused design: local batch 64 / 4 = 16; the
+    interaction over n = 4 x 2 + 1 = 9 vectors feeds the top MLP 16 + 36 = 52 features.
+    The embedding + all-to-all runs on all 4 GPUs (sequential and fused); its backward
+    all-to-all is the sequential run's a2a phase and a launch; every MLP GEMM is a GEMM
+    alone; the MLPs' 3488 weights are all-reduced in one bucket (a ring of 6 steps of a
+    quarter of them) and updated by SGD (3 x 2 B per weight)."""
+    model = toy / "dlrm.toml"
+    model.write_text(DLRM)
+    out = toy / "dlrm.json"
+    proc = _t3emu("model", str(model), "--system", "mi210x4", "--json", str(out), "--cache",
+                  str(toy / "cache"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    from emulator import api
+
+    res = api.run("emb+a2a", system="mi210x4", modes=["sequential", "fused"], m=64, n=16,
+                  k=4, params={"tables": 2, "fixed_lookups": 1}, timing_only=True)
+    emb = {m: res.runs[m].modelled_time_s for m in ("sequential", "fused")}
+    spec = res.doc["device"]
+    a2a_bwd = spec["launch_s"] + res.runs["sequential"].phases["a2a"]
+    alone = {}
+    shapes = [(16, 32, 8), (16, 32, 32), (16, 16, 32), (16, 32, 52), (16, 1, 32),
+              (16, 32, 1), (32, 1, 16), (16, 52, 32), (52, 32, 16), (16, 32, 16),
+              (32, 16, 16), (32, 32, 16), (8, 32, 16)]
+    for shape in shapes:
+        r = api.run("gemm+rs", system="mi210x4", modes=["sequential"], m=shape[0],
+                    n=shape[1], k=shape[2], timing_only=True)
+        alone[shape] = spec["launch_s"] + r.runs["sequential"].phases["gemm"]
+    e, b, n, width = 2, 16, 9, 52
+    flops = 2.0 * b * n * n * 16
+    kernels = ([_kernel(spec, 2 * b * w * e) for w in (32, 32, 16, 32, 1)]  # activations
+               + [_kernel(spec, (b * n * 16 + b * width) * e, flops),
+                  _kernel(spec, 3 * b * e)])
+    fwd_gemms = [(16, 32, 8), (16, 32, 32), (16, 16, 32), (16, 32, 52), (16, 1, 32)]
+    bwd_gemms = [(16, 32, 1), (32, 1, 16), (16, 52, 32), (52, 32, 16), (16, 32, 16),
+                 (32, 16, 16), (16, 32, 32), (32, 32, 16), (8, 32, 16)]
+    bwd_kernels = ([_kernel(spec, 3 * b * w * e) for w in (1, 32, 16, 32, 32)]
+                   + [_kernel(spec, (b * width + 2 * b * n * 16) * e, flops)]
+                   + [_kernel(spec, 64 * (16 + 2 * 4 * 16) * e)] * 2)
+    params = 8 * 32 + 32 * 32 + 32 * 16 + 52 * 32 + 32 * 1
+    ring = 6 * (1e-6 + params * e / 4 / (80e9 * 0.75))
+    opt = 1.36e-6 + 3 * e * params / 1638e9
+    for design, mode in (("sequential", "sequential"), ("fused", "fused")):
+        got = doc["designs"][design]
+        f = emb[mode] + sum(alone[s] for s in fwd_gemms) + sum(kernels)
+        bw = a2a_bwd + sum(alone[s] for s in bwd_gemms) + sum(bwd_kernels)
+        assert got["layer_forward_s"] == pytest.approx(f, rel=1e-12), design
+        assert got["layer_backward_s"] == pytest.approx(bw, rel=1e-12), design
+        assert got["dp_allreduce_s"] == pytest.approx(ring, rel=1e-12), design
+        assert got["optimizer_s"] == pytest.approx(opt, rel=1e-12), design
+        assert got["iteration_s"] == pytest.approx(f + bw + ring + opt, rel=1e-12), design
+    assert doc["setting"]["dp"] == 4 and doc["setting"]["designs"] == ["fused"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--system", "mi210x4", "--phase", "prefill"], "a DLRM estimate is a training"),
+    (["--system", "mi210x4", "--tp", "2"], "--tp 2: a DLRM's GPUs are data-parallel"),
+    (["--device", "mi210", "--tp", "4"], "a DLRM runs on every GPU of a --system"),
+    (["--system", "mi210x4", "--batch", "66"], "global batch 66 of toy-dlrm is not "),
+])
+def test_dlrm_settings_the_estimate_cannot_run_are_refused(toy, args, needle):
+    model = toy / "dlrm-refused.toml"
+    model.write_text(DLRM)
+    proc = _t3emu("model", str(model), *args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr

@@ -278,8 +278,9 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--sp/--no-sp", default=True, show_default=True,
               help="Megatron's sequence parallelism (all-gather before the column-parallel "
                    "GEMMs, reduce-scatter after the row-parallel ones) or plain all-reduce.")
-@click.option("--designs", type=str, default="t3,flux,te", show_default=True,
-              help="Comma-separated designs to compare with the baseline (`--list`).")
+@click.option("--designs", type=str, default=None,
+              help="Comma-separated designs to compare with the baseline (`--list`; "
+                   "default: t3,flux,te for a transformer, fused for a DLRM).")
 @click.option("--seq", type=int, default=None, help="Sequence length (default: the file's).")
 @click.option("--batch", type=int, default=None,
               help="Sequences per micro-batch (decode: the batch of one-token steps; "
@@ -330,7 +331,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
     try:
         setting = est.setting(spec, system=system, device=device, topology=topology,
                               phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
-                              sp=sp, designs=designs.split(","), seq=seq, batch=batch,
+                              sp=sp, designs=designs.split(",") if designs else None, seq=seq, batch=batch,
                               dtype=dtype, overrides=sets, ep=ep)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
             if path and not Path(path).resolve().parent.is_dir():

@@ -75,6 +75,24 @@ class Setting:
     device: str = ""  # instead of a system: a GPU preset on ``topology`` (T3's simulated
     topology: str = ""  # ring), one TP group, no pipeline or data parallelism
     ep: int = 1  # expert parallelism (a [moe] model: over the TP group's GPUs)
+    alone: tuple = ()  # (ranks, --set items) GEMMs alone run on, if not the TP group's
+
+    @property
+    def dlrm(self) -> bool:
+        """A DLRM (``dlrm.py``): every GPU one data-parallel replica of the MLPs and the
+        owner of its tables; its embedding + all-to-all runs on all of them."""
+        return self.model.kind == "dlrm"
+
+    @property
+    def op_ranks(self) -> int:
+        """Ranks of a job of an operation with a collective: the TP group's (a DLRM's:
+        every GPU's)."""
+        return self.dp if self.dlrm else self.tp
+
+    @property
+    def alone_job(self) -> tuple[int, tuple[str, ...]]:
+        """(ranks, --set items) of a job timing a GEMM alone."""
+        return self.alone or (self.tp, self.group)
 
     @property
     def platform(self) -> dict:
@@ -90,8 +108,9 @@ class Setting:
 
     @property
     def tokens(self) -> int:
-        """T of a layer: sequence x batch (decode: the batch, one token each)."""
-        return self.model.batch if self.phase == "decode" else self.model.tokens
+        """T of a layer: sequence x batch (decode: the batch, one token each; a DLRM: the
+        global batch of samples)."""
+        return self.model.batch if self.phase == "decode" or self.dlrm else self.model.tokens
 
     @property
     def e(self) -> int:
@@ -107,15 +126,19 @@ class Setting:
     def group_overrides(self) -> tuple:
         """The overrides the TP group's operations run under (the system cut to the group's
         nodes)."""
+        return self.cut(self.group)
+
+    def cut(self, group: tuple[str, ...]) -> tuple:
+        """The parsed overrides with ``group``'s --set items after them."""
         from devices.overrides import parse
 
-        return self.parsed_overrides + tuple(parse(o) for o in self.group)
+        return self.parsed_overrides + tuple(parse(o) for o in group)
 
 
 def setting(spec: str, *, system: str | None = None, device: str | None = None,
             topology: str | None = None, phase: str = "training", tp: int | None = None,
             pp: int = 1, dp: int = 1, microbatches: int | None = None, sp: bool = True,
-            designs=("t3", "flux", "te"), seq: int | None = None, batch: int | None = None,
+            designs=None, seq: int | None = None, batch: int | None = None,
             dtype: str = "fp16", overrides: tuple = (), ep: int | None = None) -> Setting:
     """A checked ``Setting`` (the options of ``t3emu model``; ``overrides``: parsed ``--set``
     pairs). Raises SpecError (or RegistryError, ValueError) naming what is wrong, before
@@ -127,7 +150,6 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
 
     from devices.spec import TOPOLOGIES, SpecError, load_device
     from devices.system import load_system, system_size
-    from emulator.app.catalog import registry
     from emulator.workload.spec import load_model
 
     if bool(system) == bool(device):
@@ -136,10 +158,11 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
     if topology and not device:
         raise SpecError("--topology goes with --device (a system gives its own)")
     m = load_model(spec)
-    if m.kind != "transformer":
-        raise SpecError(f"{spec}: a {m.kind} model; `t3emu model` composes transformers so "
-                        f"far (the DLRM's embedding + all-to-all runs with `t3emu run "
-                        f"--collective emb+a2a`)")
+    if designs is None:  # the designs whose operations the model runs
+        designs = ("fused",) if m.kind == "dlrm" else ("t3", "flux", "te")
+    if m.kind == "dlrm":
+        return _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs,
+                             seq, batch, dtype, overrides, ep)
     for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
                      ("--microbatches", microbatches), ("--tp", tp), ("--ep", ep)):
         if val is not None and val < 1:
@@ -170,16 +193,64 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
         raise SpecError(f"--dp {dp}: data parallelism is a training split (inference "
                         f"replicas run apart: give one replica's GPUs)")
     m = dataclasses.replace(m, seq=seq or m.seq, batch=batch or m.batch)
-    names = tuple(d.strip() for d in designs if d.strip())
-    reg = registry()
-    for d in names:
-        reg.design(d)
-    out = Setting(m, system or "", phase, tp, sp, names, dtype,
+    out = Setting(m, system or "", phase, tp, sp, _names(designs), dtype,
                   tuple(f"{k}={v}" for k, v in overrides), pp, dp,
                   microbatches or (4 * pp if pp > 1 else 1),
                   tp_group(tp, size, full.interconnect.gpus_per_node), device or "",
                   topology or "", ep)
     layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep)  # the shapes' checks
+    return out
+
+
+def _names(designs) -> tuple[str, ...]:
+    """The designs, each checked against the registry (RegistryError names an unknown one)."""
+    from emulator.app.catalog import registry
+
+    names = tuple(d.strip() for d in designs if d.strip())
+    for d in names:
+        registry().design(d)
+    return names
+
+
+def _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs, seq, batch,
+                  dtype, overrides, ep) -> Setting:
+    """A DLRM's checked setting: a training iteration on every GPU of a system."""
+    import dataclasses
+
+    from devices.spec import SpecError
+    from devices.system import load_system, system_size
+    from emulator.workload.dlrm import items as dlrm_items
+
+    if device or not system:
+        raise SpecError(f"{m.name}: a DLRM runs on every GPU of a --system (its all-to-all "
+                        f"spans them), not --device")
+    if phase != "training":
+        raise SpecError(f"--phase {phase}: a DLRM estimate is a training iteration")
+    for opt, val, allowed in (("--tp", tp, None), ("--pp", pp, 1), ("--ep", ep, None),
+                              ("--microbatches", microbatches, None), ("--seq", seq, None)):
+        if val is not None and val != allowed:
+            raise SpecError(f"{opt} {val}: a DLRM's GPUs are data-parallel replicas of its "
+                            f"MLPs, each owning its tables (give --dp or nothing)")
+    if batch is not None and batch < 1:
+        raise SpecError(f"--batch {batch}: must be at least 1")
+    full = load_system(system, overrides)
+    size = system_size(full)
+    if dp not in (1, size):
+        raise SpecError(f"--dp {dp}: a DLRM runs on all {size} GPUs of {system}")
+    m = dataclasses.replace(m, batch=batch or m.batch)
+    per_node = full.interconnect.gpus_per_node
+    if per_node >= 2:  # GEMMs alone on one node's GPUs
+        cut: tuple[str, ...] = ("nodes=1",)
+        ranks = per_node
+    else:  # on two nodes of one GPU (a torus cut to a 2 x 1 one)
+        cut, ranks = ("nodes=2",), 2
+    if full.interconnect.network == "torus2d":
+        nodes = 1 if per_node >= 2 else 2
+        cut += (f"network.torus_x={nodes}", "network.torus_y=1")
+    out = Setting(m, system, "training", 1, False, _names(designs), dtype,
+                  tuple(f"{k}={v}" for k, v in overrides), 1, size, 1, (), "", "", 1,
+                  (ranks, cut))
+    dlrm_items(m, size, out.e)  # the local batch's check
     return out
 
 
@@ -199,8 +270,9 @@ def tp_group(tp: int, size: int, per_node: int) -> tuple[str, ...]:
 
 @dataclass
 class Measured:
-    """Modelled seconds of each distinct run: (operation, m, n, k) -> configuration ->
-    time, the baseline's collective and GEMM-alone times; GEMMs alone by (m, n, k)."""
+    """Modelled seconds of each distinct run by ``key``: configuration -> time, the
+    baseline's collective phases and its GEMM (or other computation) alone; a GEMM alone's
+    (its operation None)."""
 
     ops: dict[tuple, dict[str, float]] = field(default_factory=dict)
     comm: dict[tuple, float] = field(default_factory=dict)  # the baseline's collective phases
@@ -227,6 +299,21 @@ def default_cache() -> Path:
     return Path(base) / "t3emu" / "ops"
 
 
+@dataclass(frozen=True)
+class Job:
+    """One emulator run of the estimate: an operation, its shape and configurations, its
+    --param pairs, on ``ranks`` of the system cut by the ``group`` --set items."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    modes: tuple[str, ...]
+    params: tuple = ()
+    ranks: int = 1
+    group: tuple[str, ...] = ()
+
+
 class Runner:
     """Runs (or reads from the cache) one operation in some configurations."""
 
@@ -239,21 +326,23 @@ class Runner:
         self._code = code_hash()
         s = setting  # the hardware the operations run on, as loaded (a user's file's
         # content, not its name, decides the cache key)
-        self._spec = repr(load_device(s.device, s.group_overrides) if s.device
-                          else load_system(s.system, s.group_overrides))
+        self._spec = repr(load_device(s.device, s.parsed_overrides) if s.device
+                          else load_system(s.system, s.parsed_overrides))
 
-    def options(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
-        """``api.run``'s options for one operation of the model."""
-        return dict(operation=op, **self.s.platform, ranks=self.s.tp, modes=list(modes), m=m,
-                    n=n, k=k, dtype=self.s.dtype, timing_only=True,
-                    set=dict(self.s.group_overrides))
+    def options(self, job: Job) -> dict:
+        """``api.run``'s options for one job of the model."""
+        return dict(operation=job.op, **self.s.platform, ranks=job.ranks,
+                    modes=list(job.modes), m=job.m, n=job.n, k=job.k, dtype=self.s.dtype,
+                    timing_only=True, set=dict(self.s.cut(job.group)),
+                    params=dict(job.params))
 
-    def __call__(self, op: str, m: int, n: int, k: int, modes: tuple[str, ...]) -> dict:
+    def __call__(self, job: Job) -> dict:
         from emulator import api
 
-        key = {**self.s.platform, "set": [*self.s.overrides, *self.s.group],
-               "dtype": self.s.dtype, "spec": self._spec,
-               "ranks": self.s.tp, "op": op, "m": m, "n": n, "k": k, "modes": list(modes),
+        op, m, n, k, modes = job.op, job.m, job.n, job.k, job.modes
+        key = {**self.s.platform, "set": [*self.s.overrides, *job.group],
+               "dtype": self.s.dtype, "spec": self._spec, "ranks": job.ranks, "op": op,
+               "m": m, "n": n, "k": k, "modes": list(modes), "params": list(job.params),
                "code": self._code}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         path = self.cache / f"{digest}.json" if self.cache else None
@@ -263,11 +352,11 @@ class Runner:
             except (OSError, ValueError):  # a damaged entry: run it again
                 pass
         t0 = time.monotonic()
-        res = api.run(**self.options(op, m, n, k, modes))
+        res = api.run(**self.options(job))
         out = {"runs": {r: {"time": x.modelled_time_s, "phases": x.phases}
                         for r, x in res.runs.items()},
                "launch_s": res.doc["device"]["launch_s"]}
-        self.progress(f"  {op} M={m} N={n} K={k} ({', '.join(modes)}): "
+        self.progress(f"  {op} M={m} N={n} K={k} on {job.ranks} ranks ({', '.join(modes)}): "
                       f"{time.monotonic() - t0:.0f} s")
         if path is not None:
             import tempfile
@@ -282,7 +371,13 @@ class Runner:
 
 def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
     """(a layer's forward items, its backward items, the last pipeline stage's LM head and
-    loss: forward, then backward in training) on one GPU."""
+    loss: forward, then backward in training) on one GPU; a DLRM's: (its forward pass, its
+    backward pass, nothing)."""
+    if s.dlrm:
+        from emulator.workload.dlrm import items as dlrm_items
+
+        fwd, bwd, _ = dlrm_items(s.model, s.dp, s.e)
+        return fwd, bwd, []
     m, t, e = s.model, s.tp, s.e
     fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep)
     vocab = padded_vocab(s)
@@ -335,10 +430,11 @@ def p2p_time(s: Setting, spec) -> float:
     return _transfer(s, spec, 0, s.tp * s.dp, s.tokens // s.tp * s.model.hidden * s.e)
 
 
-def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float) -> float:
+def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float,
+              pattern: str = "direct") -> float:
     from emulator.model.topology import Topology
 
-    topo = Topology.of(spec, s.tp * s.pp * s.dp, "direct")
+    topo = Topology.of(spec, s.tp * s.pp * s.dp, pattern)
     route = topo.route(src, dst)
     ic = spec.interconnect
     frac = spec.executors.fraction("library", ic.library_fraction,
@@ -346,18 +442,22 @@ def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float) -> float:
     return route.latency + nbytes / (route.rate * frac)
 
 
-def dp_allreduce(s: Setting, spec, params: float) -> tuple[float, float]:
+def dp_allreduce(s: Setting, spec, params: float, bucket: float | None = None,
+                 pattern: str = "direct") -> tuple[float, float]:
     """(the whole gradient all-reduce of ``params`` on one GPU over its ``dp`` replicas, its
     last bucket's): a ring of 2 (d - 1) steps of 1/d of the bytes each (``_transfer``
-    between neighbouring replicas), in buckets of ``max(40M, 1M x dp)`` parameters
-    (Megatron-LM's DistributedDataParallel with overlap_grad_reduce)."""
+    between neighbouring replicas: GPU 0 and its counterpart in the next replica; the
+    ports split as ``pattern`` loads them: ``direct``, the TP group's GPUs each running
+    its own ring at once; ``ring``, one ring over consecutive GPUs), in buckets of
+    ``bucket`` parameters (default ``max(40M, 1M x dp)``: Megatron-LM's
+    DistributedDataParallel with overlap_grad_reduce)."""
     d = s.dp
     if d == 1:
         return 0.0, 0.0
-    bucket = max(DDP_BUCKET, DDP_BUCKET_PER_RANK * d)
+    bucket = bucket or max(DDP_BUCKET, DDP_BUCKET_PER_RANK * d)
 
     def ring(nparams: float) -> float:
-        return 2 * (d - 1) * _transfer(s, spec, 0, s.tp, nparams * s.e / d)
+        return 2 * (d - 1) * _transfer(s, spec, 0, s.tp, nparams * s.e / d, pattern)
 
     buckets = -(-int(params) // int(bucket))
     last = params - (buckets - 1) * bucket
@@ -371,22 +471,30 @@ def kernel_time(k: Kernel, spec, dtype: str) -> float:
     return spec.launch_s + max(compute, k.bytes / spec.hbm_bw)
 
 
-def runs(s: Setting, all_items: list[Item]) -> list[tuple[tuple, tuple]]:
-    """The distinct jobs ``all_items`` need: ((operation or None, m, n, k) of the item,
-    (operation, m, n, k, configurations) of the job that times it)."""
+def key(it: Gemm) -> tuple:
+    """What decides an item's emulated time: (operation or None, m, n, k, --param pairs)."""
+    return it.op, it.m, it.n, it.k, it.params
+
+
+def runs(s: Setting, all_items: list[Item]) -> list[tuple[tuple, Job]]:
+    """The distinct jobs ``all_items`` need: (``key`` of the item, the ``Job`` that times
+    it)."""
     from emulator.app.catalog import registry
 
     reg = registry()
     base = reg.baseline()
     out = []
-    for op, m, n, k in dict.fromkeys((it.op, it.m, it.n, it.k) for it in all_items
-                                     if isinstance(it, Gemm)):
+    for op, m, n, k, params in dict.fromkeys(key(it) for it in all_items
+                                             if isinstance(it, Gemm)):
         if op is None:
-            out.append(((None, m, n, k), (ALONE, *alone_shape(m, n, k, s.tp), (base,))))
+            ranks, group = s.alone_job
+            out.append(((None, m, n, k, params),
+                        Job(ALONE, *alone_shape(m, n, k, ranks), (base,), (), ranks, group)))
         else:
             modes = tuple(dict.fromkeys([base, *(reg.design_configuration(d, op)
                                                  for d in s.designs)]))
-            out.append(((op, m, n, k), (op, m, n, k, modes)))
+            out.append(((op, m, n, k, params),
+                        Job(op, m, n, k, modes, params, s.op_ranks, s.group)))
     return out
 
 
@@ -399,9 +507,9 @@ def precheck(s: Setting) -> None:
 
     fwd, bwd, head = items(s)
     run = Runner(s, None, lambda msg: None)
-    for (op, m, n, k), job in runs(s, fwd + bwd + head):
+    for (op, m, n, k, _), job in runs(s, fwd + bwd + head):
         try:
-            api.config(**run.options(*job))
+            api.config(**run.options(job))
         except ConfigError as exc:
             what = f"{op} M={m} N={n} K={k}" if op else f"a GEMM alone M={m} N={n} K={k}"
             raise ValueError(f"the model's {what}: {exc}") from None
@@ -414,17 +522,15 @@ def measure(s: Setting, all_items: list[Item], run: Runner) -> Measured:
     base = registry().baseline()
     out = Measured()
     jobs = runs(s, all_items)
-    for i, ((op, m, n, k), job) in enumerate(jobs, 1):
-        run.progress(f"[{i}/{len(jobs)}] {op or 'GEMM alone'} M={m} N={n} K={k}")
-        doc = run(*job)
-        if op is None:
-            out.alone[(m, n, k)] = _alone(doc["runs"][base], doc["launch_s"])
-            continue
-        out.ops[(op, m, n, k)] = {c: r["time"] for c, r in doc["runs"].items()}
+    for i, (k, job) in enumerate(jobs, 1):
+        run.progress(f"[{i}/{len(jobs)}] {k[0] or 'GEMM alone'} M={k[1]} N={k[2]} K={k[3]}")
+        doc = run(job)
         seq = doc["runs"][base]
-        out.comm[(op, m, n, k)] = sum(v for p, v in seq["phases"].items()
-                                      if p in COLLECTIVE_PHASES)
-        out.alone[(op, m, n, k)] = _alone(seq, doc["launch_s"])
+        out.alone[k] = _alone(seq, doc["launch_s"])
+        if k[0] is None:
+            continue
+        out.ops[k] = {c: r["time"] for c, r in doc["runs"].items()}
+        out.comm[k] = sum(v for p, v in seq["phases"].items() if p in COLLECTIVE_PHASES)
     return out
 
 
@@ -444,13 +550,17 @@ def _alone(seq: dict, launch_s: float) -> float:
 
 
 def item_time(it: Item, design: str, meas: Measured, spec, dtype: str) -> float:
+    """One item's modelled seconds in ``design`` (all its repeats)."""
     from emulator.app.catalog import registry
+    from emulator.workload.dlrm import Exchange
 
+    if isinstance(it, Exchange):  # the baseline's collective of an operation, on its own
+        return it.repeat * (spec.launch_s + meas.comm[key(it.of)])
     if isinstance(it, Kernel):
-        return kernel_time(it, spec, dtype)
+        return it.repeat * kernel_time(it, spec, dtype)
     if it.op is None:
-        return meas.alone[(it.m, it.n, it.k)]
-    return meas.ops[(it.op, it.m, it.n, it.k)][registry().design_configuration(design, it.op)]
+        return it.repeat * meas.alone[key(it)]
+    return it.repeat * meas.ops[key(it)][registry().design_configuration(design, it.op)]
 
 
 def compose(s: Setting, meas: Measured, spec) -> dict:
@@ -459,10 +569,12 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
     the baseline's communication share."""
     from emulator.app.catalog import registry
 
+    from emulator.workload.dlrm import Exchange
+
     base = registry().baseline()
     fwd, bwd, head = items(s)
     p2p = p2p_time(s, spec) if s.pp > 1 else 0.0
-    params = stage_parameters(s)
+    params = [] if s.dlrm else stage_parameters(s)
     out = {"designs": {}, "baseline": base, "p2p_s": p2p}
     for design in (base, *s.designs):
         rows = []
@@ -472,21 +584,25 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
                 gemm = isinstance(it, Gemm)
                 exposed = 0.0
                 if gemm and it.op is not None:
-                    exposed = t - meas.alone[(it.op, it.m, it.n, it.k)]
+                    exposed = t - it.repeat * meas.alone[key(it)]
+                elif isinstance(it, Exchange):
+                    exposed = t
                 rows.append({"part": part, "item": it.name,
-                             "op": (it.op or "GEMM") if gemm else "kernel",
+                             "op": ((it.op or "GEMM") if gemm else "collective"
+                                    if isinstance(it, Exchange) else "kernel"),
                              "shape": [it.m, it.n, it.k] if gemm else None,
-                             "time_s": t, "exposed_comm_s": exposed})
+                             "repeat": it.repeat, "time_s": t, "exposed_comm_s": exposed})
         f = sum(r["time_s"] for r in rows if r["part"] == "forward")
         b = sum(r["time_s"] for r in rows if r["part"] == "backward")
         head_f = sum(r["time_s"] for r in rows if r["part"] == "head" and "fwd" in r["item"])
         head_b = sum(r["time_s"] for r in rows if r["part"] == "head" and "fwd" not in
                      r["item"])
         d = {"items": rows, "layer_forward_s": f, "layer_backward_s": b}
-        d.update(iteration(s, f, b, head_f, head_b, p2p, params, spec))
+        d.update(dlrm_iteration(s, f, b, spec) if s.dlrm else
+                 iteration(s, f, b, head_f, head_b, p2p, params, spec))
         layer_exposed = sum(r["exposed_comm_s"] for r in rows if r["part"] != "head")
         head_exposed = sum(r["exposed_comm_s"] for r in rows if r["part"] == "head")
-        d["exposed_comm_s"] = s.microbatches * (s.model.layers // s.pp * layer_exposed
+        d["exposed_comm_s"] = s.microbatches * (layers_per_stage(s) * layer_exposed
                                                 + head_exposed)
         out["designs"][design] = d
     b = out["designs"][base]
@@ -494,12 +610,35 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
         d["speedup"] = b["iteration_s"] / d["iteration_s"]
         d["layer_speedup"] = ((b["layer_forward_s"] + b["layer_backward_s"])
                               / (d["layer_forward_s"] + d["layer_backward_s"]))
-    comm = s.model.layers // s.pp * sum(meas.comm[(it.op, it.m, it.n, it.k)]
-                                        for it in fwd + bwd if isinstance(it, Gemm) and it.op)
-    comm += sum(meas.comm[(it.op, it.m, it.n, it.k)] for it in head
-                if isinstance(it, Gemm) and it.op)
+
+    def collectives(its: list[Item]) -> float:  # the baseline's collective phases
+        return sum(it.repeat * meas.comm[key(it.of if isinstance(it, Exchange) else it)]
+                   for it in its if isinstance(it, Exchange)
+                   or isinstance(it, Gemm) and it.op)
+
+    comm = layers_per_stage(s) * collectives(fwd + bwd) + collectives(head)
     out["comm_share"] = s.microbatches * comm / b["iteration_s"]
     return out
+
+
+def layers_per_stage(s: Setting) -> int:
+    """How many times a stage runs the layer's items (a DLRM's passes: once)."""
+    return 1 if s.dlrm else s.model.layers // s.pp
+
+
+def dlrm_iteration(s: Setting, f: float, b: float, spec) -> dict:
+    """A DLRM's iteration (``dlrm.py``): its forward and backward passes, the exposed part
+    of the MLPs' gradient all-reduce over every GPU (in PyTorch DDP's buckets; every bucket
+    but the last hidden behind the backward pass), then SGD over the MLPs."""
+    from emulator.workload.dlrm import DDP_BUCKET_BYTES, SGD_ELEMENTS, mlp_parameters
+
+    params = mlp_parameters(s.model, s.dp)
+    total, last = dp_allreduce(s, spec, params, DDP_BUCKET_BYTES / s.e, "ring")
+    exposed = max(last, total - b) if s.dp > 1 else 0.0
+    opt = spec.launch_s + SGD_ELEMENTS * s.e * params / spec.hbm_bw
+    return {"stage_forward_s": [f], "stage_backward_s": [b], "pipeline_s": f + b,
+            "dp_allreduce_s": total, "dp_exposed_s": exposed, "optimizer_s": opt,
+            "iteration_s": f + b + exposed + opt}
 
 
 def iteration(s: Setting, f: float, b: float, head_f: float, head_b: float, p2p: float,
@@ -551,7 +690,8 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,
                       "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
                       "sp": s.sp, "ep": s.ep, "designs": list(s.designs), "dtype": s.dtype,
-                      "tokens": s.tokens, "seq": s.model.seq, "batch": s.model.batch,
-                      "layers": s.model.layers, "set": list(s.overrides),
-                      "tp_group_set": list(s.group)}
+                      "tokens": s.tokens, "seq": getattr(s.model, "seq", None),
+                      "batch": s.model.batch, "layers": getattr(s.model, "layers", 1),
+                      "kind": s.model.kind, "set": list(s.overrides),
+                      "tp_group_set": list(s.group), "alone_set": list(s.alone_job[1])}
     return doc

@@ -66,6 +66,8 @@ class Gemm:
     m: int
     n: int
     k: int
+    params: tuple = ()  # the operation's --param pairs (the DLRM's embedding tables)
+    repeat: int = 1  # identical items in a row (a DLRM's MLP layers of one width)
 
     @property
     def flops(self) -> float:
@@ -77,6 +79,7 @@ class Kernel:
     name: str
     bytes: float  # HBM bytes read and written
     flops: float = 0.0  # matrix FLOPs (the attention core)
+    repeat: int = 1  # identical kernels in a row (one launch each)
 
 
 Item = Gemm | Kernel

@@ -11,43 +11,62 @@ def text(doc: dict) -> str:
     st = doc["setting"]
     designs = list(doc["designs"])
     base = doc["baseline"]
-    lines = [f"{st['model']} on {st['system']}: {st['phase']}, TP {st['tp']} "
-             f"({'sequence parallel: AG + GEMM, GEMM + RS' if st['sp'] else 'all-reduce'}) "
-             f"x PP {st['pp']} x DP {st['dp']}, {st['microbatches']} micro-batch(es) of "
-             f"{st['tokens']} tokens (sequence {st['seq']} x batch {st['batch']}), "
-             f"{st['layers']} layers, {st['dtype']}"
-             + (f"; the TP group's operations run with --set {' '.join(st['tp_group_set'])}"
-                if st["tp_group_set"] else ""),
-             "",
-             "per layer and per model item, modelled us (exposed communication: the time "
-             "less the GEMM alone)"]
-    head = f"{'part':9s} {'item':22s} {'operation':9s} " + " ".join(
+    dlrm = st.get("kind") == "dlrm"
+    if dlrm:
+        title = (f"{st['model']} on {st['system']}: a training iteration on its {st['dp']} "
+                 f"GPUs (data-parallel MLPs, model-parallel tables), global batch "
+                 f"{st['batch']}, {st['dtype']}; GEMMs alone run with --set "
+                 f"{' '.join(st['alone_set'])}")
+        what = "per pass item (x N: N in a row), modelled us"
+    else:
+        title = (f"{st['model']} on {st['system']}: {st['phase']}, TP {st['tp']} "
+                 f"({'sequence parallel: AG + GEMM, GEMM + RS' if st['sp'] else 'all-reduce'}) "
+                 f"x PP {st['pp']} x DP {st['dp']}"
+                 + (f" (EP {st['ep']})" if st.get("ep", 1) > 1 else "")
+                 + f", {st['microbatches']} micro-batch(es) of {st['tokens']} tokens "
+                 f"(sequence {st['seq']} x batch {st['batch']}), {st['layers']} layers, "
+                 f"{st['dtype']}"
+                 + (f"; the TP group's operations run with --set "
+                    f"{' '.join(st['tp_group_set'])}" if st["tp_group_set"] else ""))
+        what = "per layer and per model item, modelled us"
+    lines = [title, "", what + " (exposed communication: the time less the computation "
+             "alone)"]
+    head = f"{'part':9s} {'item':30s} {'operation':10s} " + " ".join(
         f"{d:>10s}" for d in designs) + "  exposed " + " ".join(f"{d:>10s}" for d in designs)
     lines += [head, "-" * len(head)]
     rows = doc["designs"][base]["items"]
     for i, r in enumerate(rows):
         times = " ".join(_us(doc["designs"][d]["items"][i]["time_s"]) for d in designs)
         exp = " ".join(_us(doc["designs"][d]["items"][i]["exposed_comm_s"]) for d in designs)
-        lines.append(f"{r['part']:9s} {r['item']:22s} {r['op']:9s} {times}          {exp}")
+        name = r["item"] + (f" x{r['repeat']}" if r.get("repeat", 1) > 1 else "")
+        lines.append(f"{r['part']:9s} {name:30s} {r['op']:10s} {times}          {exp}")
     lines.append("")
-    for key, what in (("layer_forward_s", "layer forward"), ("layer_backward_s",
-                                                            "layer backward"),
-                      ("pipeline_s", "forward and backward passes (pipeline)"),
+    unit = "pass" if dlrm else "layer"
+    for key, what in (("layer_forward_s", f"{unit} forward"), ("layer_backward_s",
+                                                               f"{unit} backward"),
+                      ("pipeline_s", "forward and backward passes" + ("" if dlrm else
+                                                                      " (pipeline)")),
                       ("dp_exposed_s", "data-parallel all-reduce, exposed"),
                       ("optimizer_s", "optimizer step"), ("iteration_s", "iteration"),
-                      ("exposed_comm_s", "exposed TP communication")):
+                      ("exposed_comm_s", "exposed communication" if dlrm else
+                       "exposed TP communication")):
         vals = " ".join(_us(doc["designs"][d][key]) for d in designs)
         lines.append(f"{what:42s} {vals}")
-    for key, what in (("layer_speedup", "layer speedup over " + base),
+    for key, what in (("layer_speedup", f"{unit} speedup over " + base),
                       ("speedup", "iteration speedup over " + base)):
         lines.append(f"{what:42s} " + " ".join(f"{doc['designs'][d][key]:9.3f}x"
                                               for d in designs))
     lines += ["", f"communication share of the {base} iteration (its collectives' phases): "
-              f"{doc['comm_share'] * 100:.1f}%",
-              f"pipeline point-to-point per micro-batch and boundary: {doc['p2p_s'] * 1e6:.1f} us; "
-              "composition: a layer's items one after another, layers / PP per stage, 1F1B "
-              "over the micro-batches, then the data-parallel all-reduce's exposed part and "
-              "the optimizer (docs/models.md)"]
+              f"{doc['comm_share'] * 100:.1f}%"]
+    if dlrm:
+        lines.append("composition: the passes' items one after another, then the MLPs' "
+                     "data-parallel all-reduce's exposed part and SGD (docs/models.md)")
+    else:
+        lines.append(f"pipeline point-to-point per micro-batch and boundary: "
+                     f"{doc['p2p_s'] * 1e6:.1f} us; composition: a layer's items one after "
+                     "another, layers / PP per stage, 1F1B over the micro-batches, then the "
+                     "data-parallel all-reduce's exposed part and the optimizer "
+                     "(docs/models.md)")
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ describes one model and its default run:
   layer's FFN a mixture of experts;
 - ``kind = "dlrm"``: ``[dlrm]`` embedding tables per GPU, rows per table, embedding
   dimension, pooling factor (rows per bag), dense features, bottom and top MLP widths,
-  the interaction (``dot``);
+  the interaction (``dot``: the pairwise dot products of the bottom MLP's output and
+  every table's pooled embedding, with that output, feed the top MLP; optional
+  ``interaction_width``: the features it feeds the top MLP where a study fixes them);
 - ``[run]``: sequence length and batch (sequences; a DLRM's global batch of samples).
 
 A bad file is refused with one line naming the file and the key (``ModelError``, a
@@ -79,6 +81,7 @@ class DlrmSpec:
     interaction: str
     batch: int  # global batch of samples
     kind: str = "dlrm"
+    interaction_width: int = 0  # features the interaction feeds the top MLP (0: the dot's)
 
 
 ModelSpec = TransformerSpec | DlrmSpec
@@ -100,7 +103,7 @@ _KEYS: dict[str, dict[str, dict[str, tuple[type, bool]]]] = {
         "dlrm": {"tables_per_gpu": (int, True), "rows_per_table": (int, True),
                  "dim": (int, True), "pooling": (int, True), "dense_features": (int, True),
                  "bottom_mlp": (list, True), "top_mlp": (list, True),
-                 "interaction": (str, True)},
+                 "interaction": (str, True), "interaction_width": (int, False)},
         "run": {"batch": (int, True)},
     },
 }
@@ -171,7 +174,8 @@ def parse_model(data: dict[str, Any], source: str) -> ModelSpec:
                              f"the dot interaction needs the embedding dimension {d['dim']}")
         return DlrmSpec(name, source, d["tables_per_gpu"], d["rows_per_table"], d["dim"],
                         d["pooling"], d["dense_features"], d["bottom_mlp"], d["top_mlp"],
-                        d["interaction"], run["batch"])
+                        d["interaction"], run["batch"], "dlrm",
+                        d.get("interaction_width", 0))
     t = sections["transformer"]
     if t["ffn"] not in FFN_KINDS:
         raise ModelError(f"{source}: [transformer] ffn = {t['ffn']!r}; allowed: "
