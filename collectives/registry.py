@@ -330,6 +330,9 @@ for _design in (
         Design("t3", "T3: track & trigger with memory-controller arbitration on the "
                "reduce-scatters and all-reduces after GEMMs", {"gemm+rs": "t3-mca",
                                                               "gemm+ar": "t3-mca"}),
+        Design("t3-plain", "T3 without the arbitration (configuration t3: track & trigger, "
+               "NMC) on the reduce-scatters and all-reduces after GEMMs",
+               {"gemm+rs": "t3", "gemm+ar": "t3"}),
         Design("flux", "Flux, tuned as Flux tunes (flux-best) on GEMM-RS and AG-GEMM",
                {"gemm+rs": "flux-best", "ag+gemm": "flux-best"}),
         Design("te", "TransformerEngine's comm+GEMM overlap, its best configuration (te-best)",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from emulator.app.cli import main
 from emulator.app.scenario import load_scenario
 from emulator.app.validation import (
-    PAPERS, ValidationError, flux, paper_rows, read_sweep, t3, write)
+    PAPERS, ValidationError, flux, paper_rows, read_sweep, read_sweeps, t3, write)
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, Published, causes_section, evaluate, verdict)
 
@@ -268,3 +268,54 @@ def test_the_rs_swizzle_s_gain_split_into_causes_from_the_runs_causes():
     assert parts == {"launches": 0.0, "ingress": 3.0, "overlap": 1.0}
     assert flux.swizzle_causes({"flux-paper": {"points": [point(1024, with_causes=False)]}}) \
         is None
+
+
+# ---------------------------------------------------------------- whole-model estimates
+def _t3_models_doc(drop: int = 0) -> dict:
+    """A synthetic ``t3emu model --scenario t3-models`` result: estimate i (in the
+    scenario's order) gives T3 1 + 0.01 (i + 1) and T3-MCA 0.02 more."""
+    from emulator.workload import scenarios
+
+    ests = []
+    for i, s in enumerate(scenarios.settings("t3-models", precheck=False)[drop:]):
+        x = 1.0 + 0.01 * (i + 1)
+        ests.append({
+            "setting": {"model": s.model.name, "phase": s.phase, "system": s.where,
+                        "tp": s.tp, "pp": 1, "dp": 1, "sp": False, "ep": 1,
+                        "split_heads": s.split_heads, "tokens": s.tokens,
+                        "batch": s.model.batch, "kind": "transformer"},
+            "baseline": "sequential", "comm_share": 0.25,
+            "designs": {d: {"speedup": v, "layer_speedup": v, "exposed_comm_s": 1e-3 / v}
+                        for d, v in (("sequential", 1.0), ("t3-plain", x), ("t3", x + 0.02))}})
+    return {"scenario": "t3-models", "estimates": ests}
+
+
+def test_whole_model_estimates_give_t3_s_end_to_end_rows_and_section(tmp_path):
+    """Training runs are the scenario's even estimates (i = 0, 2, ..., 12), the last MT-NLG
+    at TP 32: T3-MCA's best training speedup 1 + 0.13 + 0.02 = 1.150x, within 12%'s band
+    (1.01x to 1.23x); prefill's T3 geomean over i = 1, 3, ..., 13."""
+    import math
+
+    d = tmp_path / "t3-models"
+    d.mkdir()
+    (d / "estimates.json").write_text(json.dumps(_t3_models_doc()))
+    sweeps = read_sweeps([d])
+    rows = {r.figure: r for r in paper_rows(t3, sweeps)}
+    best = rows["Training sped up by T3-MCA, at most (whole model)"]
+    assert best.emulator == "1.150x (MT-NLG 530B TP32)" and best.verdict == "within band"
+    geo = math.exp(sum(math.log(1 + 0.01 * (i + 1)) for i in range(1, 14, 2)) / 7)
+    row = rows["Prompt inference sped up by T3, geomean (whole model)"]
+    assert row.emulator == f"{geo:.3f}x over 7 models/TPs"
+    write(sweeps, tmp_path / "pages", "t3emu validate results/t3-models --out pages")
+    page = (tmp_path / "pages" / "t3.md").read_text()
+    assert "## End to end: whole-model estimates" in page
+    assert "| MT-NLG 530B | training | 32 x t3-sim (ring) | TP 32 x PP 1 x DP 1, AR | " in page
+    assert "    t3emu model --scenario t3-models --out results/t3-models" in page
+
+
+def test_estimates_of_another_version_of_the_scenario_are_refused(tmp_path):
+    d = tmp_path / "t3-models"
+    d.mkdir()
+    (d / "estimates.json").write_text(json.dumps(_t3_models_doc(drop=1)))
+    with pytest.raises(ValidationError, match="not the estimates of t3-models"):
+        read_sweeps([d])

@@ -278,6 +278,9 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--sp/--no-sp", default=True, show_default=True,
               help="Megatron's sequence parallelism (all-gather before the column-parallel "
                    "GEMMs, reduce-scatter after the row-parallel ones) or plain all-reduce.")
+@click.option("--split-heads", is_flag=True,
+              help="Let TP not divide the attention heads: each GPU takes heads x head size "
+                   "/ TP columns (T3's sizing of T-NLG and PaLM).")
 @click.option("--designs", type=str, default=None,
               help="Comma-separated designs to compare with the baseline (`--list`; "
                    "default: t3,flux,te for a transformer, fused for a DLRM).")
@@ -296,10 +299,17 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--figure", "figure_path", type=click.Path(dir_okay=False), default=None,
               help="Write a PNG here: where a layer's and the iteration's time goes per "
                    "design.")
-@click.option("--list", "list_", is_flag=True, help="List the shipped models and designs.")
+@click.option("--scenario", type=str, default=None,
+              help="Instead of SPEC and its options: a paper's whole-model setting, every "
+                   "estimate of it (`--list`).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="With --scenario: write DIR/estimates.json (for `t3emu validate`).")
+@click.option("--list", "list_", is_flag=True,
+              help="List the shipped models, designs and scenarios.")
 @_what_ifs
-def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, sp, designs, seq,
-          batch, dtype, json_path, cache_dir, no_cache, figure_path, list_, overrides) -> None:
+def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, sp, split_heads,
+          designs, seq, batch, dtype, json_path, cache_dir, no_cache, figure_path, scenario,
+          out_dir, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
@@ -311,6 +321,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
     from emulator.app.catalog import registry
     from emulator.engine.registry import RegistryError
     from emulator.workload import estimate as est
+    from emulator.workload import scenarios
     from emulator.workload.report import figure, text
     from emulator.workload.spec import list_models, load_model
 
@@ -324,15 +335,25 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
         for d in reg.designs.values():
             uses = ", ".join(f"{cfg} on {op}" for op, cfg in d.uses.items())
             click.echo(f"  {d.name:8s} {d.help} ({uses})")
+        click.echo("scenarios (--scenario NAME: the papers' settings, docs/models.md):")
+        for sc in scenarios.SCENARIOS.values():
+            click.echo(f"  {sc.name:14s} {len(sc.runs):2d} estimates: {sc.help}")
         return
+    cache = None if no_cache else Path(cache_dir) if cache_dir else est.default_cache()
+    if scenario:
+        _model_scenario(scenario, spec, out_dir, cache, click.get_current_context())
+        return
+    if out_dir:
+        _fail_usage(click.UsageError("--out goes with --scenario (one estimate: --json)"))
     if not spec:
         _fail_usage(click.UsageError("give a model (SPEC; `t3emu model --list`)"))
     sets = _overrides(overrides)
     try:
         setting = est.setting(spec, system=system, device=device, topology=topology,
                               phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
-                              sp=sp, designs=designs.split(",") if designs else None, seq=seq, batch=batch,
-                              dtype=dtype, overrides=sets, ep=ep)
+                              sp=sp, designs=designs.split(",") if designs else None,
+                              seq=seq, batch=batch, dtype=dtype, overrides=sets, ep=ep,
+                              split_heads=split_heads)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
             if path and not Path(path).resolve().parent.is_dir():
                 raise ValueError(f"{opt} {path}: its directory does not exist")
@@ -340,7 +361,6 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
-    cache = None if no_cache else Path(cache_dir) if cache_dir else est.default_cache()
     try:
         doc = est.estimate(setting, cache)
     except ConfigError as exc:  # an operation of the model the emulator refuses
@@ -355,6 +375,46 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
         click.echo(f"json: {json_path}")
     if figure_path:
         click.echo(f"figure: {figure(doc, figure_path)}")
+
+
+# the options of one estimate, which a scenario sets itself
+_ESTIMATE_OPTIONS = ("system", "device", "topology", "phase", "tp", "pp", "dp", "ep",
+                     "microbatches", "sp", "split_heads", "designs", "seq", "batch", "dtype",
+                     "json_path", "figure_path", "overrides")
+
+
+def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
+    """``t3emu model --scenario NAME``: every estimate of a paper's setting."""
+    from pathlib import Path
+
+    from click.core import ParameterSource
+
+    from devices.spec import SpecError
+    from emulator.api import RunError
+    from emulator.engine.registry import RegistryError
+    from emulator.workload import scenarios
+
+    given = [p for p in _ESTIMATE_OPTIONS
+             if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
+    try:
+        if spec or given:
+            raise ValueError(f"--scenario {name} sets its own models and options; drop "
+                             f"{spec or '--' + given[0].replace('_path', '').replace('_', '-')}")
+        if out_dir and not Path(out_dir).resolve().parent.is_dir():
+            raise ValueError(f"--out {out_dir}: its parent directory does not exist")
+        scenarios.settings(name)  # every estimate checked before any runs
+    except (SpecError, RegistryError, ValueError) as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    try:
+        doc = scenarios.run(name, Path(out_dir) if out_dir else None, cache,
+                            lambda msg: click.echo(msg, err=True))
+    except (ConfigError, RunError) as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2 if isinstance(exc, ConfigError) else 1)
+    click.echo(scenarios.summary(doc))
+    if out_dir:
+        click.echo(f"estimates: {Path(out_dir) / 'estimates.json'}")
 
 
 @main.command()
@@ -398,7 +458,8 @@ def validate(results, results2x, out_dir) -> None:
     """Write the validation pages: every published figure of T3, Flux, the fused operators
     and FiCCO beside the emulator's from sweeps of their scenarios (t3-paper, t3-2x-cu,
     flux-paper, fused-ops-paper, ficco-paper; each RESULTS directory's scenario is read from
-    its results.json)."""
+    its results.json) and from their whole-model estimates (`t3emu model --scenario NAME
+    --out DIR`: DIR/estimates.json)."""
     from pathlib import Path
 
     from emulator.app.validation import SCENARIOS, ValidationError, read_sweeps, write

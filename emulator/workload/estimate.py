@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.workload.layers import (PHASES, Gemm, Item, Kernel, check_ep, check_tp,
-                                      expert_width, layer)
+from emulator.workload.layers import (PHASES, Gemm, Item, Kernel, attention_widths,
+                                      check_ep, check_tp, expert_width, layer)
 from emulator.workload.spec import TransformerSpec
 
 # FlashAttention-2 (Dao 2023, abstract and section 4.1): forward and backward reach 50-73%
@@ -76,6 +76,7 @@ class Setting:
     topology: str = ""  # ring), one TP group, no pipeline or data parallelism
     ep: int = 1  # expert parallelism (a [moe] model: over the TP group's GPUs)
     alone: tuple = ()  # (ranks, --set items) GEMMs alone run on, if not the TP group's
+    split_heads: bool = False  # TP need not divide the heads (T3's sizing: H / TP wide)
 
     @property
     def dlrm(self) -> bool:
@@ -139,7 +140,8 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
             topology: str | None = None, phase: str = "training", tp: int | None = None,
             pp: int = 1, dp: int = 1, microbatches: int | None = None, sp: bool = True,
             designs=None, seq: int | None = None, batch: int | None = None,
-            dtype: str = "fp16", overrides: tuple = (), ep: int | None = None) -> Setting:
+            dtype: str = "fp16", overrides: tuple = (), ep: int | None = None,
+            split_heads: bool = False) -> Setting:
     """A checked ``Setting`` (the options of ``t3emu model``; ``overrides``: parsed ``--set``
     pairs). Raises SpecError (or RegistryError, ValueError) naming what is wrong, before
     anything runs: a bad model file, impossible degrees (TP not dividing the heads, the
@@ -184,7 +186,7 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
     if size and tp * pp * dp != size:
         raise SpecError(f"TP {tp} x PP {pp} x DP {dp} = {tp * pp * dp} GPUs; system "
                         f"{system} has {size} (--set nodes=N resizes it)")
-    check_tp(m, tp)
+    check_tp(m, tp, split_heads)
     ep = ep or (tp if m.moe is not None else 1)
     check_ep(m, tp, ep, sp)
     if m.layers % pp:
@@ -197,8 +199,8 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
                   tuple(f"{k}={v}" for k, v in overrides), pp, dp,
                   microbatches or (4 * pp if pp > 1 else 1),
                   tp_group(tp, size, full.interconnect.gpus_per_node), device or "",
-                  topology or "", ep)
-    layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep)  # the shapes' checks
+                  topology or "", ep, (), split_heads)
+    layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep, split_heads)  # the shapes' checks
     return out
 
 
@@ -379,7 +381,7 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
         fwd, bwd, _ = dlrm_items(s.model, s.dp, s.e)
         return fwd, bwd, []
     m, t, e = s.model, s.tp, s.e
-    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep)
+    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep, s.split_heads)
     vocab = padded_vocab(s)
     head_rows = s.tokens if s.phase != "prefill" else m.batch  # prefill: last tokens only
     if s.sp and head_rows % t:
@@ -400,8 +402,7 @@ def stage_parameters(s: Setting) -> list[float]:
     first stage's embedding and the last's LM head (vocabulary slices; norms are
     negligible)."""
     m, t = s.model, s.tp
-    q = m.heads // t * m.head_dim  # the GPU's shards, as ``layers.layer`` (key/value heads
-    kv = max(1, m.kv_heads // t) * m.head_dim  # fewer than GPUs: replicated)
+    q, kv = attention_widths(m, t)  # the GPU's shards, as ``layers.layer``
     up = (2 if m.ffn == "swiglu" else 1) * m.ffn_hidden // t
     ffn = m.hidden * up + m.ffn_hidden // t * m.hidden
     if m.moe is not None:
@@ -689,7 +690,8 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     doc = compose(s, meas, spec)
     doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,
                       "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
-                      "sp": s.sp, "ep": s.ep, "designs": list(s.designs), "dtype": s.dtype,
+                      "sp": s.sp, "ep": s.ep, "split_heads": s.split_heads,
+                      "designs": list(s.designs), "dtype": s.dtype,
                       "tokens": s.tokens, "seq": getattr(s.model, "seq", None),
                       "batch": s.model.batch, "layers": getattr(s.model, "layers", 1),
                       "kind": s.model.kind, "set": list(s.overrides),

@@ -91,16 +91,31 @@ def _div(a: int, t: int, what: str) -> int:
     return a // t
 
 
-def check_tp(model: TransformerSpec, tp: int) -> None:
+def check_tp(model: TransformerSpec, tp: int, split_heads: bool = False) -> None:
     """Refuse a TP degree that does not split the model evenly (heads, key/value heads,
-    the FFN), as Megatron-LM does."""
-    if model.heads % tp:
-        raise ValueError(f"TP {tp} does not divide the {model.heads} attention heads of "
-                         f"{model.name}")
-    if model.kv_heads % tp and tp % model.kv_heads:
-        raise ValueError(f"TP {tp} and the {model.kv_heads} key/value heads of {model.name} "
-                         f"do not divide one another")
+    the FFN), as Megatron-LM does; ``split_heads``: only the attention's width, as T3
+    sizes its GEMMs (H / TP columns per GPU)."""
+    d = model.head_dim
+    if split_heads:
+        _div(model.heads * d, tp, f"{model.name}'s attention width (heads x head size)")
+        if model.kv_heads >= tp:
+            _div(model.kv_heads * d, tp, f"{model.name}'s key/value width")
+    else:
+        if model.heads % tp:
+            raise ValueError(f"TP {tp} does not divide the {model.heads} attention heads of "
+                             f"{model.name} (--split-heads sizes them by width, as T3 did)")
+        if model.kv_heads % tp and tp % model.kv_heads:
+            raise ValueError(f"TP {tp} and the {model.kv_heads} key/value heads of "
+                             f"{model.name} do not divide one another")
     _div(model.ffn_hidden, tp, f"{model.name}'s FFN width")
+
+
+def attention_widths(model: TransformerSpec, tp: int) -> tuple[int, int]:
+    """(q, kv): one GPU's query and key/value widths (heads x head size / TP; fewer
+    key/value heads than GPUs: one head kept whole on each)."""
+    d = model.head_dim
+    kv = model.kv_heads * d // tp if model.kv_heads >= tp else d
+    return model.heads * d // tp, kv
 
 
 def check_ep(model: TransformerSpec, tp: int, ep: int, sp: bool) -> None:
@@ -124,19 +139,18 @@ def check_ep(model: TransformerSpec, tp: int, ep: int, sp: bool) -> None:
 
 
 def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
-          context: int, e: int, ep: int = 1) -> tuple[list[Item], list[Item]]:
+          context: int, e: int, ep: int = 1,
+          split_heads: bool = False) -> tuple[list[Item], list[Item]]:
     """(forward items, backward items) of one layer on one GPU: ``tokens`` T of the
     micro-batch (decode: the batch), ``context`` the sequence (decode: the tokens attended
-    to), ``ep`` the expert-parallel degree (a ``[moe]`` model); the backward list is empty
-    outside training."""
+    to), ``ep`` the expert-parallel degree (a ``[moe]`` model), ``split_heads`` (TP need
+    not divide the heads: ``check_tp``); the backward list is empty outside training."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}; allowed: {', '.join(PHASES)}")
-    check_tp(model, tp)
+    check_tp(model, tp, split_heads)
     check_ep(model, tp, ep, sp)
-    H, T, d = model.hidden, tokens, model.head_dim
-    heads = model.heads // tp
-    kv_heads = max(1, model.kv_heads // tp)  # (fewer key/value heads than GPUs: replicated)
-    q, kv = heads * d, kv_heads * d
+    H, T = model.hidden, tokens
+    q, kv = attention_widths(model, tp)
     F = model.ffn_hidden // tp
     up = 2 * F if model.ffn == "swiglu" else F
     rows = _div(T, tp, "the tokens") if sp else T  # the norms' and residuals' rows
@@ -150,7 +164,7 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
     attention: list[Item] = [
         Kernel("norm-1 fwd", 2 * rows * H * e),
         Gemm("QKV fwd", col, T, q + 2 * kv, H),
-        _attention("attention fwd", model, phase, T, context, heads, kv_heads, e),
+        _attention("attention fwd", phase, T, context, q, kv, e),
         row_parallel("OP fwd", q),
         Kernel("residual+norm-2 fwd", (3 + 2) * rows * H * e),
     ]
@@ -160,8 +174,7 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         if phase != "training":
             return fwd, []
         bwd = [Kernel("residual bwd", 3 * rows * H * e), *ffn_bwd]
-        return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, heads,
-                                         kv_heads, q, kv, e)
+        return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e)
     fwd = attention + [
         Gemm("FC-1 fwd", col, T, up, H),
         Kernel("activation fwd", (up + F) * T * e),
@@ -182,13 +195,11 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         Gemm("FC-1 dgrad", dcol, T, H, up),
         Gemm("FC-1 wgrad", None, H, up, T),
     ]
-    return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, heads, kv_heads,
-                                     q, kv, e)
+    return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e)
 
 
 def _attention_bwd(model: TransformerSpec, phase: str, sp: bool, T: int, rows: int,
-                   context: int, heads: int, kv_heads: int, q: int, kv: int,
-                   e: int) -> list[Item]:
+                   context: int, q: int, kv: int, e: int) -> list[Item]:
     """The attention block's backward (from the second norm's backward on)."""
     H = model.hidden
     dcol, drow = ("gemm+rs", "ag+gemm") if sp else ("gemm+ar", None)
@@ -196,7 +207,7 @@ def _attention_bwd(model: TransformerSpec, phase: str, sp: bool, T: int, rows: i
         Kernel("norm-2+residual bwd", (3 + 3) * rows * H * e),
         Gemm("OP dgrad", drow, T, q, H),
         Gemm("OP wgrad", None, q, H, T),
-        _attention("attention bwd", model, phase, T, context, heads, kv_heads, e, True),
+        _attention("attention bwd", phase, T, context, q, kv, e, True),
         Gemm("QKV dgrad", dcol, T, H, q + 2 * kv),
         Gemm("QKV wgrad", None, H, q + 2 * kv, T),
         Kernel("norm-1 bwd", 3 * rows * H * e),
@@ -239,15 +250,15 @@ def _experts(model: TransformerSpec, rows: int, e: int) -> tuple[list[Item], lis
     return fwd, bwd
 
 
-def _attention(name: str, model: TransformerSpec, phase: str, T: int, context: int,
-               heads: int, kv_heads: int, e: int, backward: bool = False) -> Kernel:
-    d = model.head_dim
+def _attention(name: str, phase: str, T: int, context: int, q: int, kv: int, e: int,
+               backward: bool = False) -> Kernel:
+    """The attention core of one GPU's query width q and key/value width kv."""
     if phase == "decode":  # one query per sequence against its key/value cache
-        flops = 4.0 * T * context * d * heads
-        cache = 2 * T * context * kv_heads * d * e
-        return Kernel(name, cache + 2 * T * heads * d * e, flops)
-    flops = 4.0 * T * context * d * heads * 0.5  # causal: half the score matrix
-    io = (2 * heads + 2 * kv_heads) * T * d * e
+        flops = 4.0 * T * context * q
+        cache = 2 * T * context * kv * e
+        return Kernel(name, cache + 2 * T * q * e, flops)
+    flops = 4.0 * T * context * q * 0.5  # causal: half the score matrix
+    io = (2 * q + 2 * kv) * T * e
     if backward:
         return Kernel(name, 2 * io, flops * ATTENTION_BWD_FLOPS)
     return Kernel(name, io, flops)

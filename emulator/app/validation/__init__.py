@@ -27,11 +27,38 @@ class ValidationError(ValueError):
     """A sweep directory ``t3emu validate`` cannot use; the message names it and why."""
 
 
+def read_estimates(path: Path) -> dict:
+    """A paper's whole-model scenario (``t3emu model --scenario NAME --out DIR``), checked:
+    its scenario is one of the papers' and it holds one estimate per setting of it, in
+    order."""
+    from emulator.workload import scenarios
+
+    f = Path(path) / "estimates.json"
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValidationError(f"{path}: estimates.json cannot be read ({exc})") from None
+    name = doc.get("scenario") if isinstance(doc, dict) else None
+    if name not in SCENARIOS or name not in scenarios.SCENARIOS:
+        raise ValidationError(f"{path}: scenario {name!r} is not one of the papers' "
+                              f"({', '.join(SCENARIOS)})")
+    want = [s.model.name for s in scenarios.settings(name, precheck=False)]
+    have = [e.get("setting", {}).get("model") for e in doc.get("estimates") or []]
+    if have != want:
+        raise ValidationError(f"{path}: not the estimates of {name} ({len(have)} of "
+                              f"{len(want)}, or another version of it); run "
+                              f"`{scenarios.command(name)}` again")
+    return doc
+
+
 def read_sweep(path: Path) -> dict:
     """A paper scenario's sweep results, checked: its scenario is one of the papers' and its
-    points are exactly the scenario's (``load_scenario(name).points``)."""
+    points are exactly the scenario's (``load_scenario(name).points``); a directory of
+    whole-model estimates (``estimates.json``): ``read_estimates``."""
     from emulator.app.scenario import ScenarioError, load_scenario
 
+    if (Path(path) / "estimates.json").is_file():
+        return read_estimates(path)
     f = Path(path) / "results.json"
     if not f.is_file():
         raise ValidationError(f"{path}: no results.json (run `t3emu sweep SCENARIO --out "

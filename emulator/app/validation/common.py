@@ -170,7 +170,12 @@ class Row:
 
 
 def sweep_command(scenario: str, doc: dict | None = None, causes: bool | None = None) -> str:
-    """The command that makes a scenario's sweep, as a user types it (``results/NAME``)."""
+    """The command that makes a scenario's sweep, as a user types it (``results/NAME``); a
+    whole-model scenario's: ``t3emu model --scenario``."""
+    from emulator.workload import scenarios
+
+    if scenario in scenarios.SCENARIOS:
+        return scenarios.command(scenario)
     timing = doc.get("timing_only", True) if doc is not None else True
     with_causes = bool(doc.get("causes")) if causes is None and doc is not None else bool(causes)
     return (f"t3emu sweep {scenario}" + (" --timing-only" if timing else "")
@@ -364,3 +369,34 @@ def page(paper: Paper, sweeps: Sweeps, rows: list[Row], details: list[str],
     lines += table(rows) + [""]
     lines += details
     return "\n".join(lines).rstrip() + "\n"
+
+
+def end_to_end(sweeps: Sweeps, scenario: str) -> list[str]:
+    """A page's whole-model section: every estimate of a ``t3emu model --scenario`` (each
+    design's iteration and layer speedups over the baseline, the baseline's communication
+    share and exposed communication), or the command that makes them."""
+    from emulator.workload import scenarios
+
+    lines = ["## End to end: whole-model estimates", "",
+             f"Setting: {scenarios.get(scenario).help}. Each estimate emulates one "
+             "tensor-parallel group's operations (a DLRM's all-to-all on every GPU) and "
+             "composes the rest ([models](../models.md)); speedups are over the baseline, per iteration and "
+             "per layer (a DLRM: its forward and backward passes).", ""]
+    if scenario not in sweeps:
+        return lines + [f"Not computed: run `{scenarios.command(scenario)}` and give "
+                        f"`results/{scenario}` to `t3emu validate`.", ""]
+    lines += ["| model | phase | system | parallelism | tokens | design | iteration speedup "
+              "| layer speedup | baseline's communication share | exposed communication "
+              "(ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for e in sweeps[scenario]["estimates"]:
+        st = e["setting"]
+        par = ("data-parallel MLPs" if st.get("kind") == "dlrm" else
+               f"TP {st['tp']} x PP {st['pp']} x DP {st['dp']}"
+               + (", SP" if st["sp"] else ", AR") + (f", EP {st['ep']}" if st["ep"] > 1 else "")
+               + (", split heads" if st.get("split_heads") else ""))
+        tokens = st["batch"] if st.get("kind") == "dlrm" else st["tokens"]
+        for d, v in e["designs"].items():
+            lines.append(f"| {st['model']} | {st['phase']} | {st['system']} | {par} | "
+                         f"{tokens} | {d} | {v['speedup']:.3f}x | {v['layer_speedup']:.3f}x | "
+                         f"{e['comm_share'] * 100:.1f}% | {v['exposed_comm_s'] * 1e3:.2f} |")
+    return lines + [""]

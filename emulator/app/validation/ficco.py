@@ -11,7 +11,7 @@ from emulator.app.report_ficco import (
     CIL, DIL, SERIAL, agreement, heuristic, losses, oracle, otb, speedup, synthetic, traffic)
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
-    causes_section, geomean, mean, runs, time_of)
+    causes_section, geomean, mean, runs, time_of, end_to_end)
 
 PAPER = Paper(
     "ficco", "FiCCO",
@@ -19,7 +19,8 @@ PAPER = Paper(
     "Space Exploration of DMA based Finer-Grain Compute Communication Overlap\", "
     "arXiv:2512.10236, December 2025 (authors and title as the arXiv listing gives them; "
     "a peer-reviewed venue, if any, is to be confirmed).",
-    ("ficco-paper",), "sections 4, 5 and 6")
+    ("ficco-paper", "ficco-models"), "sections 4, 5 and 6")
+MODELS = "ficco-models"  # the whole-model estimates (t3emu model --scenario)
 SWEEP = "ficco-paper"
 ONE_D = ("ficco-uniform-fused-1d", "ficco-hetero-fused-1d", "ficco-hetero-unfused-1d")
 TWO_D = "ficco-uniform-fused-2d"
@@ -402,4 +403,4 @@ def details(sw: Sweeps) -> list[str]:
         lines += _table(sw)
         lines += causes_section([CauseGroup("g1-g16", paper_points(sw),
                                             [AUTO, CU, SHARD, *ONE_D, TWO_D, IDEAL])], [SWEEP])
-    return lines + _notes(sw)
+    return lines + end_to_end(sw, MODELS) + _notes(sw)

@@ -15,7 +15,7 @@ from emulator.app.catalog import registry
 
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
-    causes_section, mean, runs, time_of)
+    causes_section, mean, runs, time_of, end_to_end)
 
 PAPER = Paper(
     "flux", "Flux",
@@ -23,7 +23,8 @@ PAPER = Paper(
     "Xuanrun Zhang, Zuquan Song, Chengji Yao, Ziheng Jiang, Haibin Lin, Xin Jin, Xin Liu, "
     "\"FLUX: Fast Software-based Communication Overlap On GPUs Through Kernel Fusion\", "
     "arXiv:2406.06858, 2024.",
-    ("flux-paper",), "sections 2, 5 and 6")
+    ("flux-paper", "flux-models"), "sections 2, 5 and 6")
+MODELS = "flux-models"  # the whole-model estimates (t3emu model --scenario)
 SWEEP = "flux-paper"
 BASE, TE, FLUX = "sequential", "te-best", "flux-best"
 # Flux's clusters -> the scenario's systems (one node of 8; run/flux-paper.toml)
@@ -414,4 +415,4 @@ def details(sw: Sweeps) -> list[str]:
                               cases(sw, s, (8192,), 16), [FLUX, TE])
                    for c, s in TWO_NODE.items() if cases(sw, s, (8192,), 16)]
         lines += causes_section(groups, [SWEEP])
-    return lines + _notes(sw)
+    return lines + end_to_end(sw, MODELS) + _notes(sw)

@@ -12,14 +12,15 @@ from emulator.app.catalog import registry
 from emulator.app.report_fused import comparison_groups, occupancy_groups, reduction
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
-    causes_section, mean, runs, time_of)
+    causes_section, mean, runs, time_of, end_to_end)
 
 PAPER = Paper(
     "fused-ops", "the fused computation-collective operators",
     "Kishore Punniyamurthy, Khaled Hamidouche, Bradford M. Beckmann, \"Optimizing "
     "Distributed ML Communication with Fused Computation-Collective Operations\", SC 2024 "
     "(arXiv:2305.06942).",
-    ("fused-ops-paper",), "sections 3, 5 and 6")
+    ("fused-ops-paper", "fused-models"), "sections 3, 5 and 6")
+MODELS = "fused-models"  # the whole-model estimates (t3emu model --scenario)
 SWEEP = "fused-ops-paper"
 BASE, FUSED, OBLIVIOUS, BOUND = "sequential", "fused", "fused-oblivious", "ideal-overlap"
 SCALE_UP, SCALE_OUT = "mi210x4", "mi210-2node"  # the study's 4 x MI210 and 2 nodes x 1
@@ -307,4 +308,4 @@ def details(sw: Sweeps) -> list[str]:
                   CauseGroup("GEMV + AllReduce", compared(sw, GEMV), [FUSED]),
                   CauseGroup("GEMM + All-to-All", compared(sw, GEMM), [FUSED])]
         lines += causes_section(groups, [SWEEP])
-    return lines + _notes(sw)
+    return lines + end_to_end(sw, MODELS) + _notes(sw)

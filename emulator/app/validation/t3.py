@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
-    causes_section, geomean, label, mean, runs, speedup, time_of)
+    causes_section, end_to_end, geomean, label, mean, runs, speedup, time_of)
 
 PAPER = Paper(
     "t3", "T3",
     "Suchita Pati, Shaizeen Aga, Mahzabeen Islam, Nuwan Jayasena, Matthew D. Sinclair, "
     "\"T3: Transparent Tracking & Triggering for Fine-grained Overlap of Compute & "
     "Collectives\", ASPLOS 2024.",
-    ("t3-paper", "t3-2x-cu"), "sections 1, 5 and 6")
+    ("t3-paper", "t3-2x-cu", "t3-models"), "sections 1, 5 and 6")
 MAIN, TWICE = "t3-paper", "t3-2x-cu"
+MODELS = "t3-models"  # the whole-model estimates (t3emu model --scenario t3-models)
+WHERE_MODEL = ("T3 sec. 6, end-to-end; the emulator's whole-model estimate (t3emu model: "
+               "every layer's items composed)")
 SMALL_MODELS = ("Mega-GPT-2", "T-NLG")  # T3's 16 cases: these at TP 8 and 16, 4 sub-layers
 FC = ("FC-1", "FC-2")
 WHERE = "T3 sec. 6, sub-layer speedups, geomean over the 16 Mega-GPT-2/T-NLG sub-layers"
@@ -128,6 +131,18 @@ def _e2e(sw: Sweeps, kind: str, mode: str, worst: bool) -> Measured | NotCompute
     return Measured(geomean(xs), text=f"{geomean(xs):.3f}x over {len(xs)} model/TP layers")
 
 
+def _model_e2e(sw: Sweeps, phase: str, design: str, worst: bool) -> Measured:
+    """T3's end-to-end figure from the whole-model estimates: each model and TP degree's
+    iteration speedup of ``design`` (t3-plain: T3, t3: T3-MCA) over sequential."""
+    ests = [e for e in sw[MODELS]["estimates"] if e["setting"]["phase"] == phase]
+    xs = [e["designs"][design]["speedup"] for e in ests]
+    if worst:
+        i = max(range(len(xs)), key=xs.__getitem__)
+        st = ests[i]["setting"]
+        return Measured(xs[i], text=f"{xs[i]:.3f}x ({st['model']} TP{st['tp']})")
+    return Measured(geomean(xs), text=f"{geomean(xs):.3f}x over {len(xs)} models/TPs")
+
+
 def _mca_removes_loss(sw: Sweeps) -> Direction:
     pts = _small(sw)
     lt = mean([1 - _sp(p, "t3") / _sp(p, "ideal-overlap") for p in pts])
@@ -224,6 +239,18 @@ CLAIMS = [
           (MAIN,), lambda sw: _e2e(sw, "infer", "t3-mca", True)),
     Claim("Prompt inference sped up by T3-MCA, geomean", WHERE_E2E, _s(1.12, "12%"),
           (MAIN,), lambda sw: _e2e(sw, "infer", "t3-mca", False)),
+    *(Claim(f"{what} sped up by {name}, {'at most' if worst else 'geomean'} (whole model)",
+            WHERE_MODEL, _s(x, text), (MODELS,),
+            lambda sw, p=phase, d=design, w=worst: _model_e2e(sw, p, d, w))
+      for what, phase, name, design, worst, x, text in (
+          ("Training", "training", "T3", "t3-plain", True, 1.09, "up to 9%"),
+          ("Training", "training", "T3", "t3-plain", False, TRAIN_T3_GEOMEAN, "7%"),
+          ("Training", "training", "T3-MCA", "t3", True, 1.12, "up to 12%"),
+          ("Training", "training", "T3-MCA", "t3", False, 1.10, "10%"),
+          ("Prompt inference", "prefill", "T3", "t3-plain", True, 1.12, "up to 12%"),
+          ("Prompt inference", "prefill", "T3", "t3-plain", False, 1.09, "9%"),
+          ("Prompt inference", "prefill", "T3-MCA", "t3", True, 1.15, "up to 15%"),
+          ("Prompt inference", "prefill", "T3-MCA", "t3", False, 1.12, "12%"))),
     Claim("MCA removes most of T3's loss against Ideal", WHERE_FIND, None, (MAIN,),
           _mca_removes_loss),
     Claim("NMC alone speeds the isolated RS more at TP 8 than at TP 16", WHERE_FIND, None,
@@ -454,5 +481,6 @@ def details(sw: Sweeps) -> list[str]:
             lines += _twice_table(sw)
         lines += causes_section([CauseGroup("T3's 16 sub-layers", _small(sw),
                                             ["t3", "t3-mca", "ideal-overlap"])], [MAIN])
+    lines += end_to_end(sw, MODELS)
     lines += _notes(sw)
     return lines

@@ -1,0 +1,149 @@
+"""The papers' whole-model settings as named scenarios (``t3emu model --scenario NAME``).
+
+Each scenario is a list of estimates (``estimate.setting`` options); ``run`` makes them
+one after another (every operation cached as any estimate's) and writes
+``OUT/estimates.json``: the scenario's name and every estimate's document, which
+``t3emu validate`` reads beside the sweeps for the pages' end-to-end sections.
+
+- ``t3-models``: T3 Table 2's models and TP degrees on T3's simulated system (``t3-sim``
+  GPUs on a ring), all-reduce after the row-parallel GEMMs (T3's sub-layers), training
+  and prompt inference (prefill), T3 and T3-MCA. T-NLG (28 heads) and PaLM (48) at TP 8,
+  16 and 32 take ``split_heads``: T3 sized their GEMMs by H / TP, as Megatron-LM's rule
+  (TP divides the heads) would not.
+- ``flux-models``: Flux's whole-model runs, GPT-3 175B and Llama-2 70B: training on 128
+  GPUs (16 nodes of 8) at TP 8 x PP 8 x DP 2 on the A100 NVLink and H800 clusters,
+  prefill of 8 x 2048 tokens and decode at batch 64 and 512 on one node of each, with
+  sequence parallelism (AG + GEMM, GEMM + RS: Flux's operators), Flux and
+  TransformerEngine. ASSUMPTION: training micro-batches of one 2048-token sequence (the
+  prefill's length; Flux states no training sequence here), 32 per iteration (4 x PP);
+  decode steps attend to a 2048-token context. The A100 PCIe cluster is not run (its
+  TP 8 spans both sockets of a node; ``t3emu model ... --system a100-pcie-2x8`` runs it).
+- ``fused-models``: the fused operators' 128-node DLRM training estimate on the 2D torus
+  (``mi210-torus128``) and their decode case, GEMV + all-reduce on the 4 fully connected
+  MI210s (Llama-2 70B decode at batch 1, TP 4, all-reduce), the fused design.
+- ``ficco-models``: FiCCO's MI300X node: Mixtral 8x7B training (expert parallelism:
+  the dispatch all-to-all feeding the experts, ``a2a+gemm``) and Llama-2 70B prefill
+  (sequence parallelism: ``ag+gemm``), FiCCO's heuristic and the fused operators.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    paper: str  # the validation page its estimates feed
+    help: str
+    runs: tuple[dict, ...] = field(default_factory=tuple)  # estimate.setting's options
+
+
+def _t3() -> tuple[dict, ...]:
+    out = []
+    for model, tps, split in (("mega-gpt2", (8, 16), False), ("t-nlg", (8, 16), True),
+                              ("gpt3-175b", (32,), False), ("palm-540b", (32,), True),
+                              ("mt-nlg-530b", (32,), False)):
+        for tp in tps:
+            for phase in ("training", "prefill"):
+                out.append(dict(spec=model, device="t3-sim", topology="ring", tp=tp,
+                                phase=phase, sp=False, split_heads=split,
+                                designs=("t3-plain", "t3")))
+    return tuple(out)
+
+
+def _flux() -> tuple[dict, ...]:
+    out = []
+    for model in ("gpt3-175b", "llama2-70b"):
+        for cluster in ("a100-sxm", "h800"):
+            out.append(dict(spec=model, system=f"{cluster}-2x8", overrides=(("nodes", 16),),
+                            tp=8, pp=8, dp=2, seq=2048, batch=1, designs=("flux", "te")))
+            out.append(dict(spec=model, system=f"{cluster}-x8", phase="prefill", seq=2048,
+                            batch=8, designs=("flux", "te")))
+            for batch in (64, 512):
+                out.append(dict(spec=model, system=f"{cluster}-x8", phase="decode",
+                                seq=2048, batch=batch, designs=("flux", "te")))
+    return tuple(out)
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("t3-models", "t3", "T3 Table 2's models on T3's simulated ring: training and "
+             "prompt inference, T3 and T3-MCA", _t3()),
+    Scenario("flux-models", "flux", "GPT-3 175B and Llama-2 70B: training on 128 GPUs (TP "
+             "8 x PP 8 x DP 2), prefill 8 x 2048 and decode at 64 and 512 on 8 GPUs; Flux "
+             "and TransformerEngine", _flux()),
+    Scenario("fused-models", "fused-ops", "the 128-node DLRM on the torus and Llama-2 70B "
+             "decode (GEMV + all-reduce) on 4 MI210s; the fused operators", (
+                 dict(spec="dlrm-128node", system="mi210-torus128", designs=("fused",)),
+                 dict(spec="llama2-70b", system="mi210x4", phase="decode", batch=1,
+                      seq=2048, sp=False, designs=("fused",)))),
+    Scenario("ficco-models", "ficco", "Mixtral 8x7B training (EP) and Llama-2 70B prefill "
+             "(SP) on 8 MI300X; FiCCO and the fused operators", (
+                 dict(spec="mixtral-8x7b", system="mi300x-x8", seq=4096, batch=2,
+                      designs=("ficco", "fused")),
+                 dict(spec="llama2-70b", system="mi300x-x8", phase="prefill",
+                      designs=("ficco",)))),
+)}
+
+
+def command(name: str) -> str:
+    """The command that makes a scenario's estimates, as a user types it."""
+    return f"t3emu model --scenario {name} --out results/{name}"
+
+
+def get(name: str) -> Scenario:
+    if name not in SCENARIOS:
+        raise ValueError(f"--scenario {name!r}; allowed: {', '.join(SCENARIOS)}")
+    return SCENARIOS[name]
+
+
+def settings(name: str, precheck: bool = True) -> list:
+    """Every estimate's checked ``Setting`` (raises before anything runs; ``precheck``:
+    every job too, as ``t3emu run`` checks it)."""
+    from emulator.workload import estimate as est
+
+    out = []
+    for opts in get(name).runs:
+        s = est.setting(**opts)
+        if precheck:
+            est.precheck(s)
+        out.append(s)
+    return out
+
+
+def run(name: str, out_dir: Path | None, cache: Path | None, progress=None) -> dict:
+    """Make every estimate of a scenario; write ``out_dir/estimates.json``; the document."""
+    from emulator.workload import estimate as est
+
+    say = progress or (lambda msg: None)
+    docs = []
+    all_settings = settings(name)
+    for i, s in enumerate(all_settings, 1):
+        t0 = time.monotonic()
+        say(f"== [{i}/{len(all_settings)}] {s.model.name}, {s.phase}, {s.where}")
+        doc = est.estimate(s, cache, progress)
+        doc["wall_s"] = time.monotonic() - t0
+        docs.append(doc)
+    out = {"scenario": name, "command": command(name), "estimates": docs}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "estimates.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+def summary(doc: dict) -> str:
+    """One line per estimate: the setting and each design's iteration and layer speedups."""
+    lines = []
+    for e in doc["estimates"]:
+        st = e["setting"]
+        what = (f"{st['model']}, {st['phase']}, {st['system']}"
+                + ("" if st.get("kind") == "dlrm" else
+                   f", TP {st['tp']} x PP {st['pp']} x DP {st['dp']}, {st['tokens']} tokens"))
+        cells = ", ".join(f"{d} {v['speedup']:.3f}x (layer {v['layer_speedup']:.3f}x)"
+                          for d, v in e["designs"].items() if d != e["baseline"])
+        lines.append(f"{what}: {cells}; {e['baseline']}'s communication share "
+                     f"{e['comm_share'] * 100:.1f}%")
+    return "\n".join(lines)
