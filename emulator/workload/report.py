@@ -80,13 +80,16 @@ def figure(doc: dict, path) -> str:
     import matplotlib.pyplot as plt
 
     designs = list(doc["designs"])
-    layer = {"GEMM alone": [], "exposed TP communication": [], "other kernels": []}
+    dlrm = doc["setting"].get("kind") == "dlrm"
+    comm_label = "exposed communication" if dlrm else "exposed TP communication"
+    alone_label = "GEMMs and the embedding alone" if dlrm else "GEMM alone"
+    layer = {alone_label: [], comm_label: [], "other kernels": []}
     for d in designs:
         rows = [r for r in doc["designs"][d]["items"] if r["part"] != "head"]
         comm = sum(r["exposed_comm_s"] for r in rows)
         gemm = sum(r["time_s"] for r in rows if r["op"] != "kernel") - comm
-        layer["GEMM alone"].append(gemm * 1e6)
-        layer["exposed TP communication"].append(comm * 1e6)
+        layer[alone_label].append(gemm * 1e6)
+        layer[comm_label].append(comm * 1e6)
         layer["other kernels"].append(sum(r["time_s"] for r in rows
                                           if r["op"] == "kernel") * 1e6)
     it = {"forward and backward passes": [doc["designs"][d]["pipeline_s"] * 1e3
@@ -95,7 +98,8 @@ def figure(doc: dict, path) -> str:
                                                  for d in designs],
           "optimizer": [doc["designs"][d]["optimizer_s"] * 1e3 for d in designs]}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, parts, unit, title in ((axes[0], layer, "us", "one layer (forward + backward)"),
+    first = "the forward and backward passes" if dlrm else "one layer (forward + backward)"
+    for ax, parts, unit, title in ((axes[0], layer, "us", first),
                                    (axes[1], it, "ms", "iteration")):
         bottom = [0.0] * len(designs)
         for name, vals in parts.items():
@@ -105,9 +109,11 @@ def figure(doc: dict, path) -> str:
         ax.set_title(title)
         ax.legend(fontsize=8)
     st = doc["setting"]
-    fig.suptitle(f"{st['model']} on {st['system']}, {st['phase']}, TP {st['tp']} x PP "
-                 f"{st['pp']} x DP {st['dp']}; {doc['baseline']}'s communication share "
-                 f"{doc['comm_share'] * 100:.1f}%", fontsize=10)
+    par = (f"{st['dp']} GPUs" if dlrm else
+           f"TP {st['tp']} x PP {st['pp']} x DP {st['dp']}")
+    fig.suptitle(f"{st['model']} on {st['system']}, {st['phase']}, {par}; "
+                 f"{doc['baseline']}'s communication share {doc['comm_share'] * 100:.1f}%",
+                 fontsize=10)
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return str(path)
