@@ -458,3 +458,23 @@ def test_dlrm_settings_the_estimate_cannot_run_are_refused(toy, args, needle):
     model.write_text(DLRM)
     proc = _t3emu("model", str(model), *args)
     assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_split_heads_sizes_the_attention_by_width(toy):
+    """6 heads of 64 on TP 4: refused by Megatron-LM's rule, and with --split-heads each GPU
+    takes 6 x 64 / 4 = 96 query (and key/value) columns: QKV's N = 3 x 96, OP's K = 96, the
+    attention core's bytes (2 q + 2 kv) T e."""
+    from emulator.workload import estimate as est
+
+    model = toy / "six-split.toml"
+    model.write_text(TOY.replace("heads = 8", "heads = 6").replace("hidden = 512",
+                                                                   "hidden = 384"))
+    with pytest.raises(ValueError, match="--split-heads sizes them by width"):
+        est.setting(str(model), system="mi210x4")
+    s = est.setting(str(model), system="mi210x4", split_heads=True, designs=("t3",))
+    fwd, _, _ = est.items(s)
+    by = {it.name: it for it in fwd}
+    assert (by["QKV fwd"].n, by["OP fwd"].k) == (288, 96)
+    assert by["attention fwd"].bytes == 4 * 96 * 128 * 2
+    per_layer = 384 * 288 + 96 * 384 + 2 * 384 * 512  # QKV, OP, FC-1 and FC-2 shards
+    assert est.stage_parameters(s)[0] == 3 * per_layer + 2 * 256 * 384
