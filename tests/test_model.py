@@ -478,3 +478,24 @@ def test_split_heads_sizes_the_attention_by_width(toy):
     assert by["attention fwd"].bytes == 4 * 96 * 128 * 2
     per_layer = 384 * 288 + 96 * 384 + 2 * 384 * 512  # QKV, OP, FC-1 and FC-2 shards
     assert est.stage_parameters(s)[0] == 3 * per_layer + 2 * 256 * 384
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--scenario", "nope"], "--scenario 'nope'; allowed: t3-models, flux-models"),
+    (["--scenario", "t3-models", "--tp", "8"], "sets its own models and options; drop --tp"),
+    (["gpt3-175b", "--scenario", "flux-models"], "drop gpt3-175b"),
+    (["gpt3-175b", "--system", SYSTEM, "--out", "x"], "--out goes with --scenario"),
+])
+def test_a_scenario_is_refused_with_the_options_it_sets_itself(args, needle):
+    proc = _t3emu("model", *args)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_every_scenario_s_estimates_are_checked_settings():
+    """Every estimate of every paper's setting passes the checks a run makes before
+    launching (degrees, designs, every job as `t3emu run` checks it)."""
+    from emulator.workload import scenarios
+
+    sizes = {name: len(scenarios.settings(name)) for name in scenarios.SCENARIOS}
+    assert sizes == {"t3-models": 14, "flux-models": 16, "fused-models": 2,
+                     "ficco-models": 2}

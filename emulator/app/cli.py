@@ -398,8 +398,10 @@ def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
              if ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)]
     try:
         if spec or given:
+            opt = {"json_path": "json", "figure_path": "figure", "overrides": "set",
+                   "sp": "sp/--no-sp"}.get(given[0], given[0]) if given else ""
             raise ValueError(f"--scenario {name} sets its own models and options; drop "
-                             f"{spec or '--' + given[0].replace('_path', '').replace('_', '-')}")
+                             f"{spec or '--' + opt.replace('_', '-')}")
         if out_dir and not Path(out_dir).resolve().parent.is_dir():
             raise ValueError(f"--out {out_dir}: its parent directory does not exist")
         scenarios.settings(name)  # every estimate checked before any runs
