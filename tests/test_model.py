@@ -447,7 +447,26 @@ def test_a_toy_dlrm_s_training_iteration_is_the_hand_composed_sum(toy):
     assert doc["setting"]["dp"] == 4 and doc["setting"]["designs"] == ["fused"]
 
 
+def test_a_dlrm_s_all_reduce_steps_at_its_ring_s_slowest_hop(toy):
+    """On two nodes of 8 A100s (a100-sxm-2x8) the DLRM's ring over 16 GPUs crosses the
+    network twice (7 -> 8 and 15 -> 0): every step waits for a NIC hop (3 us, 25 GB/s per
+    direction at the library's 0.9: one GPU of the node sends across at a time), not an
+    NVLink one. 2 x 15 steps of 1/16 of the 3488 weights' bytes."""
+    from devices.system import load_system
+    from emulator.workload import estimate as est
+
+    model = toy / "dlrm-2x8.toml"
+    model.write_text(DLRM)
+    s = est.setting(str(model), system="a100-sxm-2x8")
+    total, last = est.dp_allreduce(s, load_system("a100-sxm-2x8"), 3488, 1e9, "ring")
+    step = 3e-6 + 3488 * 2 / 16 / (25e9 * 0.9)
+    assert total == last == pytest.approx(30 * step, rel=1e-12)
+    assert s.alone_job == (8, ("nodes=1",))
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["--system", "t3-sim"], "t3-sim has no fixed number of GPUs"),
+    (["--system", "mi210x4", "--split-heads"], "a DLRM has no attention heads"),
     (["--system", "mi210x4", "--phase", "prefill"], "a DLRM estimate is a training"),
     (["--system", "mi210x4", "--tp", "2"], "--tp 2: a DLRM's GPUs are data-parallel"),
     (["--device", "mi210", "--tp", "4"], "a DLRM runs on every GPU of a --system"),

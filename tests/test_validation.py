@@ -283,7 +283,8 @@ def _t3_models_doc(drop: int = 0) -> dict:
             "setting": {"model": s.model.name, "phase": s.phase, "system": s.where,
                         "tp": s.tp, "pp": 1, "dp": 1, "sp": False, "ep": 1,
                         "split_heads": s.split_heads, "tokens": s.tokens,
-                        "batch": s.model.batch, "kind": "transformer"},
+                        "batch": s.model.batch, "kind": "transformer",
+                        "designs": list(s.designs)},
             "baseline": "sequential", "comm_share": 0.25,
             "designs": {d: {"speedup": v, "layer_speedup": v, "exposed_comm_s": 1e-3 / v}
                         for d, v in (("sequential", 1.0), ("t3-plain", x), ("t3", x + 0.02))}})
@@ -314,8 +315,12 @@ def test_whole_model_estimates_give_t3_s_end_to_end_rows_and_section(tmp_path):
 
 
 def test_estimates_of_another_version_of_the_scenario_are_refused(tmp_path):
-    d = tmp_path / "t3-models"
-    d.mkdir()
-    (d / "estimates.json").write_text(json.dumps(_t3_models_doc(drop=1)))
-    with pytest.raises(ValidationError, match="not the estimates of t3-models"):
-        read_sweeps([d])
+    """One estimate missing, or one of another phase: refused by name, not a traceback."""
+    other = _t3_models_doc()
+    other["estimates"][0]["setting"]["phase"] = "prefill"
+    for i, doc in enumerate((_t3_models_doc(drop=1), other)):
+        d = tmp_path / f"t3-models-{i}"
+        d.mkdir()
+        (d / "estimates.json").write_text(json.dumps(doc))
+        with pytest.raises(ValidationError, match="not the estimates of t3-models"):
+            read_sweeps([d])

@@ -286,8 +286,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
                    "default: t3,flux,te for a transformer, fused for a DLRM).")
 @click.option("--seq", type=int, default=None, help="Sequence length (default: the file's).")
 @click.option("--batch", type=int, default=None,
-              help="Sequences per micro-batch (decode: the batch of one-token steps; "
-                   "default: the file's).")
+              help="Sequences per micro-batch (decode: the batch of one-token steps; a "
+                   "DLRM: the global batch of samples; default: the file's).")
 @click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16",
               show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,

@@ -2,12 +2,15 @@
 
 What is emulated and what is composed:
 
-- Emulated (MPI jobs of the TP degree, timing-only): every distinct GEMM + collective
-  of a layer (``layers.Gemm`` with an operation), once per distinct shape, in every
-  configuration the compared designs run for it (``Registry.design_configuration``:
-  T3 t3-mca on gemm+rs and gemm+ar, Flux flux-best and TransformerEngine te-best on
-  gemm+rs and ag+gemm, FiCCO ficco-auto on ag+gemm, the fused operators fused on
-  gemv+ar; the baseline ``sequential`` elsewhere and always, for the speedups); and
+- Emulated (MPI jobs of the TP degree, timing-only; a DLRM's embedding + all-to-all on
+  every GPU of the system, ``dlrm.py``): every distinct GEMM + collective of a layer
+  (``layers.Gemm`` with an operation; with experts the dispatch ``a2a+gemm`` and the
+  combine ``gemm+a2a``), once per distinct shape, in every configuration the compared
+  designs run for it (``Registry.design_configuration``: T3 t3-mca and T3 without the
+  arbitration (t3-plain) t3 on gemm+rs and gemm+ar, Flux flux-best and TransformerEngine
+  te-best on gemm+rs and ag+gemm, FiCCO ficco-auto on ag+gemm and a2a+gemm, the fused
+  operators fused on gemv+ar, gemm+a2a and emb+a2a; the baseline ``sequential``
+  elsewhere and always, for the speedups); and
   every GEMM alone (its time in a ``sequential`` gemm+rs job of the same shape: the
   GEMM kernel's phase, launch included; ``alone_shape``: a GEMM of fewer rows than
   ranks runs as its transpose). Results are cached on disk by everything
@@ -164,7 +167,7 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
         designs = ("fused",) if m.kind == "dlrm" else ("t3", "flux", "te")
     if m.kind == "dlrm":
         return _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs,
-                             seq, batch, dtype, overrides, ep)
+                             seq, batch, dtype, overrides, ep, split_heads)
     for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
                      ("--microbatches", microbatches), ("--tp", tp), ("--ep", ep)):
         if val is not None and val < 1:
@@ -215,7 +218,7 @@ def _names(designs) -> tuple[str, ...]:
 
 
 def _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs, seq, batch,
-                  dtype, overrides, ep) -> Setting:
+                  dtype, overrides, ep, split_heads) -> Setting:
     """A DLRM's checked setting: a training iteration on every GPU of a system."""
     import dataclasses
 
@@ -235,8 +238,13 @@ def _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs, s
                             f"MLPs, each owning its tables (give --dp or nothing)")
     if batch is not None and batch < 1:
         raise SpecError(f"--batch {batch}: must be at least 1")
+    if split_heads:
+        raise SpecError("--split-heads: a DLRM has no attention heads")
     full = load_system(system, overrides)
     size = system_size(full)
+    if not size:
+        raise SpecError(f"{system} has no fixed number of GPUs (a DLRM runs on all of a "
+                        f"system's: give one with nodes and GPUs per node)")
     if dp not in (1, size):
         raise SpecError(f"--dp {dp}: a DLRM runs on all {size} GPUs of {system}")
     m = dataclasses.replace(m, batch=batch or m.batch)
@@ -446,19 +454,21 @@ def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float,
 def dp_allreduce(s: Setting, spec, params: float, bucket: float | None = None,
                  pattern: str = "direct") -> tuple[float, float]:
     """(the whole gradient all-reduce of ``params`` on one GPU over its ``dp`` replicas, its
-    last bucket's): a ring of 2 (d - 1) steps of 1/d of the bytes each (``_transfer``
-    between neighbouring replicas: GPU 0 and its counterpart in the next replica; the
-    ports split as ``pattern`` loads them: ``direct``, the TP group's GPUs each running
-    its own ring at once; ``ring``, one ring over consecutive GPUs), in buckets of
-    ``bucket`` parameters (default ``max(40M, 1M x dp)``: Megatron-LM's
-    DistributedDataParallel with overlap_grad_reduce)."""
+    last bucket's): a ring of 2 (d - 1) steps of 1/d of the bytes each, a step as long as
+    the ring's slowest hop (``_transfer`` from GPU 0's counterpart in replica i to the
+    one in replica i + 1, the last back to the first; the ports split as ``pattern``
+    loads them: ``direct``, the TP group's GPUs each running its own ring at once;
+    ``ring``, one ring over consecutive GPUs), in buckets of ``bucket`` parameters
+    (default ``max(40M, 1M x dp)``: Megatron-LM's DistributedDataParallel with
+    overlap_grad_reduce)."""
     d = s.dp
     if d == 1:
         return 0.0, 0.0
     bucket = bucket or max(DDP_BUCKET, DDP_BUCKET_PER_RANK * d)
 
     def ring(nparams: float) -> float:
-        return 2 * (d - 1) * _transfer(s, spec, 0, s.tp, nparams * s.e / d, pattern)
+        return 2 * (d - 1) * max(_transfer(s, spec, i * s.tp, (i + 1) % d * s.tp,
+                                           nparams * s.e / d, pattern) for i in range(d))
 
     buckets = -(-int(params) // int(bucket))
     last = params - (buckets - 1) * bucket

@@ -107,15 +107,17 @@ def check_tp(model: TransformerSpec, tp: int, split_heads: bool = False) -> None
         if model.kv_heads % tp and tp % model.kv_heads:
             raise ValueError(f"TP {tp} and the {model.kv_heads} key/value heads of "
                              f"{model.name} do not divide one another")
-    _div(model.ffn_hidden, tp, f"{model.name}'s FFN width")
+    if model.moe is None:  # (experts are whole on their GPUs)
+        _div(model.ffn_hidden, tp, f"{model.name}'s FFN width")
 
 
 def attention_widths(model: TransformerSpec, tp: int) -> tuple[int, int]:
     """(q, kv): one GPU's query and key/value widths (heads x head size / TP; fewer
-    key/value heads than GPUs: one head kept whole on each)."""
+    key/value heads than GPUs: one head kept whole on each, or, split by width with as
+    many key/value heads as query heads, the query's width)."""
     d = model.head_dim
-    kv = model.kv_heads * d // tp if model.kv_heads >= tp else d
-    return model.heads * d // tp, kv
+    q = model.heads * d // tp
+    return q, max(model.kv_heads * d // tp, min(d, q))
 
 
 def check_ep(model: TransformerSpec, tp: int, ep: int, sp: bool) -> None:

@@ -42,8 +42,11 @@ def read_estimates(path: Path) -> dict:
     if name not in SCENARIOS or name not in scenarios.SCENARIOS:
         raise ValidationError(f"{path}: scenario {name!r} is not one of the papers' "
                               f"({', '.join(SCENARIOS)})")
-    want = [s.model.name for s in scenarios.settings(name, precheck=False)]
-    have = [e.get("setting", {}).get("model") for e in doc.get("estimates") or []]
+    want = [[s.model.name, s.phase, s.tp, s.pp, s.dp, list(s.designs)]
+            for s in scenarios.settings(name, precheck=False)]
+    have = [[e.get("setting", {}).get(k) for k in ("model", "phase", "tp", "pp", "dp",
+                                                   "designs")]
+            for e in doc.get("estimates") or [] if isinstance(e, dict)]
     if have != want:
         raise ValidationError(f"{path}: not the estimates of {name} ({len(have)} of "
                               f"{len(want)}, or another version of it); run "
