@@ -593,16 +593,19 @@ def compose(s: Setting, meas: Measured, spec) -> dict:
             for it in its:
                 t = item_time(it, design, meas, spec, s.dtype)
                 gemm = isinstance(it, Gemm)
-                exposed = 0.0
+                exposed = comm = 0.0  # comm: the baseline's collective phases (its share)
                 if gemm and it.op is not None:
                     exposed = t - it.repeat * meas.alone[key(it)]
+                    comm = it.repeat * meas.comm[key(it)]
                 elif isinstance(it, Exchange):
                     exposed = t
+                    comm = it.repeat * meas.comm[key(it.of)]
                 rows.append({"part": part, "item": it.name,
                              "op": ((it.op or "GEMM") if gemm else "collective"
                                     if isinstance(it, Exchange) else "kernel"),
                              "shape": [it.m, it.n, it.k] if gemm else None,
-                             "repeat": it.repeat, "time_s": t, "exposed_comm_s": exposed})
+                             "repeat": it.repeat, "time_s": t, "exposed_comm_s": exposed,
+                             "baseline_comm_s": comm})
         f = sum(r["time_s"] for r in rows if r["part"] == "forward")
         b = sum(r["time_s"] for r in rows if r["part"] == "backward")
         head_f = sum(r["time_s"] for r in rows if r["part"] == "head" and "fwd" in r["item"])

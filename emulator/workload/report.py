@@ -29,9 +29,9 @@ def text(doc: dict) -> str:
                  + (f"; the TP group's operations run with --set "
                     f"{' '.join(st['tp_group_set'])}" if st["tp_group_set"] else ""))
         what = "per layer and per model item, modelled us"
-    lines = [title, "", what + " (exposed communication: the time less the computation "
-             "alone)"]
-    head = f"{'part':9s} {'item':30s} {'operation':10s} " + " ".join(
+    lines = [title, "", what + f" (comm: the share of {base}'s time in its collective; "
+             "exposed communication: the time less the computation alone)"]
+    head = f"{'part':9s} {'item':30s} {'operation':10s} {'comm':>5s} " + " ".join(
         f"{d:>10s}" for d in designs) + "  exposed " + " ".join(f"{d:>10s}" for d in designs)
     lines += [head, "-" * len(head)]
     rows = doc["designs"][base]["items"]
@@ -39,7 +39,9 @@ def text(doc: dict) -> str:
         times = " ".join(_us(doc["designs"][d]["items"][i]["time_s"]) for d in designs)
         exp = " ".join(_us(doc["designs"][d]["items"][i]["exposed_comm_s"]) for d in designs)
         name = r["item"] + (f" x{r['repeat']}" if r.get("repeat", 1) > 1 else "")
-        lines.append(f"{r['part']:9s} {name:30s} {r['op']:10s} {times}          {exp}")
+        share = (f"{r['baseline_comm_s'] / r['time_s'] * 100:4.0f}%"
+                 if r.get("baseline_comm_s") else f"{'':5s}")
+        lines.append(f"{r['part']:9s} {name:30s} {r['op']:10s} {share} {times}          {exp}")
     lines.append("")
     unit = "pass" if dlrm else "layer"
     for key, what in (("layer_forward_s", f"{unit} forward"), ("layer_backward_s",
