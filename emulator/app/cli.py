@@ -404,13 +404,13 @@ def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
                              f"{spec or '--' + opt.replace('_', '-')}")
         if out_dir and not Path(out_dir).resolve().parent.is_dir():
             raise ValueError(f"--out {out_dir}: its parent directory does not exist")
-        scenarios.settings(name)  # every estimate checked before any runs
+        checked = scenarios.settings(name)  # every estimate checked before any runs
     except (SpecError, RegistryError, ValueError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
     try:
         doc = scenarios.run(name, Path(out_dir) if out_dir else None, cache,
-                            lambda msg: click.echo(msg, err=True))
+                            lambda msg: click.echo(msg, err=True), checked)
     except (ConfigError, RunError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, ConfigError) else 1)

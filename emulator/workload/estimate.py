@@ -201,7 +201,7 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
     out = Setting(m, system or "", phase, tp, sp, _names(designs), dtype,
                   tuple(f"{k}={v}" for k, v in overrides), pp, dp,
                   microbatches or (4 * pp if pp > 1 else 1),
-                  tp_group(tp, size, full.interconnect.gpus_per_node), device or "",
+                  tp_group(tp, size, full), device or "",
                   topology or "", ep, (), split_heads)
     layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep, split_heads)  # the shapes' checks
     return out
@@ -248,34 +248,31 @@ def _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs, s
     if dp not in (1, size):
         raise SpecError(f"--dp {dp}: a DLRM runs on all {size} GPUs of {system}")
     m = dataclasses.replace(m, batch=batch or m.batch)
-    per_node = full.interconnect.gpus_per_node
-    if per_node >= 2:  # GEMMs alone on one node's GPUs
-        cut: tuple[str, ...] = ("nodes=1",)
-        ranks = per_node
-    else:  # on two nodes of one GPU (a torus cut to a 2 x 1 one)
-        cut, ranks = ("nodes=2",), 2
-    if full.interconnect.network == "torus2d":
-        nodes = 1 if per_node >= 2 else 2
-        cut += (f"network.torus_x={nodes}", "network.torus_y=1")
-    out = Setting(m, system, "training", 1, False, _names(designs), dtype,
+    ranks = max(2, full.interconnect.gpus_per_node)  # GEMMs alone: one node's GPUs, or two
+    out = Setting(m, system, "training", 1, False, _names(designs), dtype,  # of one GPU
                   tuple(f"{k}={v}" for k, v in overrides), 1, size, 1, (), "", "", 1,
-                  (ranks, cut))
+                  (ranks, tp_group(ranks, size, full)))
     dlrm_items(m, size, out.e)  # the local batch's check
     return out
 
 
-def tp_group(tp: int, size: int, per_node: int) -> tuple[str, ...]:
-    """The ``--set`` items that cut a system of ``size`` GPUs (``per_node`` per node) to one
-    tensor-parallel group of ``tp``: TP runs on consecutive GPUs, so a group of whole
-    nodes (Megatron-LM keeps TP within a node where it fits); raises ValueError for a
-    group that is part of a node of a larger system or not whole nodes."""
+def tp_group(tp: int, size: int, full) -> tuple[str, ...]:
+    """The ``--set`` items that cut a system of ``size`` GPUs (``full``, as loaded) to one
+    group of ``tp`` GPUs (a tensor-parallel group; a DLRM's GEMMs alone): TP runs on
+    consecutive GPUs, so a group of whole nodes (Megatron-LM keeps TP within a node where
+    it fits), a torus cut to a row of them; raises ValueError for a group that is part of
+    a node of a larger system or not whole nodes."""
     if not size or tp == size:
         return ()
+    per_node = full.interconnect.gpus_per_node
     if tp % per_node:
         raise ValueError(f"TP {tp} on a system of {per_node} GPUs per node: a tensor-parallel "
                          f"group of part of a node is not emulated (give TP a multiple of "
                          f"{per_node}, or a system of {tp} GPUs)")
-    return (f"nodes={tp // per_node}",)
+    nodes = tp // per_node
+    torus = full.interconnect.network == "torus2d"
+    return (f"nodes={nodes}",) + ((f"network.torus_x={nodes}", "network.torus_y=1")
+                                  if torus else ())
 
 
 @dataclass
@@ -436,26 +433,33 @@ def p2p_time(s: Setting, spec) -> float:
     next stage is left out), on the system's route between them at the library's share
     of its peak (NCCL's send/receive), the route's ports split among the GPUs of the node
     that send at once (``Topology``, direct pattern)."""
-    return _transfer(s, spec, 0, s.tp * s.dp, s.tokens // s.tp * s.model.hidden * s.e)
+    (latency, rate), = _links(s, spec, [(0, s.tp * s.dp)])
+    return latency + s.tokens // s.tp * s.model.hidden * s.e / rate
 
 
-def _transfer(s: Setting, spec, src: int, dst: int, nbytes: float,
-              pattern: str = "direct") -> float:
+def _links(s: Setting, spec, pairs: list[tuple[int, int]],
+           pattern: str = "direct") -> list[tuple[float, float]]:
+    """(latency, bytes per second) of the library's transfer from GPU a to GPU b, for each
+    pair: the system's route between them, at the library's share of its peak, its ports
+    split as ``pattern`` loads them."""
     from emulator.model.topology import Topology
 
     topo = Topology.of(spec, s.tp * s.pp * s.dp, pattern)
-    route = topo.route(src, dst)
     ic = spec.interconnect
-    frac = spec.executors.fraction("library", ic.library_fraction,
-                                   topo.crosses_network(src, dst), ic.library_fraction_network)
-    return route.latency + nbytes / (route.rate * frac)
+    out = []
+    for a, b in pairs:
+        route = topo.route(a, b)
+        frac = spec.executors.fraction("library", ic.library_fraction,
+                                       topo.crosses_network(a, b), ic.library_fraction_network)
+        out.append((route.latency, route.rate * frac))
+    return out
 
 
 def dp_allreduce(s: Setting, spec, params: float, bucket: float | None = None,
                  pattern: str = "direct") -> tuple[float, float]:
     """(the whole gradient all-reduce of ``params`` on one GPU over its ``dp`` replicas, its
     last bucket's): a ring of 2 (d - 1) steps of 1/d of the bytes each, a step as long as
-    the ring's slowest hop (``_transfer`` from GPU 0's counterpart in replica i to the
+    the ring's slowest hop (``_links`` from GPU 0's counterpart in replica i to the
     one in replica i + 1, the last back to the first; the ports split as ``pattern``
     loads them: ``direct``, the TP group's GPUs each running its own ring at once;
     ``ring``, one ring over consecutive GPUs), in buckets of ``bucket`` parameters
@@ -465,10 +469,10 @@ def dp_allreduce(s: Setting, spec, params: float, bucket: float | None = None,
     if d == 1:
         return 0.0, 0.0
     bucket = bucket or max(DDP_BUCKET, DDP_BUCKET_PER_RANK * d)
+    hops = _links(s, spec, [(i * s.tp, (i + 1) % d * s.tp) for i in range(d)], pattern)
 
     def ring(nparams: float) -> float:
-        return 2 * (d - 1) * max(_transfer(s, spec, i * s.tp, (i + 1) % d * s.tp,
-                                           nparams * s.e / d, pattern) for i in range(d))
+        return 2 * (d - 1) * max(lat + nparams * s.e / d / rate for lat, rate in hops)
 
     buckets = -(-int(params) // int(bucket))
     last = params - (buckets - 1) * bucket

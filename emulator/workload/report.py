@@ -15,8 +15,9 @@ def text(doc: dict) -> str:
     if dlrm:
         title = (f"{st['model']} on {st['system']}: a training iteration on its {st['dp']} "
                  f"GPUs (data-parallel MLPs, model-parallel tables), global batch "
-                 f"{st['batch']}, {st['dtype']}; GEMMs alone run with --set "
-                 f"{' '.join(st['alone_set'])}")
+                 f"{st['batch']}, {st['dtype']}"
+                 + (f"; GEMMs alone run with --set {' '.join(st['alone_set'])}"
+                    if st["alone_set"] else ""))
         what = "per pass item (x N: N in a row), modelled us"
     else:
         title = (f"{st['model']} on {st['system']}: {st['phase']}, TP {st['tp']} "

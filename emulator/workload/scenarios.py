@@ -114,13 +114,15 @@ def settings(name: str, precheck: bool = True) -> list:
     return out
 
 
-def run(name: str, out_dir: Path | None, cache: Path | None, progress=None) -> dict:
-    """Make every estimate of a scenario; write ``out_dir/estimates.json``; the document."""
+def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
+        checked: list | None = None) -> dict:
+    """Make every estimate of a scenario (``checked``: its ``settings``, if already made);
+    write ``out_dir/estimates.json``; the document."""
     from emulator.workload import estimate as est
 
     say = progress or (lambda msg: None)
     docs = []
-    all_settings = settings(name)
+    all_settings = checked if checked is not None else settings(name)
     for i, s in enumerate(all_settings, 1):
         t0 = time.monotonic()
         say(f"== [{i}/{len(all_settings)}] {s.model.name}, {s.phase}, {s.where}")
