@@ -128,11 +128,12 @@ def rs_steps(p: Problem, slots: Slots, nmc: bool = False) -> list[CuStep]:
     wait, nbytes = _gather_wait(p, slots, base, f"rs chunk {i} copies",
                                 lambda s: p.chunk_elems(i))
     if nmc:
-        steps.append(CuStep("rs final", "rs", [], None, i, wait, nbytes, "update"))
+        steps.append(CuStep("rs final", "rs", [], None, i, wait, nbytes, "update",
+                            writers=len(p.others)))
     else:
         inputs = [("C", p.chunk_region(i))] + [("R", p.slot_region(s, i)) for s in p.others]
         steps.append(CuStep("rs final", "rs", inputs, ("C", p.chunk_region(i)), i, wait,
-                            nbytes))
+                            nbytes, writers=len(p.others)))
     return steps
 
 
@@ -155,7 +156,8 @@ def ag_steps(p: Problem, slots: Slots, buffer: str = "C", cols: int | None = Non
         return (b - a) * cols
 
     wait, nbytes = _gather_wait(p, slots, base, f"{stream} chunks", elems)
-    steps.append(CuStep(f"{stream} final", stream, [], None, i, wait, nbytes))
+    steps.append(CuStep(f"{stream} final", stream, [], None, i, wait, nbytes,
+                         writers=len(p.others)))
     return steps
 
 
@@ -172,5 +174,6 @@ def a2a_steps(p: Problem, slots: Slots) -> list[CuStep]:
                             concurrent=j > 0))
     if p.world > 1:
         wait, nbytes = _gather_wait(p, slots, base, "a2a blocks", lambda s: p.chunk_elems(i))
-        steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes))
+        steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes,
+                            writers=len(p.others)))
     return steps

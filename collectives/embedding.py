@@ -162,7 +162,7 @@ def _a2a_steps(b: Bags, slots: Slots) -> list[CuStep]:
         el = [own * b.width] * (p.world - 1)
         wait = slots.region("a2a blocks", [base + s for s in p.others], el, "from every peer")
         steps.append(CuStep("a2a final", "a2a", [], None, p.rank, wait,
-                            sum(el) * p.dtype.itemsize))
+                            sum(el) * p.dtype.itemsize, writers=len(p.others)))
     return steps
 
 

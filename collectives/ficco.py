@@ -698,7 +698,9 @@ def dispatch_steps(p: Problem, slots: Slots, algorithm: str, nmc: bool) -> list:
     if p.world > 1:
         wait, nbytes = _gather_wait(p, slots, base, "a2a blocks",
                                     lambda s: int(p.routed[s, i]) * p.k)
-        steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes))
+        writers = sum(1 for s in p.others if p.routed[s, i])
+        steps.append(CuStep("a2a final", "a2a", [], None, i, wait, nbytes,
+                            writers=max(1, writers)))
     return steps
 
 

@@ -55,11 +55,16 @@ def test_ll128_wins_between_ll_and_simple():
     assert _ag(16 << 20).protocol == "Simple"
 
 
-def test_small_messages_run_on_fewer_channels():
-    # LL's threshold: nBytes < nc x 512 threads x 8 x nRanks -> nc falls to 1 at 32 KB
+def test_small_messages_run_on_fewer_channels_at_the_predicted_bandwidth():
+    # LL's threshold: nBytes < nc x 512 threads x 8 x nRanks -> nc falls to 1 at 32 KB;
+    # enqueue.cc does not redo the prediction, and the call runs at the bus bandwidth the
+    # prediction used (LL: min(87.7, 240 x 0.5)), not 1/24 of it (issue 48)
     small = _ag(32 << 10)
     assert small.protocol == "LL" and small.channels == 1
-    assert small.bw_ratio == pytest.approx(87.7 / 240 / 24)
+    assert small.bw_ratio == pytest.approx(87.7 / 240)
+    assert small.busbw_gb_per_s == pytest.approx(87.7)
+    assert small.predicted_us == pytest.approx(10.8 + (32 << 10) / (1e3 * 87.7 * 8 / 7),
+                                               abs=1e-3)
     assert _ag(1 << 30).channels == 24 and _ag(1 << 30).bw_ratio == 1.0
 
 

@@ -51,10 +51,13 @@ def groups(doc: dict) -> dict[tuple[str, str, int], list[dict]]:
 
 
 def methods(doc: dict) -> tuple[list[str], list[str]]:
-    """(baselines, tuned configurations) present in the sweep, in the registry's order."""
+    """(baselines, tuned configurations) present in the sweep, in the registry's order; a
+    tuner that is also a baseline (``te-best``) is a baseline only (drawn once, never
+    compared with itself)."""
     modes = {r["mode"] for pt in doc["points"] for r in pt["runs"]}
     base = [b for b in _REG.baselines() if b in modes]
-    tuned = [n for n, c in _REG.configurations.items() if c.search and n in modes]
+    tuned = [n for n, c in _REG.configurations.items()
+             if c.search and n in modes and n not in base]
     return base, tuned
 
 

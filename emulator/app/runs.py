@@ -117,13 +117,16 @@ def lower_bounds(cfg: RunConfig, spec: DeviceSpec, world: int, chunks) -> dict[s
     return {"gemm_compute": compute, "collective_link": link}
 
 
-def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]]) -> dict:
+def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float]],
+               isolated: bool = False) -> dict:
     """algbw and busbw of each collective phase, with nccl-tests' definitions: algbw =
     S / t (S: the collective's whole buffer, t: the phase's modelled time), busbw = algbw
     x the operation's factor for that collective ((n-1)/n for RS, AG, all-to-all;
-    2(n-1)/n for an AR, timed from its RS phase's start to its AG phase's end). Fused
-    phases (a GEMM and its collective in one kernel) have no collective time of their
-    own and are left out."""
+    2(n-1)/n for an AR, timed from its RS phase's start to its AG phase's end; in
+    ``isolated`` runs, where the AG starts after the GEMM and the RS each ran alone, the
+    sum of the two halves' times, not a window holding the GEMM). Fused phases (a GEMM
+    and its collective in one kernel) have no collective time of their own and are
+    left out."""
     from emulator.model.cost import DTYPE_BYTES
 
     op = cfg.operation
@@ -131,7 +134,11 @@ def bandwidths(cfg: RunConfig, world: int, windows: dict[str, tuple[float, float
     spans = {k: w for k, w in windows.items() if k in op.bus_factors}
     for name, (first, last) in op.spans.items():
         if first in spans and last in spans:
-            spans[name] = (spans[first][0], spans[last][1])
+            if isolated:  # each half alone: their times add up
+                t = (spans[first][1] - spans[first][0]) + (spans[last][1] - spans[last][0])
+                spans[name] = (spans[first][0], spans[first][0] + t)
+            else:
+                spans[name] = (spans[first][0], spans[last][1])
     out = {}
     for kind, (t0, t1) in spans.items():
         if t1 > t0 and world > 1:

@@ -82,7 +82,7 @@ def summary_table(doc: dict) -> str:
         for mode, b in bw:
             if b:
                 lines.append(f"  {mode:<{w}} " + "; ".join(
-                    f"{k} {v['bytes'] / 1e6:.1f} MB algbw {v['algbw_gb_s']:.1f} busbw "
+                    f"{k} {v['bytes']} B algbw {v['algbw_gb_s']:.1f} busbw "
                     f"{v['busbw_gb_s']:.1f}" for k, v in b.items()))
     from emulator.app.catalog import registry
 
@@ -327,7 +327,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "dram_bytes_per_rank": per_rank,
                 "arbitration": res.policy,
                 "wall_time_s": max(walls),
-                "bandwidth": bandwidths(cfg, world, windows),
+                "bandwidth": bandwidths(cfg, world, windows, res.isolated),
                 "stage_profile": res.profile,
                 "search": res.choice,  # a search configuration: its pick and the candidates
                 "library": res.library,  # phase -> the library's algorithm, protocol, channels

@@ -62,6 +62,7 @@ class RankResult:
     gemm_kernel: dict | None = None  # the GEMM kernel its tiled GEMMs run (None: none)
     kernel_end: float = 0.0  # when its last kernel ended (a fused operator's kernel ends
     # when its exit polls have seen every incoming flag; executors may still be sending)
+    isolated: bool = False  # its phases are separate isolated runs (ideal configurations)
 
 
 class _Clocks:
@@ -150,9 +151,12 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         start += launch  # every kernel launch pays the device's launch cost
         if isinstance(ph, StepsPhase):
             if ph.credit is not None:
+                # a library's one all-reduce kernel goes on to its AG half with no round
+                # trip of its own: its per-step latency (the protocol's hwLat, flow
+                # control in the data's flags) is charged on every step already
                 for r in ph.credit.notify:
-                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1],
-                                   start + clock.latency(r))
+                    lat = 0.0 if ph.library is not None else clock.latency(r)
+                    tracker.signal(r, [int(ph.credit.region.slots[0])], [1], start + lat)
                 watchdog.post("compute", f"{mode} {ph.name}: waits for credit "
                               f"{ph.credit.region.name}", waiting=True)
                 start = max(start, tracker.wait(ph.credit.region, opts.watchdog_s))
@@ -196,7 +200,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
                       tuple(dict.fromkeys(ph.name for ph in plan.phases
                                           if isinstance(ph, KernelPhase) and not ph.fused)),
                       kernel_end=ready, choice=dict(plan.choice), library=plan.library,
-                      gemm_kernel=_gemm_kernel(plan))
+                      gemm_kernel=_gemm_kernel(plan), isolated=plan.isolated)
 
 
 def _gemm_kernel(plan: Plan) -> dict | None:

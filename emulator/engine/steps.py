@@ -40,6 +40,7 @@ class CuStep:
     op: str = "store"  # how ``out`` is written
     concurrent: bool = False  # starts together with the previous step
     steady: bool = False  # what it waits for lands as one stream (``Dram.stream``)
+    writers: int = 1  # peers whose data ``wait`` collects, sent at once (a direct kernel)
 
 
 def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
@@ -72,22 +73,31 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
                                               f"{step.name} received data lands",
                                               log_hbm_end=True, steady=step.steady,
                                               network=step.wait_bytes * far / max(1, updates),
-                                              channels=library is not None))
+                                              channels=library is not None,
+                                              writers=step.writers))
         read_bytes = sum(hbm.region_bytes(name, r) for name, r in step.inputs)
-        read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
-        end = arrival = read_end
-        if step.out is not None:
+        if step.out is not None and step.dst_rank != hbm.rank:
             nbytes = hbm.region_bytes(*step.out)
-            if step.dst_rank == hbm.rank:
+            dst = step.dst_rank  # a library's kernel: its achieved share of the peak
+            fraction, lat = transfers.library_send(clock, cost, dst, library)
+            link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction,
+                                      channels=library is not None)
+            # the kernel reads what it sends as the link takes it (loads feed stores),
+            # not all at once ahead of the link (issue 48: an all-gather's reads burst
+            # at the HBM's rate and pushed its received data's landing out by as long)
+            read_end = ready
+            if read_bytes:
+                pace = read_bytes / (link_end - ready) if link_end > ready else None
+                read_end = clock.hbm.reserve(ready, read_bytes, pace)[1]
+            end = max(read_end, link_end)
+            arrival = end + lat
+        else:
+            read_end = clock.hbm.reserve(ready, read_bytes)[1] if read_bytes else ready
+            end = arrival = read_end
+            if step.out is not None:
+                nbytes = hbm.region_bytes(*step.out)
                 end = arrival = clock.hbm.reserve(
                     read_end, cost.update_cost_bytes(nbytes, step.op))[1]
-            else:
-                dst = step.dst_rank  # a library's kernel: its achieved share of the peak
-                fraction, lat = transfers.library_send(clock, cost, dst, library)
-                link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction,
-                                          channels=library is not None)
-                end = max(read_end, link_end)
-                arrival = end + lat
         clock.log(step.stream, step.name, ready, end)
         t = max(t, end) if step.concurrent else end
         # functional part

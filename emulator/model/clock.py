@@ -451,10 +451,18 @@ class RankClock:
             port = self.ports[hop.port] = BandwidthTimeline(hop.port, hop.rate)
         return port
 
-    def streamed_from(self, t_arrival: float, nbytes: float) -> float:
+    def streamed_from(self, t_arrival: float, nbytes: float, writers: int = 1) -> float:
         """When data whose last byte arrived at ``t_arrival`` began to arrive: it streams in
-        at the link (or port) rate, and lands in the HBM as it comes."""
-        return max(0.0, t_arrival - nbytes / self.link_bw)
+        at the rate of the links it came over (``writers`` peers sending at once: one link
+        each on a full mesh or a ring, at most the links a GPU has; behind a switch or
+        PCIe the one down port), and lands in the HBM as it comes."""
+        ic = self.topology.ic
+        links = 1
+        if ic.topology == "full-mesh":
+            links = max(1, min(writers, self.topology.per_node - 1))
+        elif ic.topology == "ring":
+            links = max(1, min(writers, 2))
+        return max(0.0, t_arrival - nbytes / (links * self.link_bw))
 
     def dma_engine(self) -> SerialResource:
         """The engine that frees first (lowest index on ties): deterministic."""

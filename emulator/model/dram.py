@@ -269,9 +269,15 @@ class Dram:
 
     def bandwidth(self, t0: float, bin_s: float, nbins: int) -> dict[str, list[float]]:
         """Bytes/s served to each stream in ``nbins`` bins of ``bin_s`` from ``t0`` (each
-        logged reservation's bytes spread evenly over its service)."""
-        bw = {s: [0.0] * nbins for s in sorted({s for s, _, _, _ in self.log})}
+        logged reservation's bytes spread evenly over its service). The GEMM's bytes that
+        communication took (``_serve``: logged as negative "gemm displaced" bytes where
+        they were reserved, and positive where ``settle`` serves them) are counted in the
+        GEMM's reads, never drawn as a stream of their own; a bin where the bytes taken
+        exceed the reads' even spread shows 0, not a negative rate."""
+        merge = {"gemm displaced": "gemm reads"}
+        bw = {s: [0.0] * nbins for s in sorted({merge.get(s, s) for s, _, _, _ in self.log})}
         for stream, start, stop, nbytes in self.log:
+            stream = merge.get(stream, stream)
             if stop <= start or stop <= t0:
                 continue
             rate = nbytes / (stop - start)
@@ -280,6 +286,8 @@ class Dram:
                 lo, hi = max(start, t0 + b * bin_s), min(stop, t0 + (b + 1) * bin_s)
                 if hi > lo:
                     bw[stream][b] += rate * (hi - lo) / bin_s
+        for series in bw.values():
+            series[:] = [max(0.0, v) for v in series]
         return bw
 
     def backlog_at(self, t: float) -> float:

@@ -17,8 +17,7 @@ the algorithm's schedule (a ring per channel; on a full mesh the library's rings
 one per link, run as direct sends over the same links) on the modelled ports, each
 send at ``fraction`` of the route's peak: the preset's ``library_fraction`` (what
 the Simple protocol reaches with every channel) x the chosen protocol's share of
-Simple's bandwidth (``bw_ratio``: LL's and LL128's factors and caps, and the
-channels a small message gets of all of them); each step's data arrives the
+Simple's bandwidth (``bw_ratio``: LL's and LL128's factors and caps); each step's data arrives the
 protocol's hardware latency (``hw_lat``) after it left, and the kernel pays the
 library's base latency once (less the launch the emulator charges anyway) plus the
 latency of any step its emulated schedule does not take itself.
@@ -105,7 +104,8 @@ class Choice:
     collective: str
     algorithm: str
     protocol: str
-    channels: int  # channels the call runs on (fewer than the communicator's when small)
+    channels: int  # channels the call runs on (fewer than the communicator's when small;
+    # its time is still the prediction's: see ``choose``)
     comm_channels: int
     nbytes: int
     busbw_gb_per_s: float  # predicted bus bandwidth of the call (with its channels)
@@ -183,9 +183,20 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     time_us, p, proto, bus, lat = best
     nc, nt = comm_ch, _THREADS[p]
     threshold = _THREAD_THRESHOLD[p] * (n if proto == "LL" else 1)
-    while nbytes < nc * nt * threshold and nc > 1:  # enqueue.cc: fewer channels when small
-        nc -= 1
-    call_bus = bus * nc / comm_ch
+    # enqueue.cc (topoGetAlgoInfo): once the algorithm and protocol are chosen from the
+    # predicted times, a small call runs on fewer channels (then fewer threads) so that
+    # every thread has at least its threshold of bytes. The prediction is not redone:
+    # the channels dropped are those a latency-bound call does not need (each thread
+    # still sends one protocol line per step), so the call runs at the predicted bus
+    # bandwidth and the emulated call and the prediction are one model (issue 48).
+    while nbytes < nc * nt * threshold:
+        if nc > 1:
+            nc -= 1
+        elif nt % 128 == 0:
+            nt //= 2
+        else:
+            break
+    call_bus = bus
     own = n - 1 if schedule_steps is None else schedule_steps
     hw_intra_s, hw_net_s = hw_intra[p] * 1e-6, t.hw_lat_net[p] * 1e-6
     fixed = max(0.0, t.base_lat[p] * 1e-6 - launch_s) + max(0, nsteps - own * passes

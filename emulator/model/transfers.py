@@ -87,12 +87,16 @@ def library_send(clock: RankClock, cost: CostModel, dst: int, choice=None) -> tu
     """(share of the route's peak, latency to ``dst``) of a step of a library collective:
     ``library_fraction`` x its protocol's share (``choice``: the library's ``Choice``,
     ``emulator/model/library.py``; None: no library model, the preset's own ring
-    kernels), arriving no sooner than the protocol's per-step hardware latency."""
+    kernels, at the route's latency), arriving the protocol's per-step hardware latency
+    after it left: the library's own measured latency of a step over that kind of link
+    (tuning.cc's hwLat, the link included), so that the emulated call and the library's
+    prediction are one model (issue 48; the preset's link latency, often an ASSUMPTION,
+    is for the other executors)."""
     share, lat = fraction(clock, cost, dst, "library"), clock.latency(dst)
     if choice is not None:
         share *= choice.bw_ratio
-        lat = max(lat, choice.hw_lat_net_s if clock.topology.crosses_network(clock.rank, dst)
-                  else choice.hw_lat_intra_s)
+        lat = (choice.hw_lat_net_s if clock.topology.crosses_network(clock.rank, dst)
+               else choice.hw_lat_intra_s)
     return share, lat
 
 
@@ -109,13 +113,15 @@ def send(clock: RankClock, dst: int, ready: float, nbytes: float, what: str,
 def land(clock: RankClock, cost: CostModel, t_arrival: float, nbytes: float, op: str,
          what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE,
          log_hbm_end: bool = False, since: float | None = None, steady: bool = False,
-         network: float = 0.0, channels: bool = False) -> float:
+         network: float = 0.0, channels: bool = False, writers: int = 1) -> float:
     """When ``nbytes`` received (last byte at ``t_arrival``; ``network`` of them from other
-    nodes, ``channels``: over a library collective's channels) are usable in this HBM. The
+    nodes, ``channels``: over a library collective's channels; ``writers``: peers that sent
+    them at once, each over its own link where the GPU has one per peer) are usable in
+    this HBM. The
     logged event runs from the arrival until they are usable, or (``log_hbm_end``, a CU
     kernel's wait) is the HBM's absorption of them, from the first byte's landing on."""
     t_in = clock.receive(t_arrival, nbytes, since, network, channels)
-    first = clock.streamed_from(t_in, nbytes)
+    first = clock.streamed_from(t_in, nbytes, writers)
     absorbed = _absorb(clock, cost, first, t_in, nbytes, op, policy, window, steady)
     landed = max(t_in, absorbed)
     if log_hbm_end:
