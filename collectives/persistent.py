@@ -8,21 +8,27 @@ import numpy as np
 from collectives.common import Problem
 from emulator.engine.registry import Param
 
-# The design: the ROC_SHMEM context costs registers, so the fused kernel reaches 12.5%
-# lower occupancy than the plain kernel (the fused operators' paper, "Costs").
+# The design: the ROC_SHMEM context costs registers, so the fused embedding kernel reaches
+# 12.5% lower occupancy than the plain kernel (the fused operators' paper, "Costs": measured
+# on its embedding kernel only). Applied where it was measured, in whole WGs per CU (a
+# register budget admits whole WGs): 8 resident per CU on MI210 -> 7. The fused GEMV and
+# GEMM kernels carry no loss (ASSUMPTION: not measured; a GEMM at 1 or 2 WGs per CU is
+# limited by its LDS and tiles before its registers).
 SHMEM_OCCUPANCY_LOSS = 0.125
 
 OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can have "
                   "resident (the fused-operator study's occupancy knob)", 0.01, 1.0)
 
 
-def grid(p: Problem, per_cu: int | None = None) -> int:
+def grid(p: Problem, per_cu: int | None = None, shmem_loss: bool = False) -> int:
     """Physical WGs of a fused persistent kernel: the occupancy knob x the most it can have
-    resident (the device's light-kernel limit, or ``per_cu`` WGs per CU), less the
-    communication context's 12.5% (every fused kernel carries it, as the design
-    reports)."""
-    most = p.spec.cus * per_cu if per_cu else p.spec.max_resident_wgs
-    most = max(1, int(most * (1.0 - SHMEM_OCCUPANCY_LOSS)))
+    resident (the device's light-kernel limit, or ``per_cu`` WGs per CU); ``shmem_loss``:
+    less the communication context's 12.5% in whole WGs per CU (the embedding kernel,
+    where the design measured it)."""
+    per = per_cu or (p.spec.max_wgs_per_cu or p.spec.wgs_per_cu)
+    if shmem_loss:
+        per = max(1, int(per * (1.0 - SHMEM_OCCUPANCY_LOSS) + 1e-9))
+    most = p.spec.cus * per
     return max(1, round(p.param("occupancy", OCCUPANCY.default) * most))
 
 

@@ -150,12 +150,18 @@ class CostModel:
         flops, compute, reads = self.gemm_compute(wgs, outputs_cached)
         return self.with_writes(wgs, flops, compute, reads, local_ops, remote, rank)
 
-    def wg_seconds(self, flops: float, peak: float | None, resident: int | None = None) -> float:
-        """Time of a WG's ``flops``: each WG has 1/S of the peak in a stage, 1/max(P, CUs)
-        with P resident (persistent kernels); 0 if the spec gives no such rate."""
+    def wg_seconds(self, flops: float, peak: float | None, resident: int | None = None,
+                   vector: bool = False) -> float:
+        """Time of a WG's ``flops``: each WG has 1/S of the peak in a stage; with P resident
+        (persistent kernels) 1/max(P, S) of the matrix peak, so a persistent grid never
+        beats an ordinary full grid of the same work by quantisation alone (a WG computes
+        no faster than in a full stage), and 1/max(P, CUs) of the vector peak (a light
+        memory-bound kernel: fewer WGs each issue more); 0 if the spec gives no such rate."""
         if not peak:
             return 0.0
-        return flops * (self.slots if resident is None else max(resident, self.spec.cus)) / peak
+        if resident is None:
+            return flops * self.slots / peak
+        return flops * max(resident, self.spec.cus if vector else self.slots) / peak
 
     def gemm_compute(self, wgs: np.ndarray, outputs_cached: bool = False,
                      resident: int | None = None, vector: bool = False, kernel=None
@@ -176,10 +182,12 @@ class CostModel:
             area = float((h * w).max())  # a wider tile of a thin chunk: its own area
             compute = kernel.stage_seconds(
                 len(flops), float(kk.max()), cus, peak, self.spec.partial_stage == "spread",
-                area, self.delay, None if resident is None else max(resident, cus))
+                area, self.delay, None if resident is None else max(
+                    resident, cus if vector else cus * kernel.per_cu))
             fixup = kernel.fixup_bytes(len(flops), float(kk.max()), cus)
         else:
-            compute = self.wg_seconds(float(flops.max()), peak, resident) if len(flops) else 0.0
+            compute = (self.wg_seconds(float(flops.max()), peak, resident, vector)
+                       if len(flops) else 0.0)
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
         panels = self.panels(wgs)
@@ -267,7 +275,7 @@ class CostModel:
             return 0.0, 0.0, 0.0
         i = int(np.argmax(reads))
         compute = max(self.wg_seconds(float(flops[i]), self.spec.vector_flops(self.dtype),
-                                      resident), self.latency_time(float(reads[i])))
+                                      resident, vector=True), self.latency_time(float(reads[i])))
         return float(flops.sum()), compute, float(reads.sum())
 
     def elementwise_compute(self, wgs: np.ndarray, copies: int,
@@ -278,7 +286,7 @@ class CostModel:
         elems = ((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).astype(np.float64)
         flops = (copies - 1) * elems
         compute = (max(self.wg_seconds(float(flops.max()), self.spec.vector_flops(self.dtype),
-                                       resident),
+                                       resident, vector=True),
                        self.latency_time(float(copies * elems.max() * self.e)))
                    if len(flops) else 0.0)
         return float(flops.sum()), compute, float(copies * elems.sum() * self.e)

@@ -201,13 +201,11 @@ def launch_check(p: dict, launches_saved: int) -> dict:
 def rounds_over_stages(p: dict) -> float:
     """The persistent GEMM's time over the plain GEMM's from wave quantisation alone: the
     plain kernel runs ceil(tiles / S) stages of S WGs (each WG 1/S of the device), the
-    persistent grid of P = S less the communication context's share runs ceil(tiles / P)
-    rounds (each WG 1/max(P, CUs) of it, ``cost.py``): (rounds x max(P, CUs)) / (stages x S).
-    The tile and WGs per CU are the point's GEMM kernel's (the kernel model's choice),
-    else the device's fixed tile."""
+    persistent grid of P WGs (``collectives/persistent.grid``: S, no occupancy loss on a
+    GEMM) runs ceil(tiles / P) rounds, each WG 1/max(P, S) of it (``cost.py``):
+    (rounds x max(P, S)) / (stages x S), 1 when P = S. The tile and WGs per CU are the
+    point's GEMM kernel's (the kernel model's choice), else the device's fixed tile."""
     import math
-
-    from collectives.persistent import SHMEM_OCCUPANCY_LOSS
 
     ds, kern = p["device_spec"], p.get("gemm_kernel") or {}
     if kern.get("modelled"):
@@ -217,16 +215,17 @@ def rounds_over_stages(p: dict) -> float:
         tm, tn, per_cu = ds["wg_tile_m"], ds["wg_tile_n"], ds["wgs_per_cu"]
     tiles = math.ceil(p["m"] / tm) * math.ceil(p["n"] / tn)
     slots = ds["cus"] * per_cu
-    grid = max(1, int(slots * (1.0 - SHMEM_OCCUPANCY_LOSS)))
-    share = max(grid, ds["cus"])
+    grid = slots
+    share = max(grid, slots)
     return math.ceil(tiles / grid) * share / (math.ceil(tiles / slots) * slots)
 
 
 def _notes(sw: Sweeps) -> list[str]:
     lines = ["## What decides it", "",
              "- The fused kernels are persistent (`collectives/persistent.py`): one launch, a "
-             "grid of the most WGs the device holds less the 12.5% the communication context "
-             "costs (the study's figure), each WG sending its own results: embedding slices "
+             "grid of the most WGs the device holds (the embedding's less the 12.5% the "
+             "communication context costs, in whole WGs per CU: the study's figure, measured "
+             "on that kernel), each WG sending its own results: embedding slices "
              "by the last WG of a slice (NIC puts across nodes, zero-copy stores within a "
              "node), GEMV tiles into the owner's slot buffer then a reduction by the same "
              "grid (`collectives/fused_ops.py`), GEMM tiles straight to the token's GPU.",
@@ -269,8 +268,8 @@ def _notes(sw: Sweeps) -> list[str]:
             f"- GEMM + All-to-All, not for the paper's reason: where the collective is under "
             f"10% of the baseline ({len(gemm)} points), the fused operator's time over "
             f"max(compute, communication) follows wave quantisation alone: the persistent "
-            f"grid of P WGs (12.5% fewer than the S of a plain stage of the same tile; each "
-            f"WG 1/max(P, CUs) of the device) runs ceil(tiles / P) rounds against the plain "
+            f"grid of P WGs (the S of a plain stage of the same tile; each WG 1/max(P, S) "
+            f"of the device) runs ceil(tiles / P) rounds against the plain "
             f"GEMM's ceil(tiles / S) stages "
             f"(predicted " + ", ".join(f"{rounds_over_stages(p):.3f}" for p in gemm)
             + "; modelled " + ", ".join(f"{time_of(p, FUSED) / time_of(p, BOUND):.3f}"
