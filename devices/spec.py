@@ -192,6 +192,9 @@ class DeviceSpec:
     # the vector ALUs (GEMV, reductions); None: their FLOPs are not timed (memory-bound)
     launch_s: float = 0.0  # cost of each kernel launch (the GPU-side gap between kernels)
     launch_source: str = ""  # where launch_s comes from
+    hbm_datasheet: float = 0.0  # bytes/s the datasheet gives (``hbm_bw`` is the measured
+    # sustained rate where the preset has one: x ``[memory] sustained_fraction``)
+    hbm_sustained_source: str = ""
     arch: str = ""  # "sm80", "sm90", "gfx90a", "gfx942" ("" : not a vendor's GPU)
     nics: int = 0  # GPU-initiated network interfaces (0: none)
     nic_bw: float = 0.0  # bytes/s per NIC per direction
@@ -347,6 +350,12 @@ _OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
         "dram_banks": (int, 1, "dram_banks", 0),
         "dram_bank_groups": (int, 1, "dram_bank_groups", 0),
         "dram_row_miss_cost": (float, 1, "dram_row_miss_cost", 1.0),
+        # the share of the datasheet's rate a streaming kernel sustains, measured: the HBM's
+        # ceiling in the model is hbm_gb_per_s x this where a measurement exists (the
+        # datasheet's rate still sets the channel count; a what-if on hbm_gb_per_s keeps
+        # the share); its source
+        "sustained_fraction": (float, 1, "hbm_sustained", 0.0),
+        "sustained_source": (str, 1, "hbm_sustained_source", ""),
     },
     "interconnect": {
         "library_fraction": (float, 1, "library_fraction", 1.0),
@@ -474,6 +483,13 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
     if values["dram_row_miss_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] dram_row_miss_cost must be >= 1 (a row miss "
                         f"costs at least a hit), got {values['dram_row_miss_cost']}")
+    if values["hbm_sustained"] and not 0 < values["hbm_sustained"] <= 1:
+        raise SpecError(f"{source}: [memory] sustained_fraction must be in (0, 1] (the share "
+                        f"of hbm_gb_per_s a streaming kernel sustains), got "
+                        f"{values['hbm_sustained']}")
+    if values["hbm_sustained"] and not values["hbm_sustained_source"]:
+        raise SpecError(f"{source}: [memory] sustained_fraction needs sustained_source (the "
+                        f"measurement it comes from)")
     if values["nmc_update_cost"] < 1.0:
         raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
                         f"costs at least a write), got {values['nmc_update_cost']}")
@@ -488,7 +504,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         wg_tile_n=values["wg_tile_n"],
         wgs_per_cu=values["wgs_per_cu"],
         l2_bytes=int(values["l2_bytes"]),
-        hbm_bw=values["hbm_bw"],
+        hbm_bw=values["hbm_bw"] * (values["hbm_sustained"] or 1.0),
+        hbm_datasheet=values["hbm_bw"],
+        hbm_sustained_source=values["hbm_sustained_source"],
         nmc_update_cost=values["nmc_update_cost"],
         dma_engines=values["dma_engines"],
         dma_setup_s=values["dma_setup_s"],
@@ -526,7 +544,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         nic_bw=values["nic_bw"],
         nic_latency_s=values["nic_latency_s"],
         nic_issue_s=values["nic_issue_s"],
-        dram=DramSpec(channels=values["dram_channels"], queue_depth=values["dram_queue_depth"],
+        dram=DramSpec(channels=values["dram_channels"] or (  # the datasheet's channels
+            round(values["hbm_bw"] / 32e9) if values["hbm_sustained"] else 0),
+                      queue_depth=values["dram_queue_depth"],
                       access_bytes=values["dram_access_bytes"],
                       turnaround_s=values["dram_turnaround_s"],
                       write_batch=values["dram_write_batch"],

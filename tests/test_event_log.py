@@ -302,24 +302,52 @@ def test_a_route_s_ports_carry_its_bytes_in_the_bottleneck_s_window():
 
 
 def test_dma_push_and_pull_wait_for_a_busy_engine():
+    """Commands queued on a busy engine are set up by its front end while the data path
+    is busy (``SerialResource.setup``): their transfers start when the engine frees."""
     from emulator.model import transfers
 
     clock, cost = _clock()
     engine = clock.executor("dma", 1)
     engine.free_at = 5e-6
     end, arr = transfers.dma_push(clock, cost, engine, 1e-6, 1, B, "x")
-    t0 = max(1e-6, 5e-6) + SETUP  # max(done, engine free) + setup
+    t0 = max(1e-6 + SETUP, 5e-6)  # set up from its queueing at 1 us, then the engine frees
     push_end = max(t0 + B / BW, t0 + B / L)  # HBM read and link from t0
     assert _close(end, push_end) and _close(arr, push_end + LAT)
     landed, _ = transfers.dma_pull(clock, cost, engine, 2e-6, 1, B, "y")
-    p0 = max(2e-6, push_end) + SETUP  # the engine is the push's until its end
-    link_end = p0 + LAT + B / L  # the request crosses, then B on 1 -> 0
+    p0 = max(2e-6 + SETUP, push_end)  # set up at 2.1 us under the push; the engine is the
+    link_end = p0 + LAT + B / L  # push's until its end; the request crosses, then B
     arrived = link_end + LAT
     hbm_end = max(p0 + 2 * LAT, arrived - B / L) + B / BW  # lands as it streams in
     assert _close(landed, max(arrived, hbm_end)) and _close(engine.free_at, landed)
     _same(_log(clock), [("dma", "x -> 1", t0, push_end), ("link->1", "dma x", t0, t0 + B / L),
                         ("link<-1", "pull y", p0 + LAT, link_end),
                         ("dma", "y <- 1", p0, max(arrived, hbm_end))])
+
+
+def test_a_dma_queue_sets_up_the_next_command_under_the_running_transfer():
+    """Three pushes of B queued at once on one engine (T3's tile commands): the front end
+    sets them up one after another (SETUP each, from 0), the data path runs one transfer
+    at a time; only the first set-up is exposed: the k-th transfer starts at
+    max((k + 1) SETUP, end of the (k-1)-th) = SETUP + k B / L. Before, every command paid
+    its set-up after the previous transfer (k SETUP more for the k-th). A fourth command
+    queued late (after the third ends) pays its own set-up in full."""
+    from emulator.model import transfers
+
+    clock, cost = _clock()
+    engine = clock.executor("dma", 0)
+    assert SETUP < B / L  # the set-up hides under one transfer
+    want = []
+    for k, name in enumerate("abc"):
+        end, _ = transfers.dma_push(clock, cost, engine, 0.0, 1, B, name)
+        t0 = SETUP + k * B / L
+        assert _close(end, t0 + B / L), (k, end)
+        want += [("dma", f"{name} -> 1", t0, t0 + B / L),
+                 (f"link->1", f"dma {name}", t0, t0 + B / L)]
+    late = SETUP + 3 * B / L + 1e-6
+    end, _ = transfers.dma_push(clock, cost, engine, late, 1, B, "d")
+    assert _close(end, late + SETUP + B / L)
+    want += [("dma", "d -> 1", late + SETUP, end), ("link->1", "dma d", late + SETUP, end)]
+    _same(_log(clock), want)
 
 
 def test_nic_puts_share_the_nic_and_the_flag_follows_the_data():

@@ -731,7 +731,10 @@ def devices() -> None:
         ic = spec.interconnect
         click.echo(f"  {name:<14} {spec.cus} CUs @ {spec.clock_hz / 1e9:g} GHz, "
                    f"{spec.peak_flops('fp16') / 1e12:.1f} TFLOP/s fp16, "
-                   f"HBM {spec.hbm_bw / 1e9:g} GB/s, L2 {spec.l2_bytes >> 20} MB, "
+                   f"HBM {spec.hbm_bw / 1e9:.0f} GB/s"
+                   + (f" sustained (datasheet {spec.hbm_datasheet / 1e9:g})"
+                      if spec.hbm_bw < spec.hbm_datasheet else "")
+                   + f", L2 {spec.l2_bytes >> 20} MB, "
                    f"{spec.dma_engines} DMA, launch {spec.launch_s * 1e6:g} us; "
                    f"{ic.links} x {ic.link_bw / 1e9:g} GB/s/dir links ({ic.topology})")
         click.echo(f"  {'':<14} {spec.description}")

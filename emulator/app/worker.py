@@ -152,11 +152,47 @@ def summary_table(doc: dict) -> str:
                 if not r.get("causes") and reg.baseline_of(r["mode"])
                 and not r.get("baseline")]
         lines += [f"no causes for {m}: its baseline {b} is not in --mode" for m, b in lost]
+    lines += beaten_bounds(doc)
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
                  f"isolated runs; modelled times are deterministic, wall time is this host's")
     return "\n".join(lines)
+
+
+def beaten_bounds(doc: dict) -> list[str]:
+    """A line for every configuration faster than a bound of the job: an isolated run
+    (max of the baseline's kernels, each run alone) or the GEMM alone, saying by how much
+    and why it may be (it does not run those kernels), so a beaten bound is never silent."""
+    runs = doc["runs"]
+    bounds = [(r["mode"], r["modelled_time_s"], "the baseline's kernels, each run alone")
+              for r in runs if r.get("isolated")]
+    alone = next((r["gemm_alone_s"] for r in runs if r.get("gemm_alone_s")), None)
+    if alone:
+        bounds.append(("the GEMM alone", alone, "the baseline's GEMM kernel, run alone"))
+    out = []
+    for r in runs:
+        if r.get("isolated"):
+            continue
+        beaten = [(b, t, what) for b, t, what in bounds
+                  if r["modelled_time_s"] < t * (1 - 1e-9)]
+        for b, t, what in beaten:
+            text = (f"{r['mode']} beats {b}: {r['modelled_time_s'] * 1e6:.1f} < {t * 1e6:.1f} "
+                    f"us ({what}; {r['mode']} runs other kernels, so the bound is not its "
+                    f"own)")
+            mine = r.get("causes")
+            theirs = next((x.get("causes") for x in runs if x["mode"] == b), None)
+            if mine and theirs and mine["baseline"] == theirs["baseline"]:
+                diff = {k: v - theirs["parts_s"].get(k, 0.0)
+                        for k, v in mine["parts_s"].items() if k != "overlap"}
+                k = max(diff, key=diff.get)
+                if diff[k] > 0:
+                    text += (f": by the causes, {k} gives it {diff[k] * 1e6:.1f} us more of "
+                             f"its gain than the bound's")
+            elif not mine:
+                text += ": --causes names the costs it saves there"
+            out.append(text)
+    return out
 
 
 def non_finite_inputs(**arrays) -> str:
@@ -328,6 +364,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "arbitration": res.policy,
                 "wall_time_s": max(walls),
                 "bandwidth": bandwidths(cfg, world, windows, res.isolated),
+                "isolated": res.isolated,  # a bound: its phases each ran alone
                 "stage_profile": res.profile,
                 "search": res.choice,  # a search configuration: its pick and the candidates
                 "library": res.library,  # phase -> the library's algorithm, protocol, channels

@@ -15,6 +15,9 @@ plugins included, gets the same counterfactuals. What each removes:
 
 - ``launches``: every kernel launch is free (``DeviceSpec.launch_s`` = 0): the
   launch of every phase and of every further launch of a multi-launch kernel.
+- ``dma-setup``: a DMA command's set-up (``DeviceSpec.dma_setup_s``: fetch, decode,
+  schedule; queued commands already hide it under the running transfer) costs nothing,
+  for copy engines, DMA pushes and pulls, local copies and flag writes alike.
 - ``gemm-efficiency``: the GEMM kernel model's costs are gone (``[gemm] enabled`` =
   false on the clock's device): a stage of a modelled kernel takes its useful FLOPs at
   the matrix peak, with no tile or wave quantisation, main-loop efficiency, latency, L2
@@ -49,10 +52,11 @@ import dataclasses
 
 from emulator.model.topology import has_receive_queue
 
-ORDER = ("launches", "gemm-efficiency", "link-efficiency", "ingress", "contention",
-         "dram-traffic")
+ORDER = ("launches", "dma-setup", "gemm-efficiency", "link-efficiency", "ingress",
+         "contention", "dram-traffic")
 HELP = {
     "launches": "kernel launches cost nothing",
+    "dma-setup": "DMA commands' set-up costs nothing",
     "gemm-efficiency": "GEMM stages at the matrix peak on their useful FLOPs (no tile or wave "
                        "quantisation, main-loop efficiency, latency or split-K workspace)",
     "link-efficiency": "every executor at the link's peak (library, store, copy and put "
@@ -90,6 +94,8 @@ def ablate(spec, names: tuple[str, ...]):
     names = check(tuple(names))
     if "launches" in names:
         spec = dataclasses.replace(spec, launch_s=0.0)
+    if "dma-setup" in names:
+        spec = dataclasses.replace(spec, dma_setup_s=0.0)
     if "gemm-efficiency" in names and spec.gemm is not None:
         spec = dataclasses.replace(spec, gemm=dataclasses.replace(spec.gemm, enabled=False))
     if "link-efficiency" in names:

@@ -253,6 +253,15 @@ class SerialResource:
         self.name = name
         self.free_at = 0.0
         self.issued_at = 0.0  # a DMA engine: when it issued its last command's reads
+        self.fetched_at = 0.0  # a DMA engine: when its front end set up its last command
+
+    def setup(self, queued: float, setup_s: float) -> float:
+        """A DMA engine's command queue: a command queued at ``queued`` is set up (fetched,
+        decoded, scheduled: ``setup_s``) by the engine's front end in queue order while
+        earlier commands' transfers run, and its transfer starts when both its set-up and
+        the engine's data path (``free_at``) are done. Returns when its transfer may start."""
+        self.fetched_at = max(queued, self.fetched_at) + setup_s
+        return max(self.fetched_at, self.free_at)
 
     def reserve(self, ready: float, duration: float) -> tuple[float, float]:
         start = max(ready, self.free_at)

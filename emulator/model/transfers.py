@@ -21,20 +21,26 @@ usable at its destination).
   ``t_in - B / L`` on, costing B (store) or ``update_cost`` x B (update) of
   HBM time under the arbitration policy, plus the read/write turnaround when a
   GEMM stage reads alongside (``Dram.write_cost``); usable at max(t_in, landed).
+- Every DMA command is queued on its engine when triggered; the engine's front end
+  sets commands up (``dma_setup_s``: fetch, decode, schedule) one after another while
+  the data path moves earlier commands' data, and a command's transfer starts when its
+  set-up and the engine's previous transfer are both done (``SerialResource.setup``):
+  commands queued behind a running transfer hide their set-up under it (DMA-Latte,
+  arXiv 2511.06605, breaks an MI300X DMA transfer's latency into command scheduling
+  and synchronisation; the values are the presets').
 - ``dma_push``: the source read is issued to the DRAM as soon as the command is
-  triggered (T3: "RS reads of a stage's regions, issued as soon as both copies
-  have landed"; commands in issue order), while the link transfer starts after
-  ``dma_setup_s`` when the engine's previous transfer is done, at ``copy_fraction``
-  of the route's peak; the engine is busy until both end.
-- ``dma_pull``: the engine on the reader: ``dma_setup_s``, the request crosses
+  set up (T3: "RS reads of a stage's regions, issued as soon as both copies
+  have landed"; commands in issue order), while the link transfer starts as above,
+  at ``copy_fraction`` of the route's peak; the engine is busy until both end.
+- ``dma_pull``: the engine on the reader: its set-up, the request crosses
   the link (lat), the data crosses the peer->reader direction (at
   ``copy_fraction`` of its peak) and the reader's ports (a switch's down port, the
   NIC's receive side: shared with all it receives, ``RankClock.receive``), lands in the
   reader's HBM as it streams (a store); usable at max(last byte + lat, landed).
-- ``dma_copy``: a device-local copy (gather, scatter) on an engine: ``dma_setup_s``
-  when the engine is free, then the source read and the destination write stream
+- ``dma_copy``: a device-local copy (gather, scatter) on an engine: its set-up
+  as above, then the source read and the destination write stream
   through the HBM together (2 B under the arbitration policy); usable when written.
-- ``flag_put``: a signal with no data: ``dma_setup_s`` on the engine, then lat.
+- ``flag_put``: a signal with no data: its set-up on the engine, then lat.
 - ``nic_put`` (GPU-initiated, ROC_SHMEM style): the issuing WG has paid
   ``nic_issue_s`` per put and per flag put and ``put_fence_s`` between them
   (charged by the kernel); the NIC reads the source at the HBM while it sends on the
@@ -136,8 +142,8 @@ def dma_push(clock: RankClock, cost: CostModel, engine, done: float, dst: int, n
              steady: bool = False) -> tuple[float, float]:
     """A DMA transfer of ``nbytes`` to ``dst`` once its trigger is ``done``; its arrival
     (``steady``: the engine reads as it sends, at the route's rate)."""
-    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
-    issue = max(done + cost.spec.dma_setup_s, engine.issued_at)  # reads issued when triggered
+    t0 = engine.setup(done, cost.spec.dma_setup_s)
+    issue = max(engine.fetched_at, engine.issued_at)  # reads issued once set up
     engine.issued_at = issue
     share = fraction(clock, cost, dst, "copy")
     if steady:
@@ -157,7 +163,7 @@ def dma_pull(clock: RankClock, cost: CostModel, engine, done: float, src: int, n
              what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A DMA get of ``nbytes`` from ``src`` into this HBM; when the data is usable here."""
     lat = clock.topology.route(src, clock.rank).latency
-    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    t0 = engine.setup(done, cost.spec.dma_setup_s)
     link_start = t0 + lat  # the read request reaches the peer
     link = clock.link_in(src)
     share = fraction(clock, cost, src, "copy")  # (the same route, the other direction)
@@ -179,7 +185,7 @@ def dma_copy(clock: RankClock, cost: CostModel, engine, done: float, nbytes: flo
              what: str, policy=_EXCLUSIVE, window: CommWindow = _ALONE) -> tuple[float, float]:
     """A local copy of ``nbytes`` on a DMA engine once its trigger is ``done``; when the
     copy is usable."""
-    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    t0 = engine.setup(done, cost.spec.dma_setup_s)
     end = clock.hbm.stream(policy, t0, 2 * nbytes, window, "dma copies")
     engine.free_at = end
     clock.log("dma", f"copy {what}", t0, end, bytes=nbytes)
@@ -189,7 +195,7 @@ def dma_copy(clock: RankClock, cost: CostModel, engine, done: float, nbytes: flo
 def flag_put(clock: RankClock, cost: CostModel, engine, done: float, dst: int,
              what: str) -> tuple[float, float]:
     """A signal with no data (a stream write of a flag) once ``done``; its arrival."""
-    t0 = max(done, engine.free_at) + cost.spec.dma_setup_s
+    t0 = engine.setup(done, cost.spec.dma_setup_s)
     engine.free_at = t0
     clock.log("dma", f"flag {what} -> {dst}", done, t0)
     return t0, t0 + clock.latency(dst)

@@ -3,12 +3,13 @@ the verdicts, the rows (a published figure, the emulator's value computed the sa
 way, the band, the verdict and the command that made it), the causes table and the
 page's scaffolding.
 
-Bands are fixed here, before any comparison: +-10% relative for speedups and time
-ratios, +-0.10 absolute for efficiencies and shares. A published range is matched when
-the emulated range lies within the published range widened by the band. Verdicts are
-exactly one of "within band", "outside band by X", "direction only: holds" /
-"direction only: does not hold" (the paper gives no magnitude) and "not computed
-(reason)".
+Bands are fixed here, before any comparison, and score a speedup or time ratio by its
+gain (x - 1, or the cut): within +-25% of the published gain or +-2 points, whichever is
+wider; efficiencies and shares within +-0.10 absolute. A published range is matched when
+each of its ends is matched by the emulated range's end; a one-sided figure ("more
+than") when the emulated value lies beyond its bound's band. Verdicts are exactly one of
+"within band", "outside band by X", "direction only: holds" / "direction only: does not
+hold" (the paper gives no magnitude) and "not computed (reason)".
 """
 
 from __future__ import annotations
@@ -19,22 +20,24 @@ from dataclasses import dataclass, field
 
 from emulator.app.catalog import registry
 
-RELATIVE = 0.10  # speedups and time ratios: +-10% of the published value
+GAIN = 0.25  # speedups and time ratios: +-25% of the published gain (x - 1) ...
+GAIN_POINTS = 0.02  # ... or +-2 points of it, whichever is wider
 ABSOLUTE = 0.10  # efficiencies and shares: +-0.10 (10 percentage points)
 KINDS = ("speedup", "ratio", "share")  # how a figure is banded and its distance printed
 CAUSES_FLAG = "--causes"
-BANDS_TEXT = (f"Bands, fixed before comparing: +-{RELATIVE:.0%} relative for speedups and "
-              f"time ratios, +-{ABSOLUTE:.2f} absolute for efficiencies and shares. A "
-              f"published range is matched when the emulated range lies within the "
-              f"published range widened by the band; a one-sided figure (\"more than\") "
-              f"when the emulated value lies beyond its bound widened by the band. "
-              f"\"Outside band by X\": how far the emulated value (or the far end of the "
-              f"emulated range) lies beyond the nearest band edge: in x for speedups, in "
-              f"percent of the edge for time ratios, in percentage points for efficiencies "
-              f"and shares (printed in percent). A figure the paper states without a "
-              f"magnitude is compared in direction only. For a small published gain the "
-              f"relative band is wide (a 1.09x speedup's band, 0.98x to 1.20x, includes no "
-              f"gain at all); the emulator's value is printed beside every verdict.")
+BANDS_TEXT = (f"Bands, fixed before comparing: a speedup or time ratio is scored by its gain "
+              f"(x - 1, or the cut), within +-{GAIN:.0%} of the published gain or "
+              f"+-{GAIN_POINTS * 100:.0f} points, whichever is wider (1.30x: 1.225x to "
+              f"1.375x; 1.09x: 1.07x to 1.11x, so a band never holds no gain for a gain "
+              f"above 2 points); efficiencies and shares within +-{ABSOLUTE:.2f} absolute. A "
+              f"published range is matched when each of its ends is matched by the emulated "
+              f"range's end (its band printed end by end); a one-sided figure (\"more "
+              f"than\") when the emulated value lies beyond its bound's band. \"Outside band "
+              f"by X\": how far the emulated value (or the end that misses most) lies beyond "
+              f"the nearest band edge: in x for speedups, in percent of the edge for time "
+              f"ratios, in percentage points for efficiencies and shares (printed in "
+              f"percent). A figure the paper states without a magnitude is compared in "
+              f"direction only; the emulator's value is printed beside every verdict.")
 
 
 # ---------------------------------------------------------------- published figures
@@ -60,16 +63,32 @@ class Published:
     def more_than(cls, x: float, kind: str, text: str) -> Published:
         return cls(x, math.inf, kind, text)
 
-    def band(self) -> tuple[float, float]:
-        """The published value or range widened by its kind's band."""
+    def edges(self, x: float) -> tuple[float, float]:
+        """The band of one published value ``x`` of this kind: +-ABSOLUTE for a share,
+        else x - 1 (the gain) +- max(GAIN x |gain|, GAIN_POINTS)."""
         if self.kind == "share":
-            return self.lo - ABSOLUTE, self.hi + ABSOLUTE
-        return self.lo * (1 - RELATIVE), self.hi * (1 + RELATIVE)
+            return x - ABSOLUTE, x + ABSOLUTE
+        w = max(GAIN * abs(x - 1.0), GAIN_POINTS)
+        return x - w, x + w
+
+    @property
+    def is_range(self) -> bool:
+        return self.hi != self.lo and not math.isinf(self.hi)
+
+    def band(self) -> tuple[float, float]:
+        """The outer edges: the low end's band's low edge and the high end's band's high
+        edge (inf for a one-sided figure)."""
+        lo = self.edges(self.lo)[0]
+        return lo, (math.inf if math.isinf(self.hi) else self.edges(self.hi)[1])
 
     def band_text(self) -> str:
         lo, hi = self.band()
         if math.isinf(hi):
             return f"> {fmt(lo, self.kind)}"
+        if self.is_range:
+            (a, b), (c, d) = self.edges(self.lo), self.edges(self.hi)
+            return (f"low end {fmt(a, self.kind)} to {fmt(b, self.kind)}, high end "
+                    f"{fmt(c, self.kind)} to {fmt(d, self.kind)}")
         return f"{fmt(lo, self.kind)} to {fmt(hi, self.kind)}"
 
 
@@ -89,20 +108,32 @@ def _distance(d: float, digits: int = 2) -> str:
 
 
 def verdict(pub: Published, lo: float, hi: float | None = None) -> str:
-    """"within band" or "outside band by X" for an emulated value (or range lo..hi)."""
+    """"within band" or "outside band by X" for an emulated value (or range lo..hi): a
+    published value's band must hold the whole emulated range; a published range's low
+    end is matched by the emulated low end and its high end by the emulated high end; a
+    one-sided figure by the emulated low end."""
     hi = lo if hi is None else hi
-    blo, bhi = pub.band()
     eps = 1e-12
-    below, above = blo - lo, hi - bhi
-    if below <= eps and above <= eps:
+    if math.isinf(pub.hi):
+        checks = [(lo, pub.edges(pub.lo)[0], math.inf)]
+    elif pub.is_range:
+        checks = [(lo, *pub.edges(pub.lo)), (hi, *pub.edges(pub.hi))]
+    else:
+        checks = [(lo, *pub.edges(pub.lo)), (hi, *pub.edges(pub.lo))]
+    worst, rel = 0.0, 0.0
+    for x, blo, bhi in checks:
+        below, above = blo - x, x - bhi
+        if below > eps:
+            worst, rel = max(worst, below), max(rel, below / abs(blo) if blo else below)
+        if above > eps:
+            worst, rel = max(worst, above), max(rel, above / abs(bhi) if bhi else above)
+    if worst <= eps:
         return "within band"
     if pub.kind == "ratio":  # in percent of the edge it misses
-        rel = max(below / blo if below > eps else 0.0, above / bhi if above > eps else 0.0)
         return f"outside band by {_distance(100 * rel, 0)}%"
-    d = max(below, above)
     if pub.kind == "share":  # in percentage points
-        return f"outside band by {_distance(100 * d, 0)} percentage points"
-    return f"outside band by {_distance(d)}x"
+        return f"outside band by {_distance(100 * worst, 0)} percentage points"
+    return f"outside band by {_distance(worst)}x"
 
 
 # ---------------------------------------------------------------- outcomes of a claim
