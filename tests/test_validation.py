@@ -108,15 +108,17 @@ def _times(ideal=3 / 1.35, t3_=2.5, mca=3 / 1.30, nmc=None):
 
 
 def test_t3_rows_from_a_synthetic_sweep():
-    """Every one of the 16 cases: ideal 1.35x (within band), t3 3 / 2.5 = 1.20x (within),
-    t3-mca 1.30x (within); T3-MCA over T3 1.30 / 1.20 = 1.083x: band 1.017 .. 1.243,
-    within; at most 29%: band 1.161 .. 1.419, 1.083 is 0.078x below."""
+    """Every one of the 16 cases: ideal 1.35x (band 1.35 +- 0.0875: within), t3 3 / 2.5 =
+    1.20x (1.20 +- 0.05: within), t3-mca 1.30x (within); T3-MCA over T3 1.30 / 1.20 =
+    1.083x against 13%: band 1.13 +- 0.0325 = 1.0975 .. 1.1625, 0.014x below (it passed
+    the old +-10% band); at most 29%: band 1.29 +- 0.0725 = 1.2175 .. 1.3625, 0.134x
+    below."""
     rows = {r.figure: r for r in paper_rows(t3, {"t3-paper": _t3_doc(lambda p: _times())})}
     assert rows["Geomean speedup of Ideal-GEMM-RS-Overlap over Sequential"].verdict == \
         "within band"
     assert rows["Geomean speedup of T3 over Sequential"].emulator.startswith("1.200x")
-    assert rows["T3-MCA over T3, geomean"].verdict == "within band"
-    assert rows["T3-MCA over T3, at most"].verdict == "outside band by 0.08x"
+    assert rows["T3-MCA over T3, geomean"].verdict == "outside band by 0.01x"
+    assert rows["T3-MCA over T3, at most"].verdict == "outside band by 0.13x"
     # the same time on every case: OP is not closer to ideal than FC, and never beats it
     assert rows["On OP layers T3 beats Ideal in some cases"].verdict == \
         "direction only: does not hold"
@@ -130,14 +132,14 @@ def test_t3_rows_from_a_synthetic_sweep():
 
 
 def test_t3_rows_change_with_the_results():
-    """T3 at 3 / 2.0 = 1.5x on every case: outside its band (1.08x .. 1.32x) by 0.18x; an
+    """T3 at 3 / 2.0 = 1.5x on every case: outside its band (1.15x .. 1.25x) by 0.25x; an
     OP case faster than ideal makes "beats Ideal in some cases" hold."""
     def times(p):
         if p.sublayer == "OP" and p.tp == 8 and p.model == "T-NLG":
             return _times(t3_=2.0, ideal=2.1)
         return _times(t3_=2.0)
     rows = {r.figure: r for r in paper_rows(t3, {"t3-paper": _t3_doc(times)})}
-    assert rows["Geomean speedup of T3 over Sequential"].verdict == "outside band by 0.18x"
+    assert rows["Geomean speedup of T3 over Sequential"].verdict == "outside band by 0.25x"
     assert rows["On OP layers T3 beats Ideal in some cases"].verdict == "direction only: holds"
 
 
