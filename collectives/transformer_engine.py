@@ -33,6 +33,19 @@ TP-parallelism, only single node is implemented"; its send and receive assert an
 intra-node peer): every TE configuration refuses a job across nodes, and a ring
 topology of more than 3 GPUs (its buffers are mapped peer to peer among all ranks).
 
+Per chunk, as TE's code does it (``CommOverlapP2PBase``): a copy-engine send is
+``cudaMemcpyAsync`` into the peer's buffer followed on the send stream by
+``kuserbuffers_pushsend`` (one thread, ``atomicAdd_system`` on the peer's flag); the
+receiver's ``kuserbuffers_pushrecv`` spins on it on the receive stream, which records the
+event the next GEMM's stream waits on. So a GEMM (or the final reduce) that waits for
+received data starts a kernel launch (the flag kernel's, dispatched when the copy ends)
+and the link's latency (its flag crossing) after the data arrived (``sync_s``), besides
+its own launch and the copy command's set-up. No published measurement of these steps on
+NVLink was found; they are charged with the preset's launch and link figures, as every
+other kernel and flag. The pipeline RS's comm kernel starts one launch after the split
+GEMM ends (as the next split's launch: the same time), its cross-rank flag barrier not
+charged.
+
 ASSUMPTION (one-shot RS): TE's RS kernel reads each rank's block of every peer's
 partial over the links; here each rank's RS kernel sends its partial blocks to their
 owners, who add them as they land: the same bytes on the same link directions,
@@ -104,6 +117,7 @@ def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]]
     def rows(chunks: list[int]) -> tuple[int, int, int, int]:
         return (p.chunk(min(chunks))[0], p.chunk(max(chunks))[1], 0, p.k)
 
+    sync = _flag_sync(p, p.ring_at(-1))  # TE runs within one node: every peer alike
     phases: list = []
     if swap >= 0:  # the pair's exchange: a copy and its arrival, before any GEMM
         amap = AddressMap(aspace, i, n, "store", writes, incoming_op="store", local_ok=True)
@@ -125,8 +139,17 @@ def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]]
         cmap = AddressMap(cspace, i, n, p.producer_op(), kernel.local_writes(), local_ok=True)
         phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
                                   fused=True, preload=preload if s == 0 and swap < 0 else [],
-                                  waits=(here,) if s > 0 or swap >= 0 else ()))
+                                  waits=(here,) if s > 0 or swap >= 0 else (),
+                                  sync_s=sync))
     return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
+
+
+def _flag_sync(p: Problem, peer: int) -> float:
+    """The per-chunk stream synchronisation of a userbuffers receive (module docstring):
+    the sender's flag kernel's launch, then its flag's crossing to this rank."""
+    if p.world < 2:
+        return 0.0
+    return p.spec.launch_s + p.topology.route(peer, p.rank).latency
 
 
 def te_ring_ag(p: Problem, op: Operation, algorithm: str) -> Plan:
@@ -235,5 +258,6 @@ def te_p2p_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     own = p.chunk_region(i)
     reduce = CuStep("te reduce", op.parts.stream,
                     [("C", own)] + [(f"R{s}", own) for s in p.others], ("O", own), i)
-    phases.append(StepsPhase("reduce", [reduce], waits=(done,)))
+    phases.append(StepsPhase("reduce", [reduce], waits=(done,),
+                             sync_s=_flag_sync(p, order[0])))
     return Plan(layout, inputs, phases, slots, [("O", own)], arbitration=ARBITRATION)

@@ -208,3 +208,35 @@ def test_a_sustained_fraction_is_checked(tmp_path):
         path.write_text(body)
         with pytest.raises(SpecError, match=why):
             load_device(str(path))
+
+
+def test_te_pays_its_flag_kernel_per_chunk(tmp_path):
+    """TE's ring exchange on 8 A100s (launch 3.55 us, NVLink latency 1 us): rank 0's own
+    chunk leaves by the copy engine during step 0 (its DMA event ends at e); rank 7's
+    chunk lands here at e + 1 us (the ring is symmetric). Step 1's GEMM may launch only
+    once the sender's pushsend kernel has launched (3.55 us after the copy) and its flag
+    has crossed the link (1 us): at e + 1 + 3.55 + 1 us, not at the data's arrival."""
+    import json
+    import tomllib
+
+    from devices.spec import PRESET_DIR
+    from emulator import api
+
+    gpu = tomllib.loads((PRESET_DIR / "a100-sxm.toml").read_text())
+    launch = gpu["compute"]["launch_us"] * 1e-6
+    lat = gpu["interconnect"]["link_latency_ns"] * 1e-9
+    trace = tmp_path / "te.json"
+    api.run("ag+gemm", system="a100-sxm-x8", ranks=8, modes="te-ring", timing_only=True,
+            m=1024, n=512, k=1024, trace=str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    tid = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+           if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    mine = [(tid[(e["pid"], e["tid"])], e["name"], e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6)
+            for e in events if e.get("ph") == "X" and e["pid"] == 1]
+    dma_end = min(end for track, _, _, end in mine if track == "DMA engine")
+    step0_end = next(end for track, name, _, end in mine
+                     if track == "GEMM stages")
+    step1 = next(start for track, name, start, _ in mine
+                 if track == "launch" and name == "step 1")
+    assert step1 == pytest.approx(max(step0_end, dma_end + lat + launch + lat), abs=1e-9)
+    assert step1 > dma_end + lat + launch  # more than the data's arrival and a launch

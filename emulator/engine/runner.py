@@ -144,7 +144,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
         start = max([clock.cu.free_at] + [times[n][1] for n in ph.after])
         for sig in ph.waits:  # a launch that waits on signals (a stream wait)
             watchdog.post("compute", f"{mode} {ph.name}: waits for {sig.name}", waiting=True)
-            start = max(start, tracker.wait(sig, opts.watchdog_s))
+            start = max(start, tracker.wait(sig, opts.watchdog_s) + ph.sync_s)
         launch = spec.launch_s if getattr(ph, "launch", True) else 0.0
         if launch:
             clock.log("launch", ph.name, start, start + launch)
