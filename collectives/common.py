@@ -263,11 +263,16 @@ class Problem:
         return TileSpace(buffer, tiles, slots.alloc(f"{buffer} tile", len(tiles)))
 
     def store_queue(self, destinations: int) -> float:
-        """Bytes of remote stores per destination a GEMM stage may leave queued behind it,
-        when its stores go to ``destinations`` peers. ASSUMPTION: stores bound for peers
-        wait in the L2's write path until their link takes them; a quarter of the L2 may
-        hold them (the rest keeps the GEMM's panels), split evenly over the destinations."""
-        return self.spec.l2_bytes / 4 / max(1, destinations)
+        """Bytes of remote stores per destination a GEMM stage may leave queued behind it
+        (``Kernel.store_queue``): its own (``STAGE``). Stores leave as the epilogue issues
+        them and a WG retires as the link accepts its tile's stores, so in a model of
+        whole waves a wave's stores drain while the next wave computes and the link holds
+        the kernel back only when it falls a wave behind. (It replaced an unsourced
+        quarter of the L2 split over the destinations, which decided every RS-W and RS-A
+        result.) ``destinations`` is kept for the callers: the queue is per destination."""
+        from emulator.engine.kernel import STAGE
+
+        return STAGE
 
     def gemm(self, space: TileSpace, tile_ids, a: str = "A", gates=None,
              cached: bool = False, store_queue: float = 0.0) -> Kernel:

@@ -189,7 +189,13 @@ def beaten_bounds(doc: dict) -> list[str]:
                 if diff[k] > 0:
                     text += (f": by the causes, {k} gives it {diff[k] * 1e6:.1f} us more of "
                              f"its gain than the bound's")
-            elif not mine:
+            elif mine:
+                parts = {k: v for k, v in mine["parts_s"].items() if k != "overlap"}
+                k = max(parts, key=parts.get)
+                if parts[k] > 0:
+                    text += (f": by the causes, its largest part besides overlap is {k} "
+                             f"({parts[k] * 1e6:.1f} us of its gain)")
+            else:
                 text += ": --causes names the costs it saves there"
             out.append(text)
     return out

@@ -27,7 +27,11 @@ slice) pays the NIC's issue cost twice (the put and the flag put). A stage's
 remote stores leave through a store queue per destination: with
 ``store_queue`` = Q bytes the stage retires once all but Q bytes of them have
 left (the link keeps streaming the rest behind the next stage); with Q = 0 it
-holds its WGs until they have all left.
+holds its WGs until they have all left; with ``STAGE`` Q is the stage's own stores to
+that destination: a stage retires once its stores have begun to leave, i.e. once the
+stores of the stage before it have left (WGs retire as the link accepts their tiles'
+stores, so a wave's stores drain while the next wave computes, and the link pushes back
+on the kernel only when it falls a whole wave behind).
 
 This module holds the kernel's description (pure data, no MPI); ``launch.py``
 runs it.
@@ -47,6 +51,9 @@ from emulator.engine.addrmap import TileSpace
 Gates = tuple[Signal, ...]
 
 
+STAGE = -1.0  # ``Kernel.store_queue``: one stage's own stores per destination
+
+
 @dataclass(frozen=True)
 class Kernel:
     producer: object  # a ``producers.Producer``
@@ -59,7 +66,8 @@ class Kernel:
     persistent: bool = False
     exit_waits: tuple[Signal, ...] = ()  # persistent: flags polled by the WGs at exit
     store_queue: float = 0.0  # bytes of remote stores per destination a stage may leave
-    # queued behind it (0: a stage retires when its remote stores have left)
+    # queued behind it (0: a stage retires when its remote stores have left; ``STAGE``:
+    # its own stores, so a stage's stores drain while the next stage computes)
     fair_share: bool = False  # persistent: a round's WGs share the HBM fairly (served as
     # one group from the earliest WG's start; O(rounds), for grids of many small tasks);
     # False: each WG reserves on its own in WG order

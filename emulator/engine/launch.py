@@ -14,7 +14,7 @@ from devices.hbm import STORAGE_DTYPES, Hbm
 from devices.regions import join, region_shape
 from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
-from emulator.engine.kernel import Gates, Kernel, LaunchItems
+from emulator.engine.kernel import STAGE, Gates, Kernel, LaunchItems
 from emulator.model import transfers
 from emulator.model.arbitration import Alone
 from emulator.model.clock import RankClock
@@ -129,7 +129,8 @@ class KernelRunner:
             share = transfers.fraction(clock, self.cost, dst, "store")
             link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores", share)
             arrivals[dst] = link_end + clock.latency(dst)
-            end = max(end, link_end - queue / (clock.route(dst).rate * share) if queue
+            q = nbytes if queue == STAGE else queue  # Kernel.store_queue
+            end = max(end, link_end - q / (clock.route(dst).rate * share) if q
                       else link_end)
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, base, sc.compute_s

@@ -19,6 +19,9 @@ chunk is one stage; every phase pays the 1 us launch):
 
 - wg-stores:   C = A @ B; the WGs of stage 0 update chunk o straight into rank o
                (``remote_map``); chunk r is tracked after 2 writes (reduce-scatter).
+- store-queue: wg-stores with a tile per stage on a slow link, the store queue one
+               stage's own stores: each stage is held until the stores of the stage
+               before it have left (the link pushes back a wave behind).
 - dma-push:    the same reduce-scatter, chunk o's two tiles pushed as updates by
                DMA engines 0 and 1 at once (``dma_map``), round-robin arbitration;
                the peer's updates landing while stage 1 writes take half the HBM from
@@ -217,6 +220,60 @@ def wg_stores_log(r, o):
         ("gemm", "stage 1", s0_end, s1_end),  # starts when stage 0 retired
         ("hbm", f"{nm('C', chunk(r))} remote updates land", arr, landed),  # land(arr, 2 tiles)
         ("tracker", f"{nm('C', chunk(r))} complete", done, done),  # max(local, landed)
+    ]
+
+
+# ================================================================ 1b. store queue
+# wg-stores with one tile per stage (stage 0: tile A of chunk o, stage 1: tile B of chunk
+# o, both stored into rank o's C by the producing WG; stages 2, 3: chunk r's tiles,
+# updated locally), on a link cut to LQ = 20 GB/s so that a tile's stores (3.28 us on the
+# link) take longer than a stage's compute (WG_S = 2.048 us), with the store queue of one
+# stage (``Kernel.store_queue = STAGE``): a stage retires once its own stores have begun
+# to leave, so stage 1 is held until stage 0's stores have left (the link pushes back a
+# wave behind) and stage 2 until stage 1's have. Rank o's updates into chunk r are not
+# tracked (no landing to time: the data still arrive, and are checked).
+LQ = 20e9
+
+
+def store_queue_plan(spec, r, o):
+    from emulator.engine.kernel import STAGE
+
+    slots = Slots()
+    cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
+    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r), store_queue=STAGE, stage_size=1)
+    cmap = AddressMap(cspace, r, 2, "update", gemm.local_writes(), local_ok=True)
+    cmap.remote_map(chunk(o), o, op="update")
+    plan = Plan(GEMM_LAYOUT, GEMM_INPUTS, [KernelPhase("store-queue", gemm, [cmap], "rs")],
+                slots, [("C", chunk(r))])
+    x = inputs_of(11, r, A=(M, K), Bm=(K, N))
+    return plan, {"A": x["A"], "Bm": x["Bm"]}
+
+
+def store_queue_want(r, o):
+    rows = slice(*chunk(r)[:2])
+    return _matmul(11, 0)[rows] + _matmul(11, 1)[rows]
+
+
+def store_queue_log(r, o):
+    t = LAUNCH
+    q = TILE / LQ  # one stage's stores on the link
+    s0_read = t + WG_S  # stage 0: compute (its reads stream with it)
+    s0_link = s0_read + q  # its tile leaves from its read end
+    s0_end = s0_read  # retires once its stores began to leave (queue = its own bytes)
+    s1_read = s0_end + WG_S
+    s1_link = s0_link + q  # the link is stage 0's until s0_link
+    s1_end = max(s1_read, s1_link - q)  # held until stage 0's stores have left
+    assert s1_end == s0_link > s1_read
+    s2_end = s1_end + WG_S + UPD * TILE / BW  # local update after its compute
+    s3_end = s2_end + WG_S + UPD * TILE / BW
+    return [
+        ("launch", "store-queue", 0.0, t),
+        ("gemm", "stage 0", t, s0_end),
+        (f"link->{o}", "stage 0 stores", s0_read, s0_link),
+        ("gemm", "stage 1", s0_end, s1_end),
+        (f"link->{o}", "stage 1 stores", s1_read, s1_link),
+        ("gemm", "stage 2", s1_end, s2_end),
+        ("gemm", "stage 3", s2_end, s3_end),
     ]
 
 
@@ -898,6 +955,7 @@ CASES = {
     "persistent": (persistent_plan, persistent_want, persistent_log),
     "persistent-puts": (persistent_puts_plan, persistent_puts_want, persistent_puts_log),
     "launch-wait": (launch_wait_plan, launch_wait_want, launch_wait_log),
+    "store-queue": (store_queue_plan, store_queue_want, store_queue_log),
     "self-slots": (self_slots_plan, launch_wait_want, self_slots_log),
 }
 
@@ -966,6 +1024,11 @@ def main(names: list[str]) -> int:
     for name in names or list(CASES):
         build, want_of, log_of = CASES[name]
         on = two_nodes(spec) if name in ("nic", "persistent-puts") else spec
+        if name == "store-queue":  # a slow link: the stores take longer than the compute
+            import dataclasses
+
+            on = dataclasses.replace(on, interconnect=dataclasses.replace(
+                on.interconnect, link_bw=LQ))
         plan, inputs = build(on, r, o)
         res = run_plan(comm, plan, on, name, inputs, opts)
         want = want_of(r, o)
