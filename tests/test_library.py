@@ -58,7 +58,7 @@ def test_ll128_wins_between_ll_and_simple():
 def test_small_messages_run_on_fewer_channels_at_the_predicted_bandwidth():
     # LL's threshold: nBytes < nc x 512 threads x 8 x nRanks -> nc falls to 1 at 32 KB;
     # enqueue.cc does not redo the prediction, and the call runs at the bus bandwidth the
-    # prediction used (LL: min(87.7, 240 x 0.5)), not 1/24 of it (issue 48)
+    # prediction used (LL: min(87.7, 240 x 0.5)), not 1/24 of it
     small = _ag(32 << 10)
     assert small.protocol == "LL" and small.channels == 1
     assert small.bw_ratio == pytest.approx(87.7 / 240)

@@ -83,7 +83,7 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
             link_end = transfers.send(clock, dst, ready, nbytes, step.name, fraction,
                                       channels=library is not None)
             # the kernel reads what it sends as the link takes it (loads feed stores),
-            # not all at once ahead of the link (issue 48: an all-gather's reads burst
+            # not all at once ahead of the link (an all-gather's reads, burst
             # at the HBM's rate and pushed its received data's landing out by as long)
             read_end = ready
             if read_bytes:

@@ -188,7 +188,7 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     # every thread has at least its threshold of bytes. The prediction is not redone:
     # the channels dropped are those a latency-bound call does not need (each thread
     # still sends one protocol line per step), so the call runs at the predicted bus
-    # bandwidth and the emulated call and the prediction are one model (issue 48).
+    # bandwidth and the emulated call and the prediction are one model.
     while nbytes < nc * nt * threshold:
         if nc > 1:
             nc -= 1

@@ -96,7 +96,7 @@ def library_send(clock: RankClock, cost: CostModel, dst: int, choice=None) -> tu
     kernels, at the route's latency), arriving the protocol's per-step hardware latency
     after it left: the library's own measured latency of a step over that kind of link
     (tuning.cc's hwLat, the link included), so that the emulated call and the library's
-    prediction are one model (issue 48; the preset's link latency, often an ASSUMPTION,
+    prediction are one model (the preset's link latency, often an ASSUMPTION,
     is for the other executors)."""
     share, lat = fraction(clock, cost, dst, "library"), clock.latency(dst)
     if choice is not None:

@@ -1,5 +1,5 @@
 """A direct all-gather of three peers (4 ranks) on the toy device, its whole modelled event
-log against one derived by hand (issue 48: the serial baseline's all-gather paid its
+log against one derived by hand (the serial baseline's all-gather once paid its
 received bytes twice).
 
 usage: gather_log.py   (4 ranks)

@@ -148,10 +148,13 @@ class Measured:
 
 @dataclass(frozen=True)
 class Direction:
-    """Whether a finding stated without a magnitude holds in the emulator."""
+    """Whether a finding stated without a magnitude holds in the emulator, and (``cause``)
+    the emulator's cause that carries it: the largest part, from ``--causes``, of the
+    gain the finding rests on (None: not computed, the sweep has no causes)."""
 
     holds: bool
     text: str
+    cause: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,9 @@ class Claim:
     published: Published | None  # None: no magnitude (compared in direction only)
     needs: tuple[str, ...]  # the scenarios whose sweeps it is computed from
     compute: Callable[[Sweeps], Outcome]
+    named: tuple[str, ...] = ()  # a direction-only finding: the causes the paper gives for
+    # it, as the emulator's cause names (``emulator/model/ablation.py``; () : the paper's
+    # cause has no counterpart there, so its cause is not checked)
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,16 @@ class Row:
 
     @property
     def holds(self) -> bool:
+        """Holds for the paper's reason (its cause checked against the causes table)."""
         return self.verdict == "direction only: holds"
+
+    @property
+    def another_reason(self) -> bool:
+        return self.verdict.startswith("direction only: holds for another reason")
+
+    @property
+    def unchecked(self) -> bool:
+        return self.verdict.startswith("direction only: holds, cause not checked")
 
 
 def sweep_command(scenario: str, doc: dict | None = None, causes: bool | None = None) -> str:
@@ -230,7 +245,7 @@ def evaluate(claim: Claim, sweeps: Sweeps) -> Row:
                    f"not computed ({out.reason})", command)
     if isinstance(out, Direction):
         return Row(claim.figure, claim.where, published, out.text, band,
-                   f"direction only: {'holds' if out.holds else 'does not hold'}", command)
+                   direction_verdict(claim, out), command)
     if pub is None:
         raise ValueError(f"{claim.figure}: a measured value needs a published figure")
     text = out.text or (fmt(out.lo, pub.kind) if out.hi is None
@@ -239,11 +254,50 @@ def evaluate(claim: Claim, sweeps: Sweeps) -> Row:
                verdict(pub, out.lo, out.hi), command)
 
 
+def direction_verdict(claim: Claim, out: Direction) -> str:
+    """A finding without a magnitude "holds" only when the emulator's cause of it is one
+    the paper names; else it "holds for another reason" (naming the emulator's), or, where
+    the cause could not be checked (the paper's has no counterpart among the emulator's
+    causes, or the sweep ran without ``--causes``), "holds, cause not checked"."""
+    if not out.holds:
+        return "direction only: does not hold"
+    if not claim.named:
+        return ("direction only: holds, cause not checked (the paper's cause has no "
+                "counterpart among the emulator's causes)")
+    if out.cause is None:
+        return ("direction only: holds, cause not checked (needs the sweep with "
+                f"{CAUSES_FLAG})")
+    if out.cause in claim.named:
+        return "direction only: holds"
+    return (f"direction only: holds for another reason ({out.cause}; the paper's: "
+            f"{', '.join(claim.named)})")
+
+
+def gain_cause(pt: dict, mode: str, against: str | None = None) -> str | None:
+    """The cause carrying ``mode``'s gain on a point (the largest part of its gain over its
+    baseline, overlap included, from ``--causes``); with ``against`` (a bound run with
+    causes over the same baseline), the cause of its gain beyond that run's: the largest
+    difference of their parts. None without causes."""
+    mine = (runs(pt).get(mode) or {}).get("causes")
+    if not mine:
+        return None
+    parts = dict(mine["parts_s"])
+    if against is not None:
+        theirs = (runs(pt).get(against) or {}).get("causes")
+        if not theirs or theirs["baseline"] != mine["baseline"]:
+            return None
+        parts = {k: v - theirs["parts_s"].get(k, 0.0) for k, v in parts.items()}
+    return max(parts, key=parts.get)
+
+
 def counts(rows: list[Row]) -> dict[str, int]:
-    out = {"within": 0, "outside": 0, "direction": 0, "holds": 0, "not computed": 0}
+    out = {"within": 0, "outside": 0, "direction": 0, "holds": 0, "another reason": 0,
+           "unchecked": 0, "not computed": 0}
     for r in rows:
         out[r.status] += 1
         out["holds"] += r.holds
+        out["another reason"] += r.another_reason
+        out["unchecked"] += r.unchecked
     return out
 
 
@@ -395,8 +449,10 @@ def page(paper: Paper, sweeps: Sweeps, rows: list[Row], details: list[str],
     lines += [f"    {validate_command}", "", BANDS_TEXT, ""]
     c = counts(rows)
     lines += [f"Of {len(rows)} figures: {c['within']} within band, {c['outside']} outside "
-              f"band, {c['direction']} direction only ({c['holds']} hold), "
-              f"{c['not computed']} not computed.", "", "## Published figures", ""]
+              f"band, {c['direction']} direction only ({c['holds']} hold for the paper's "
+              f"reason, {c['another reason']} for another, {c['unchecked']} with the cause "
+              f"not checked), {c['not computed']} not computed.", "",
+              "## Published figures", ""]
     lines += table(rows) + [""]
     lines += details
     return "\n".join(lines).rstrip() + "\n"
