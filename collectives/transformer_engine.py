@@ -39,7 +39,7 @@ Per chunk, as TE's code does it (``CommOverlapP2PBase``): a copy-engine send is
 receiver's ``kuserbuffers_pushrecv`` spins on it on the receive stream, which records the
 event the next GEMM's stream waits on. So a GEMM (or the final reduce) that waits for
 received data starts a kernel launch (the flag kernel's, dispatched when the copy ends)
-and the link's latency (its flag crossing) after the data arrived (``sync_s``), besides
+and the link's latency (its flag crossing) after the data arrived (``sync_launches``, ``sync_peer``), besides
 its own launch and the copy command's set-up. No published measurement of these steps on
 NVLink was found; they are charged with the preset's launch and link figures, as every
 other kernel and flag. The pipeline RS's comm kernel starts one launch after the split
@@ -140,16 +140,17 @@ def _ag_steps(p: Problem, op: Operation, algorithm: str, blocks: list[list[int]]
         phases.append(KernelPhase(f"step {s}", kernel, [cmap, amap], op.parts.stream,
                                   fused=True, preload=preload if s == 0 and swap < 0 else [],
                                   waits=(here,) if s > 0 or swap >= 0 else (),
-                                  sync_s=sync))
+                                  **sync))
     return Plan(layout, inputs, phases, slots, result, arbitration=ARBITRATION)
 
 
-def _flag_sync(p: Problem, peer: int) -> float:
+def _flag_sync(p: Problem, peer: int) -> dict:
     """The per-chunk stream synchronisation of a userbuffers receive (module docstring):
-    the sender's flag kernel's launch, then its flag's crossing to this rank."""
+    the sender's flag kernel's launch, then its flag's crossing from ``peer`` to this rank
+    (``KernelPhase.sync_launches``, ``sync_peer``: timed on the clock's device)."""
     if p.world < 2:
-        return 0.0
-    return p.spec.launch_s + p.topology.route(peer, p.rank).latency
+        return {}
+    return {"sync_launches": 1, "sync_peer": peer}
 
 
 def te_ring_ag(p: Problem, op: Operation, algorithm: str) -> Plan:
@@ -259,5 +260,5 @@ def te_p2p_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
     reduce = CuStep("te reduce", op.parts.stream,
                     [("C", own)] + [(f"R{s}", own) for s in p.others], ("O", own), i)
     phases.append(StepsPhase("reduce", [reduce], waits=(done,),
-                             sync_s=_flag_sync(p, order[0])))
+                             **_flag_sync(p, order[0])))
     return Plan(layout, inputs, phases, slots, [("O", own)], arbitration=ARBITRATION)

@@ -9,6 +9,8 @@ a figure derived by hand or the library's own prediction.
   their links and the landing stream starts when the data began to arrive over all the
   links it came on (tests/mpi/gather_log.py, a hand-derived log on 4 ranks); on FiCCO's
   g5, removing contention no longer removes the received bytes' time at the HBM's rate.
+- The DMA queue, the persistent grid, TE's per-chunk flag, the sustained HBM rate, the
+  beaten-bound line and the views' defects, each against a hand-derived figure.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import pytest
 from tests.conftest import run_mpi_script
 
 
-def test_a_three_peer_all_gather_lands_as_derived_by_hand():
+def test_a_three_peer_all_gather_and_switch_stores_run_as_derived_by_hand():
+    """tests/mpi/gather_log.py on 4 ranks: a direct all-gather's landings, and a fused
+    GEMM's stores to three peers behind one up port draining a wave behind."""
     job = run_mpi_script("gather_log.py", 4, timeout=300)
-    assert "GATHER-LOG OK" in job.stdout, job.stdout[-4000:] + job.stderr[-3000:]
+    for case in ("gather", "switch-stores"):
+        assert f"GATHER-LOG OK {case}" in job.stdout, job.stdout[-4000:] + job.stderr[-3000:]
     assert job.returncode == 0
 
 
@@ -149,15 +154,16 @@ def test_the_fused_gemm_keeps_the_plain_gemms_waves():
     """Mixtral-8x7B's combine GEMM at 2048 tokens on 4 x MI210 (512 tiles of 128 x 128 at
     1 WG per CU): the persistent grid has the plain stage's 104 WGs (the 12.5% register
     cost was measured on the embedding kernel, not here), so it runs the plain GEMM's 5
-    waves, not 6 rounds of 91 (1.2x): fused is within 1% of max(GEMM, all-to-all) and
-    no faster than the GEMM alone."""
+    waves, not 6 rounds of 91 (1.2x): fused is within 1% of the GEMM alone and of
+    max(GEMM, all-to-all) (a little below both: its tiles go straight to their owners,
+    2,660 MB of DRAM traffic against 2,757)."""
     from emulator import api
 
     res = api.run("gemm+a2a", system="mi210x4", ranks=4, timing_only=True,
                   modes="sequential,ideal-overlap,fused", m=2048, n=4096, k=14336)
     fused, bound = res["fused"].modelled_time_s, res["ideal-overlap"].modelled_time_s
     gemm = res["sequential"].raw["phases"]["gemm"]
-    assert gemm <= fused <= 1.01 * bound + 2e-6
+    assert abs(fused / gemm - 1) < 0.01 and abs(fused / bound - 1) < 0.01
 
 
 def test_a_beaten_bound_is_said_with_its_cause():

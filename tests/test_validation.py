@@ -288,22 +288,6 @@ def test_validate_needs_a_directory():
     assert "give at least one sweep directory" in r.stderr
 
 
-def test_rounds_over_stages_uses_the_points_gemm_kernel():
-    """The fused-ops page's wave-quantisation check, hand-derived: 2048 x 4096 of 128 x 128
-    tiles = 512. The kernel model's 1 WG per CU on 104 CUs: a plain stage of S = 104 and
-    the persistent grid P = S (no occupancy loss on a GEMM), each WG at 1/max(P, S):
-    ceil(512/104) = 5 rounds x 104 over 5 stages x 104 = 1. The same with the device's
-    fixed tile (2 WGs per CU: S = P = 208): 3 x 208 / (3 x 208) = 1. (Before the
-    occupancy loss was confined to the embedding kernel: 91 WGs, 6/5 = 1.2.)"""
-    from emulator.app.validation.fused_ops import rounds_over_stages
-
-    ds = {"cus": 104, "wg_tile_m": 128, "wg_tile_n": 128, "wgs_per_cu": 2}
-    p = {"m": 2048, "n": 4096, "device_spec": ds,
-         "gemm_kernel": {"tile": "128x128x32", "wgs_per_cu": 1, "modelled": True}}
-    assert rounds_over_stages(p) == pytest.approx(1.0)
-    assert rounds_over_stages({**p, "gemm_kernel": None}) == pytest.approx(1.0)
-
-
 def test_the_rs_swizzle_s_gain_split_into_causes_from_the_runs_causes():
     """Two RS points: swizzled 8 s and unswizzled 10 s, each cut of sequential's 12 s split
     into causes. The swizzle's gain (2 s per point) is the swizzled run's parts less the

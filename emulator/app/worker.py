@@ -161,12 +161,17 @@ def summary_table(doc: dict) -> str:
 
 
 def beaten_bounds(doc: dict) -> list[str]:
-    """A line for every configuration faster than a bound of the job: an isolated run
-    (max of the baseline's kernels, each run alone) or the GEMM alone, saying by how much
-    and why it may be (it does not run those kernels), so a beaten bound is never silent."""
+    """A line for every configuration faster than a bound of the job: an ideal bound (an
+    isolated run the registry compares, not a measurement run such as FiCCO's DIL and CIL
+    runs) or the GEMM alone, saying by how much and why it may be (it does not run those
+    kernels), so a beaten bound is never silent."""
+    from emulator.app.catalog import registry
+
+    reg = registry(tuple(doc.get("config", {}).get("configs", ())))
     runs = doc["runs"]
     bounds = [(r["mode"], r["modelled_time_s"], "the baseline's kernels, each run alone")
-              for r in runs if r.get("isolated")]
+              for r in runs if r.get("isolated")
+              and getattr(reg.configurations.get(r["mode"]), "compared", False)]
     alone = next((r["gemm_alone_s"] for r in runs if r.get("gemm_alone_s")), None)
     if alone:
         bounds.append(("the GEMM alone", alone, "the baseline's GEMM kernel, run alone"))

@@ -125,13 +125,23 @@ class KernelRunner:
                                           compute=True)[1]
         arrivals = {self.hbm.rank: end}
         queue = k.store_queue
+        began: dict[str, float] = {}  # STAGE: first port -> when this stage's stores began
         for dst, nbytes in sorted(sc.remote_bytes.items()):
             share = transfers.fraction(clock, self.cost, dst, "store")
             link_end = transfers.send(clock, dst, read_end, nbytes, f"stage {s} stores", share)
             arrivals[dst] = link_end + clock.latency(dst)
-            q = nbytes if queue == STAGE else queue  # Kernel.store_queue
-            end = max(end, link_end - q / (clock.route(dst).rate * share) if q
-                      else link_end)
+            route = clock.route(dst)
+            if queue == STAGE:  # Kernel.store_queue: the stage retires once its stores
+                # have begun to leave on every port they take (destinations behind one up
+                # port queue there one after another: the first one's start counts)
+                port = route.hops[0].port if route.hops else str(dst)
+                began[port] = min(began.get(port, math.inf),
+                                  link_end - nbytes / (route.rate * share))
+            else:
+                end = max(end, link_end - queue / (route.rate * share) if queue
+                          else link_end)
+        if began:
+            end = max(end, max(began.values()))
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, base, sc.compute_s
 

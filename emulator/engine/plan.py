@@ -66,9 +66,11 @@ class KernelPhase:
     clock: str = "main"
     after: tuple[str, ...] = ()
     waits: tuple[Signal, ...] = ()  # signals the launch waits for
-    sync_s: float = 0.0  # the stream synchronisation between a waited signal and this
-    # launch (TE: the flag kernel that says the data is here, launched when the copy ends,
-    # its flag crossing the link)
+    sync_launches: int = 0  # the stream synchronisation between a waited signal and this
+    sync_peer: int = -1  # launch: kernel launches (the device's launch cost each) and the
+    # route's latency from ``sync_peer`` (-1: none) (TE: the flag kernel that says the data
+    # is here, launched when the copy ends, its flag crossing the link); timed on the
+    # clock's device, so the ``launches`` counterfactual removes them too
     launch: bool = True  # False: the previous phase's persistent kernel goes on to this
     # task list (no launch of its own; it starts when that kernel's WGs are done)
     parts: bool = False  # also report the kernel's and its executors' own windows, as
@@ -95,7 +97,8 @@ class StepsPhase:
     after: tuple[str, ...] = ()
     credit: Credit | None = None
     waits: tuple[Signal, ...] = ()  # signals the launch waits for
-    sync_s: float = 0.0  # as ``KernelPhase.sync_s``
+    sync_launches: int = 0  # as ``KernelPhase.sync_launches``
+    sync_peer: int = -1
     library: object = None  # the library's choice when a library runs this collective
     # (``emulator/model/library.Choice``): protocol, channels, latencies
     launch: bool = True  # False: the library's kernel goes on (an all-reduce's AG half)

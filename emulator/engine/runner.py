@@ -142,9 +142,11 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
             watchdog.wait_all(comm, f"{mode}: end of {plan.phases[idx - 1].name}", opts.watchdog_s)
         clock = clocks[ph.clock]
         start = max([clock.cu.free_at] + [times[n][1] for n in ph.after])
+        sync = ph.sync_launches * spec.launch_s + (
+            clock.latency(ph.sync_peer) if ph.sync_peer >= 0 else 0.0)
         for sig in ph.waits:  # a launch that waits on signals (a stream wait)
             watchdog.post("compute", f"{mode} {ph.name}: waits for {sig.name}", waiting=True)
-            start = max(start, tracker.wait(sig, opts.watchdog_s) + ph.sync_s)
+            start = max(start, tracker.wait(sig, opts.watchdog_s) + sync)
         launch = spec.launch_s if getattr(ph, "launch", True) else 0.0
         if launch:
             clock.log("launch", ph.name, start, start + launch)

@@ -62,12 +62,13 @@ Memory-bound kernels (GEMV, embedding pooling, elementwise): latency and row loc
   first falls with the number of WGs (latency hidden) and then rises (locality
   lost): the occupancy trade-off. Streaming reads (GEMM panels, GEMV weight rows)
   keep their locality.
-Persistent kernels: P resident WGs each get 1 / max(P, CUs) of the device's
-rate (a WG alone on a CU has all of it) instead of 1 / S.
+Persistent kernels: P resident WGs each get 1 / max(P, S) of the matrix rate
+(never more than in a full stage) and 1 / max(P, CUs) of the vector rate.
 Link transfer of B bytes: B at the route's rate through the ports of its route
 (``topology.py``: a link, a switch's up port then the receiver's down port, a
 CPU link, a NIC), arrival = end + the route's latency.
-DMA command: ``dma_setup_s``, then the source read (B at the HBM) and the link
+DMA command: ``dma_setup_s`` (set up in the engine's queue, under the running
+transfer when queued behind one), then the source read (B at the HBM) and the link
 transfer stream concurrently; the engine is busy until both end.
 Writes landing from peers are charged to the receiver's HBM as they stream in,
 from (arrival - B / L) on (``update_cost`` x B for updates, B for stores);

@@ -108,7 +108,7 @@ class Choice:
     # its time is still the prediction's: see ``choose``)
     comm_channels: int
     nbytes: int
-    busbw_gb_per_s: float  # predicted bus bandwidth of the call (with its channels)
+    busbw_gb_per_s: float  # the call's bus bandwidth (the prediction's, whatever its channels)
     predicted_us: float  # the library's predicted time (latency + bytes / algbw)
     latency_us: float
     bw_ratio: float  # the call's share of the Simple protocol's full bus bandwidth

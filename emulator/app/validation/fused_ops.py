@@ -206,28 +206,6 @@ def launch_check(p: dict, launches_saved: int) -> dict:
     return {"gain_s": gain, "launches_s": launches_saved * launch, "launch_s": launch}
 
 
-def rounds_over_stages(p: dict) -> float:
-    """The persistent GEMM's time over the plain GEMM's from wave quantisation alone: the
-    plain kernel runs ceil(tiles / S) stages of S WGs (each WG 1/S of the device), the
-    persistent grid of P WGs (``collectives/persistent.grid``: S, no occupancy loss on a
-    GEMM) runs ceil(tiles / P) rounds, each WG 1/max(P, S) of it (``cost.py``):
-    (rounds x max(P, S)) / (stages x S), 1 when P = S. The tile and WGs per CU are the
-    point's GEMM kernel's (the kernel model's choice), else the device's fixed tile."""
-    import math
-
-    ds, kern = p["device_spec"], p.get("gemm_kernel") or {}
-    if kern.get("modelled"):
-        tm, tn = (int(x) for x in kern["tile"].split("x")[:2])
-        per_cu = kern["wgs_per_cu"]
-    else:
-        tm, tn, per_cu = ds["wg_tile_m"], ds["wg_tile_n"], ds["wgs_per_cu"]
-    tiles = math.ceil(p["m"] / tm) * math.ceil(p["n"] / tn)
-    slots = ds["cus"] * per_cu
-    grid = slots
-    share = max(grid, slots)
-    return math.ceil(tiles / grid) * share / (math.ceil(tiles / slots) * slots)
-
-
 def _notes(sw: Sweeps) -> list[str]:
     lines = ["## What decides it", "",
              "- The fused kernels are persistent (`collectives/persistent.py`): one launch, a "
@@ -268,23 +246,6 @@ def _notes(sw: Sweeps) -> list[str]:
             f"({saved * chk[0]['launch_s'] * 1e6:.1f} us) {'is' if one else 'are'} "
             f"{share * 100:.0f}% of the fused operator's gain on average over the "
             f"{len(gemv)} GEMV points, {verdict}.")
-    gemm = [p for p in compared(sw, GEMM) if comm_share(p) < 0.10]
-    fits = [p for p in gemm if abs(time_of(p, FUSED) / time_of(p, BOUND)
-                                   - rounds_over_stages(p)) < 0.03]
-    if gemm and len(fits) == len(gemm):
-        lines.append(
-            f"- GEMM + All-to-All, not for the paper's reason: where the collective is under "
-            f"10% of the baseline ({len(gemm)} points), the fused operator's time over "
-            f"max(compute, communication) follows wave quantisation alone: the persistent "
-            f"grid of P WGs (the S of a plain stage of the same tile; each WG 1/max(P, S) "
-            f"of the device) runs ceil(tiles / P) rounds against the plain "
-            f"GEMM's ceil(tiles / S) stages "
-            f"(predicted " + ", ".join(f"{rounds_over_stages(p):.3f}" for p in gemm)
-            + "; modelled " + ", ".join(f"{time_of(p, FUSED) / time_of(p, BOUND):.3f}"
-                                        for p in gemm)
-            + "). So its cut can exceed the communication it hides, or turn negative, by "
-              "tile count, not by overlap; the study's cause (a generic Triton GEMM that "
-              "dominates) is not what caps it here.")
     up = bounded(sw, SCALE_UP)
     if up and time_of(up[-1], FUSED) < time_of(up[-1], BOUND):
         p = up[-1]
