@@ -178,6 +178,24 @@ def test_a_direction_holds_only_for_the_papers_reason(t3_parts, verdict_):
     assert row.another_reason == ("another reason" in verdict_)
 
 
+def test_the_t3_page_says_where_a_bound_is_beaten_and_why():
+    """t3 (2.0) below ideal (3 / 1.35 = 2.22) on every case: the page lists each case with
+    t3 and t3-mca (2.31: not below); with causes on the OP cases, their cause (the largest
+    difference of parts against ideal's: dram-traffic), elsewhere 'not computed'."""
+    doc = _t3_doc(lambda p: _times(t3_=2.0))
+    ideal = {"launches": 0.0, "dram-traffic": 0.1, "overlap": 0.8}
+    for pt in doc["points"]:
+        if pt["sublayer"] == "OP":
+            _with_causes(pt, {"t3": {"launches": 0.0, "dram-traffic": 0.5, "overlap": 0.3},
+                              "ideal-overlap": ideal})
+    lines = t3.beaten({"t3-paper": doc})
+    body = [line for line in lines if line.startswith("| ") and "sub-layer" not in line]
+    assert len(body) == 16 and all("| t3 |" in line for line in body)
+    assert sum("dram-traffic" in line for line in body) == 4  # the four OP cases
+    assert sum("not computed (no --causes)" in line for line in body) == 12
+    assert t3.beaten({"t3-paper": _t3_doc(lambda p: _times())}) == []  # 2.5 > 2.22
+
+
 def test_counts_split_the_direction_verdicts():
     from emulator.app.validation.common import Row, counts
 
