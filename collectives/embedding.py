@@ -234,7 +234,8 @@ def fused(p: Problem, aware: bool) -> Plan:
             flags += [omap.track(mine.region(t)) for t in mine.tiles_in(block)]
         else:
             flags.append(omap.track(block))
-    kernel = Kernel(b.producer(), space, items, wg_tile, order.astype(np.int64), grid(p, shmem_loss=True),
+    kernel = Kernel(b.producer(), space, items, wg_tile, order.astype(np.int64),
+                    grid(p, shmem_loss=True),
                     persistent=True, exit_waits=tuple(flags), fair_share=True,
                     store_queue=p.store_queue(p.world - 1))
     name = "embedding+a2a" if aware else "embedding+a2a (oblivious)"

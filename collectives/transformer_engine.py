@@ -39,8 +39,8 @@ Per chunk, as TE's code does it (``CommOverlapP2PBase``): a copy-engine send is
 receiver's ``kuserbuffers_pushrecv`` spins on it on the receive stream, which records the
 event the next GEMM's stream waits on. So a GEMM (or the final reduce) that waits for
 received data starts a kernel launch (the flag kernel's, dispatched when the copy ends)
-and the link's latency (its flag crossing) after the data arrived (``sync_launches``, ``sync_peer``), besides
-its own launch and the copy command's set-up. No published measurement of these steps on
+and the link's latency (its flag crossing) after the data arrived (``sync_launches``,
+``sync_peer``), besides its own launch and the copy command's set-up. No published measurement of these steps on
 NVLink was found; they are charged with the preset's launch and link figures, as every
 other kernel and flag. The pipeline RS's comm kernel starts one launch after the split
 GEMM ends (as the next split's launch: the same time), its cross-rank flag barrier not

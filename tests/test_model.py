@@ -393,7 +393,8 @@ batch = 64
 
 def test_a_toy_dlrm_s_training_iteration_is_the_hand_composed_sum(toy):
     """A DLRM on the 4 MI210s of mi210x4 (80 GB/s links, 1 us, the library at 0.75 of the
-    peak; 1.36 us launches; HBM sustained 0.853 x 1638 GB/s), the fused design: local batch 64 / 4 = 16; the
+    peak; 1.36 us launches; HBM sustained 0.853 x 1638 GB/s), the fused design: local
+    batch 64 / 4 = 16; the
     interaction over n = 4 x 2 + 1 = 9 vectors feeds the top MLP 16 + 36 = 52 features.
     The embedding + all-to-all runs on all 4 GPUs (sequential and fused); its backward
     all-to-all is the sequential run's a2a phase and a launch; every MLP GEMM is a GEMM
