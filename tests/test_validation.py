@@ -345,6 +345,7 @@ def _t3_models_doc(drop: int = 0) -> dict:
             "setting": {"model": s.model.name, "phase": s.phase, "system": s.where,
                         "tp": s.tp, "pp": 1, "dp": 1, "sp": False, "ep": 1,
                         "split_heads": s.split_heads, "tokens": s.tokens,
+                        "attention": s.attention, "dtype": s.dtype,
                         "batch": s.model.batch, "kind": "transformer",
                         "designs": list(s.designs)},
             "baseline": "sequential", "comm_share": 0.25,
@@ -372,7 +373,8 @@ def test_whole_model_estimates_give_t3_s_end_to_end_rows_and_section(tmp_path):
     write(sweeps, tmp_path / "pages", "t3emu validate results/t3-models --out pages")
     page = (tmp_path / "pages" / "t3.md").read_text()
     assert "## End to end: whole-model estimates" in page
-    assert "| MT-NLG 530B | training | 32 x t3-sim (ring) | TP 32 x PP 1 x DP 1, AR | " in page
+    assert ("| MT-NLG 530B | training | 32 x t3-sim (ring) | TP 32 x PP 1 x DP 1, AR, "
+            "unfused attention, fp16 | ") in page
     assert "    t3emu model --scenario t3-models --out results/t3-models" in page
 
 

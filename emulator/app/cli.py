@@ -281,6 +281,10 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--split-heads", is_flag=True,
               help="Let TP not divide the attention heads: each GPU takes heads x head size "
                    "/ TP columns (T3's sizing of T-NLG and PaLM).")
+@click.option("--attention", type=click.Choice(["flash", "unfused"]), default="flash",
+              show_default=True,
+              help="The attention core: FlashAttention, or the unfused scores, softmax and "
+                   "context kernels of Megatron-LM before it (T3's per-layer breakdown).")
 @click.option("--designs", type=str, default=None,
               help="Comma-separated designs to compare with the baseline (`--list`; "
                    "default: t3,flux,te for a transformer, fused for a DLRM).")
@@ -308,7 +312,7 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
               help="List the shipped models, designs and scenarios.")
 @_what_ifs
 def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, sp, split_heads,
-          designs, seq, batch, dtype, json_path, cache_dir, no_cache, figure_path, scenario,
+          attention, designs, seq, batch, dtype, json_path, cache_dir, no_cache, figure_path, scenario,
           out_dir, list_, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
@@ -353,7 +357,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
                               phase=phase, tp=tp, pp=pp, dp=dp, microbatches=microbatches,
                               sp=sp, designs=designs.split(",") if designs else None,
                               seq=seq, batch=batch, dtype=dtype, overrides=sets, ep=ep,
-                              split_heads=split_heads)
+                              split_heads=split_heads, attention=attention)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
             if path and not Path(path).resolve().parent.is_dir():
                 raise ValueError(f"{opt} {path}: its directory does not exist")
@@ -379,7 +383,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
 
 # the options of one estimate, which a scenario sets itself
 _ESTIMATE_OPTIONS = ("system", "device", "topology", "phase", "tp", "pp", "dp", "ep",
-                     "microbatches", "sp", "split_heads", "designs", "seq", "batch", "dtype",
+                     "microbatches", "sp", "split_heads", "attention", "designs", "seq", "batch", "dtype",
                      "json_path", "figure_path", "overrides")
 
 

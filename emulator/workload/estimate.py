@@ -43,8 +43,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.workload.layers import (PHASES, Gemm, Item, Kernel, attention_widths,
-                                      check_ep, check_tp, expert_width, layer)
+from emulator.workload.layers import (ATTENTION_FORMS, PHASES, Gemm, Item, Kernel,
+                                      attention_widths, check_ep, check_tp, expert_width,
+                                      layer)
 from emulator.workload.spec import TransformerSpec
 
 # FlashAttention-2 (Dao 2023, abstract and section 4.1): forward and backward reach 50-73%
@@ -80,6 +81,7 @@ class Setting:
     ep: int = 1  # expert parallelism (a [moe] model: over the TP group's GPUs)
     alone: tuple = ()  # (ranks, --set items) GEMMs alone run on, if not the TP group's
     split_heads: bool = False  # TP need not divide the heads (T3's sizing: H / TP wide)
+    attention: str = "flash"  # the attention core's form (``layers.ATTENTION_FORMS``)
 
     @property
     def dlrm(self) -> bool:
@@ -144,7 +146,7 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
             pp: int = 1, dp: int = 1, microbatches: int | None = None, sp: bool = True,
             designs=None, seq: int | None = None, batch: int | None = None,
             dtype: str = "fp16", overrides: tuple = (), ep: int | None = None,
-            split_heads: bool = False) -> Setting:
+            split_heads: bool = False, attention: str = "flash") -> Setting:
     """A checked ``Setting`` (the options of ``t3emu model``; ``overrides``: parsed ``--set``
     pairs). Raises SpecError (or RegistryError, ValueError) naming what is wrong, before
     anything runs: a bad model file, impossible degrees (TP not dividing the heads, the
@@ -165,7 +167,11 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
     m = load_model(spec)
     if designs is None:  # the designs whose operations the model runs
         designs = ("fused",) if m.kind == "dlrm" else ("t3", "flux", "te")
+    if attention not in ATTENTION_FORMS:
+        raise SpecError(f"--attention {attention!r}; allowed: {', '.join(ATTENTION_FORMS)}")
     if m.kind == "dlrm":
+        if attention != "flash":
+            raise SpecError("--attention: a DLRM has no attention")
         return _dlrm_setting(m, system, device, phase, tp, pp, dp, microbatches, designs,
                              seq, batch, dtype, overrides, ep, split_heads)
     for opt, val in (("--seq", seq), ("--batch", batch), ("--pp", pp), ("--dp", dp),
@@ -202,8 +208,9 @@ def setting(spec: str, *, system: str | None = None, device: str | None = None,
                   tuple(f"{k}={v}" for k, v in overrides), pp, dp,
                   microbatches or (4 * pp if pp > 1 else 1),
                   tp_group(tp, size, full), device or "",
-                  topology or "", ep, (), split_heads)
-    layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep, split_heads)  # the shapes' checks
+                  topology or "", ep, (), split_heads, attention)
+    layer(m, tp, phase, sp, out.tokens, m.seq, out.e, ep, split_heads,  # the shapes' checks
+          attention)
     return out
 
 
@@ -386,7 +393,8 @@ def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:
         fwd, bwd, _ = dlrm_items(s.model, s.dp, s.e)
         return fwd, bwd, []
     m, t, e = s.model, s.tp, s.e
-    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep, s.split_heads)
+    fwd, bwd = layer(m, t, s.phase, s.sp, s.tokens, m.seq, e, s.ep, s.split_heads,
+                     s.attention)
     vocab = padded_vocab(s)
     head_rows = s.tokens if s.phase != "prefill" else m.batch  # prefill: last tokens only
     if s.sp and head_rows % t:
@@ -708,6 +716,7 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,
                       "tp": s.tp, "pp": s.pp, "dp": s.dp, "microbatches": s.microbatches,
                       "sp": s.sp, "ep": s.ep, "split_heads": s.split_heads,
+                      "attention": s.attention,
                       "designs": list(s.designs), "dtype": s.dtype,
                       "tokens": s.tokens, "seq": getattr(s.model, "seq", None),
                       "batch": s.model.batch, "layers": getattr(s.model, "layers", 1),

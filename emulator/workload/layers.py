@@ -32,6 +32,16 @@ reads 3, writes 2); the attention core is FlashAttention (Dao 2023): forward 4 T
 FLOPs per query head of a causal sequence halved (QK^T and PV), backward 2.5x (five
 matrix products against two), reading Q, K, V and writing O (backward: reading Q, K, V,
 O, dO and writing dQ, dK, dV); decode reads the key/value cache of its context once.
+``attention = "unfused"`` (Megatron-LM's core attention before FlashAttention, which
+T3's per-layer breakdown measured) runs it as three kernels of T = b s tokens over h
+heads of size d (q = h d): the scores Q K^T (2 T s q FLOPs over the whole s x s matrix,
+reading Q and K, writing b h s^2), the fused scale-mask-softmax and, in training, the
+attention dropout (reading the scores, writing the probabilities and the dropout's byte
+mask) and the context P V (2 T s q FLOPs, reading P and V, writing O); backward, dV and
+dP (reading dO, P, V, writing dV and dP), the dropout's and softmax's backward (reading
+dP, the mask and P, writing dS) and dQ, dK (reading dS, Q, K, writing dQ, dK). Matrix
+FLOPs at the attention core's efficiency (an ASSUMPTION: cuBLAS's batched GEMMs of the
+unfused form are not measured here); decode is the same in both forms.
 
 Mixture of experts (``[moe]``: E experts, top-k routing, an expert's FFN width F_e):
 expert parallelism over the TP group's GPUs (Megatron-core's MoE parallel folding with
@@ -57,6 +67,8 @@ from emulator.workload.spec import TransformerSpec
 
 PHASES = ("training", "prefill", "decode")
 ATTENTION_BWD_FLOPS = 2.5  # FlashAttention-2's backward: 5 matrix products to 2 forward
+ATTENTION_FORMS = ("flash", "unfused")
+DROPOUT_MASK_BYTES = 1  # PyTorch's dropout keeps a byte mask per element (torch.bool)
 
 
 @dataclass(frozen=True)
@@ -141,14 +153,18 @@ def check_ep(model: TransformerSpec, tp: int, ep: int, sp: bool) -> None:
 
 
 def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
-          context: int, e: int, ep: int = 1,
-          split_heads: bool = False) -> tuple[list[Item], list[Item]]:
+          context: int, e: int, ep: int = 1, split_heads: bool = False,
+          attention_form: str = "flash") -> tuple[list[Item], list[Item]]:
     """(forward items, backward items) of one layer on one GPU: ``tokens`` T of the
     micro-batch (decode: the batch), ``context`` the sequence (decode: the tokens attended
     to), ``ep`` the expert-parallel degree (a ``[moe]`` model), ``split_heads`` (TP need
-    not divide the heads: ``check_tp``); the backward list is empty outside training."""
+    not divide the heads: ``check_tp``), ``attention_form`` the attention core's (module
+    docstring); the backward list is empty outside training."""
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}; allowed: {', '.join(PHASES)}")
+    if attention_form not in ATTENTION_FORMS:
+        raise ValueError(f"attention {attention_form!r}; allowed: {', '.join(ATTENTION_FORMS)}")
+    core = dict(d=model.head_dim, form=attention_form)
     check_tp(model, tp, split_heads)
     check_ep(model, tp, ep, sp)
     H, T = model.hidden, tokens
@@ -166,7 +182,7 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
     attention: list[Item] = [
         Kernel("norm-1 fwd", 2 * rows * H * e),
         Gemm("QKV fwd", col, T, q + 2 * kv, H),
-        _attention("attention fwd", phase, T, context, q, kv, e),
+        *_attention("attention fwd", phase, T, context, q, kv, e, **core),
         row_parallel("OP fwd", q),
         Kernel("residual+norm-2 fwd", (3 + 2) * rows * H * e),
     ]
@@ -176,7 +192,7 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         if phase != "training":
             return fwd, []
         bwd = [Kernel("residual bwd", 3 * rows * H * e), *ffn_bwd]
-        return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e)
+        return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e, core)
     fwd = attention + [
         Gemm("FC-1 fwd", col, T, up, H),
         Kernel("activation fwd", (up + F) * T * e),
@@ -197,11 +213,11 @@ def layer(model: TransformerSpec, tp: int, phase: str, sp: bool, tokens: int,
         Gemm("FC-1 dgrad", dcol, T, H, up),
         Gemm("FC-1 wgrad", None, H, up, T),
     ]
-    return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e)
+    return fwd, bwd + _attention_bwd(model, phase, sp, T, rows, context, q, kv, e, core)
 
 
 def _attention_bwd(model: TransformerSpec, phase: str, sp: bool, T: int, rows: int,
-                   context: int, q: int, kv: int, e: int) -> list[Item]:
+                   context: int, q: int, kv: int, e: int, core: dict) -> list[Item]:
     """The attention block's backward (from the second norm's backward on)."""
     H = model.hidden
     dcol, drow = ("gemm+rs", "ag+gemm") if sp else ("gemm+ar", None)
@@ -209,7 +225,7 @@ def _attention_bwd(model: TransformerSpec, phase: str, sp: bool, T: int, rows: i
         Kernel("norm-2+residual bwd", (3 + 3) * rows * H * e),
         Gemm("OP dgrad", drow, T, q, H),
         Gemm("OP wgrad", None, q, H, T),
-        _attention("attention bwd", phase, T, context, q, kv, e, True),
+        *_attention("attention bwd", phase, T, context, q, kv, e, True, **core),
         Gemm("QKV dgrad", dcol, T, H, q + 2 * kv),
         Gemm("QKV wgrad", None, H, q + 2 * kv, T),
         Kernel("norm-1 bwd", 3 * rows * H * e),
@@ -253,14 +269,36 @@ def _experts(model: TransformerSpec, rows: int, e: int) -> tuple[list[Item], lis
 
 
 def _attention(name: str, phase: str, T: int, context: int, q: int, kv: int, e: int,
-               backward: bool = False) -> Kernel:
-    """The attention core of one GPU's query width q and key/value width kv."""
+               backward: bool = False, d: int = 128, form: str = "flash") -> list[Kernel]:
+    """The attention core of one GPU's query width q and key/value width kv (head size
+    d), in ``form`` (module docstring)."""
     if phase == "decode":  # one query per sequence against its key/value cache
         flops = 4.0 * T * context * q
         cache = 2 * T * context * kv * e
-        return Kernel(name, cache + 2 * T * q * e, flops)
+        return [Kernel(name, cache + 2 * T * q * e, flops)]
+    if form == "unfused":
+        return _unfused(name, phase, T, context, q, kv, e, backward, d)
     flops = 4.0 * T * context * q * 0.5  # causal: half the score matrix
     io = (2 * q + 2 * kv) * T * e
     if backward:
-        return Kernel(name, 2 * io, flops * ATTENTION_BWD_FLOPS)
-    return Kernel(name, io, flops)
+        return [Kernel(name, 2 * io, flops * ATTENTION_BWD_FLOPS)]
+    return [Kernel(name, io, flops)]
+
+
+def _unfused(name: str, phase: str, T: int, s: int, q: int, kv: int, e: int,
+             backward: bool, d: int) -> list[Kernel]:
+    """The unfused attention core (module docstring): T = b s tokens, q / d heads."""
+    base = name.removesuffix(" fwd").removesuffix(" bwd")
+    scores = T * s * (q // d)  # b h s^2 elements
+    mm = 2.0 * T * s * q  # one of its matrix products: the whole s x s matrix
+    drop = phase == "training"
+    mask = DROPOUT_MASK_BYTES * scores if drop else 0
+    if not backward:
+        return [Kernel(f"{base} scores fwd", (q + kv) * T * e + scores * e, mm),
+                Kernel(f"{base} softmax fwd", 2 * scores * e + mask),
+                Kernel(f"{base} context fwd", scores * e + kv * T * e + q * T * e, mm)]
+    return [Kernel(f"{base} context bwd", q * T * e + scores * e + kv * T * e
+                   + kv * T * e + scores * e, 2 * mm),  # dV = P^T dO, dP = dO V^T
+            Kernel(f"{base} softmax bwd", 3 * scores * e + mask),  # dP, P (mask) -> dS
+            Kernel(f"{base} scores bwd", scores * e + (q + kv) * T * e
+                   + (q + kv) * T * e, 2 * mm)]  # dQ = dS K, dK = dS^T Q

@@ -7,17 +7,22 @@ one after another (every operation cached as any estimate's) and writes
 
 - ``t3-models``: T3 Table 2's models and TP degrees on T3's simulated system (``t3-sim``
   GPUs on a ring), all-reduce after the row-parallel GEMMs (T3's sub-layers), training
-  and prompt inference (prefill), T3 and T3-MCA. T-NLG (28 heads) and PaLM (48) at TP 8,
+  and prompt inference (prefill), T3 and T3-MCA, with unfused attention (the Megatron-LM
+  breakdown T3 scaled; ``attention="unfused"``). T-NLG (28 heads) and PaLM (48) at TP 8,
   16 and 32 take ``split_heads``: T3 sized their GEMMs by H / TP, as Megatron-LM's rule
   (TP divides the heads) would not.
-- ``flux-models``: Flux's whole-model runs, GPT-3 175B and Llama-2 70B: training on 128
-  GPUs (16 nodes of 8) at TP 8 x PP 8 x DP 2 on the A100 NVLink and H800 clusters,
-  prefill of 8 x 2048 tokens and decode at batch 64 and 512 on one node of each, with
-  sequence parallelism (AG + GEMM, GEMM + RS: Flux's operators), Flux and
-  TransformerEngine. ASSUMPTION: training micro-batches of one 2048-token sequence (the
-  prefill's length; Flux states no training sequence here), 32 per iteration (4 x PP);
-  decode steps attend to a 2048-token context. The A100 PCIe cluster is not run (its
-  TP 8 spans both sockets of a node; ``t3emu model ... --system a100-pcie-2x8`` runs it).
+- ``flux-models``: Flux's whole-model runs, GPT-3 175B and Llama-2 70B in bf16 (the
+  precision of ``flux-paper``): training on 128 GPUs (16 nodes of 8) at TP 8 x PP 8 x DP
+  2 on the A100 NVLink and H800 clusters, prefill of 8 x 2048 tokens and decode at batch
+  64 and 512 on one node of each and of the A100 PCIe cluster (TP 8 across both sockets),
+  with sequence parallelism (AG + GEMM, GEMM + RS: Flux's operators), Flux and
+  TransformerEngine; and each inference step again in vLLM's form (no sequence
+  parallelism: every row-parallel GEMM followed by the library's all-reduce, the baseline
+  alone), which Flux's inference comparison is against. ASSUMPTION: training
+  micro-batches of one 2048-token sequence (the prefill's length; Flux states no training
+  sequence here), 32 per iteration (4 x PP); decode steps attend to a 2048-token context.
+  Training on the PCIe cluster is not run (``t3emu model ... --system a100-pcie-2x8
+  --set nodes=16`` runs it).
 - ``fused-models``: the fused operators' 128-node DLRM training estimate on the 2D torus
   (``mi210-torus128``) and their decode case, GEMV + all-reduce on the 4 fully connected
   MI210s (Llama-2 70B decode at batch 1, TP 4, all-reduce), the fused design.
@@ -51,30 +56,40 @@ def _t3() -> tuple[dict, ...]:
             for phase in ("training", "prefill"):
                 out.append(dict(spec=model, device="t3-sim", topology="ring", tp=tp,
                                 phase=phase, sp=False, split_heads=split,
-                                designs=("t3-plain", "t3")))
+                                attention="unfused", designs=("t3-plain", "t3")))
     return tuple(out)
+
+
+FLUX_DTYPE = "bf16"  # flux-paper's precision (fp16 would let RS-A use atomics it does not)
 
 
 def _flux() -> tuple[dict, ...]:
     out = []
     for model in ("gpt3-175b", "llama2-70b"):
-        for cluster in ("a100-sxm", "h800"):
-            out.append(dict(spec=model, system=f"{cluster}-2x8", overrides=(("nodes", 16),),
-                            tp=8, pp=8, dp=2, seq=2048, batch=1, designs=("flux", "te")))
-            out.append(dict(spec=model, system=f"{cluster}-x8", phase="prefill", seq=2048,
-                            batch=8, designs=("flux", "te")))
-            for batch in (64, 512):
-                out.append(dict(spec=model, system=f"{cluster}-x8", phase="decode",
-                                seq=2048, batch=batch, designs=("flux", "te")))
+        for cluster in ("a100-sxm", "h800", "a100-pcie"):
+            if cluster != "a100-pcie":
+                out.append(dict(spec=model, system=f"{cluster}-2x8", tp=8, pp=8, dp=2,
+                                overrides=(("nodes", 16),), seq=2048, batch=1,
+                                dtype=FLUX_DTYPE, designs=("flux", "te")))
+            inference = [dict(phase="prefill", seq=2048, batch=8)] + [
+                dict(phase="decode", seq=2048, batch=b) for b in (64, 512)]
+            for opts in inference:
+                out.append(dict(spec=model, system=f"{cluster}-x8", dtype=FLUX_DTYPE,
+                                designs=("flux", "te"), **opts))
+                # vLLM's form of the same step: no sequence parallelism, every row-parallel
+                # GEMM then the library's all-reduce (the baseline alone)
+                out.append(dict(spec=model, system=f"{cluster}-x8", dtype=FLUX_DTYPE,
+                                sp=False, designs=(), **opts))
     return tuple(out)
 
 
 SCENARIOS = {s.name: s for s in (
     Scenario("t3-models", "t3", "T3 Table 2's models on T3's simulated ring: training and "
-             "prompt inference, T3 and T3-MCA", _t3()),
-    Scenario("flux-models", "flux", "GPT-3 175B and Llama-2 70B: training on 128 GPUs (TP "
-             "8 x PP 8 x DP 2), prefill 8 x 2048 and decode at 64 and 512 on 8 GPUs; Flux "
-             "and TransformerEngine", _flux()),
+             "prompt inference with unfused attention, T3 and T3-MCA", _t3()),
+    Scenario("flux-models", "flux", "GPT-3 175B and Llama-2 70B in bf16: training on 128 "
+             "GPUs (TP 8 x PP 8 x DP 2; A100 NVLink, H800), prefill 8 x 2048 and decode at 64 "
+             "and 512 on 8 GPUs (also A100 PCIe); Flux and TransformerEngine, and each "
+             "inference step in vLLM's form (all-reduce, no SP)", _flux()),
     Scenario("fused-models", "fused-ops", "the 128-node DLRM on the torus and Llama-2 70B "
              "decode (GEMV + all-reduce) on 4 MI210s; the fused operators", (
                  dict(spec="dlrm-128node", system="mi210-torus128", designs=("fused",)),

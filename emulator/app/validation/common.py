@@ -480,7 +480,9 @@ def end_to_end(sweeps: Sweeps, scenario: str) -> list[str]:
         par = ("data-parallel MLPs" if st.get("kind") == "dlrm" else
                f"TP {st['tp']} x PP {st['pp']} x DP {st['dp']}"
                + (", SP" if st["sp"] else ", AR") + (f", EP {st['ep']}" if st["ep"] > 1 else "")
-               + (", split heads" if st.get("split_heads") else ""))
+               + (", split heads" if st.get("split_heads") else "")
+               + (", unfused attention" if st.get("attention") == "unfused" else "")
+               + f", {st.get('dtype', 'fp16')}")
         tokens = st["batch"] if st.get("kind") == "dlrm" else st["tokens"]
         for d, v in e["designs"].items():
             lines.append(f"| {st['model']} | {st['phase']} | {st['system']} | {par} | "

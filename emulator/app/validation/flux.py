@@ -405,6 +405,40 @@ def _notes(sw: Sweeps) -> list[str]:
     return lines + [""]
 
 
+def vllm_pairs(doc: dict) -> list[tuple[dict, dict]]:
+    """(the inference estimate with sequence parallelism, the same step in vLLM's form: no
+    SP, the row-parallel GEMMs' all-reduce) pairs of a ``flux-models`` document."""
+    def key(e: dict) -> tuple:
+        st = e["setting"]
+        return st["model"], st["phase"], st["system"], st["tokens"], st["dtype"]
+
+    ar = {key(e): e for e in doc["estimates"] if not e["setting"]["sp"]}
+    return [(e, ar[key(e)]) for e in doc["estimates"]
+            if e["setting"]["sp"] and e["setting"]["phase"] != "training" and key(e) in ar]
+
+
+def _vllm(sw: Sweeps) -> list[str]:
+    pairs = vllm_pairs(sw[MODELS]) if MODELS in sw else []
+    if not pairs:
+        return []
+    lines = ["### Against vLLM's form", "",
+             "Flux's inference comparison is against vLLM, which runs tensor parallelism "
+             "without sequence parallelism: every row-parallel GEMM, then the library's "
+             "all-reduce. Each inference step above runs again in that form (the baseline "
+             "alone); times per step in ms, speedups over it.", "",
+             "| model | phase | system | tokens | vLLM's form (AR) | baseline with SP | "
+             "Flux | TE | Flux over vLLM's form |", "|---|---|---|---|---|---|---|---|---|"]
+    for sp, ar in pairs:
+        st, base = sp["setting"], ar["designs"][ar["baseline"]]["iteration_s"]
+        it = {d: v["iteration_s"] for d, v in sp["designs"].items()}
+        cell = lambda d: f"{it[d] * 1e3:.2f}" if d in it else "-"  # noqa: E731
+        lines.append(f"| {st['model']} | {st['phase']} | {st['system']} | {st['tokens']} | "
+                     f"{base * 1e3:.2f} | {cell(sp['baseline'])} | {cell('flux')} | "
+                     f"{cell('te')} | "
+                     + (f"{base / it['flux']:.3f}x |" if "flux" in it else "- |"))
+    return lines + [""]
+
+
 def details(sw: Sweeps) -> list[str]:
     lines: list[str] = []
     if SWEEP in sw:
@@ -415,4 +449,4 @@ def details(sw: Sweeps) -> list[str]:
                               cases(sw, s, (8192,), 16), [FLUX, TE])
                    for c, s in TWO_NODE.items() if cases(sw, s, (8192,), 16)]
         lines += causes_section(groups, [SWEEP])
-    return lines + end_to_end(sw, MODELS) + _notes(sw)
+    return lines + end_to_end(sw, MODELS) + _vllm(sw) + _notes(sw)
