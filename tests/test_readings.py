@@ -129,3 +129,20 @@ def test_flux_against_vllm_s_form():
     assert len(flux.vllm_pairs(doc)) == 1
     text = "\n".join(flux._vllm({flux.MODELS: doc}))
     assert "| 12.00 | 10.00 | 8.00 | 9.00 | 1.500x |" in text
+
+
+def test_a_pooled_cause_sums_the_parts_over_the_points():
+    from emulator.app.validation.common import pooled_cause
+
+    def pt(parts_a: dict, parts_b: dict) -> dict:
+        return {"runs": [{"mode": "a", "causes": {"baseline": "s", "parts_s": parts_a}},
+                         {"mode": "b", "causes": {"baseline": "s", "parts_s": parts_b}}]}
+
+    pts = [pt({"launches": 3.0, "contention": 0.5, "overlap": -1.0},
+              {"launches": 3.0, "contention": 0.0, "overlap": 0.5}),
+           pt({"launches": 0.0, "contention": 2.0, "overlap": -2.0},
+              {"launches": 1.0, "contention": 0.5, "overlap": 0.0})]
+    assert pooled_cause(pts, "a") == "launches"  # 3.0 against contention's 2.5
+    assert pooled_cause(pts, "a", against="b") == "contention"  # 2.0 beyond b's; launches -1
+    assert pooled_cause(pts, "a", loss=True) == "overlap"
+    assert pooled_cause(pts + [{"runs": [{"mode": "a"}]}], "a") is None  # no causes there

@@ -290,6 +290,24 @@ def gain_cause(pt: dict, mode: str, against: str | None = None) -> str | None:
     return max(parts, key=parts.get)
 
 
+def pooled_cause(pts: list[dict], mode: str, against: str | None = None,
+                 loss: bool = False) -> str | None:
+    """The cause carrying ``mode``'s gain (``loss``: its loss, the most negative part)
+    summed over ``pts``, each part as ``gain_cause`` takes it (``against``: beyond that
+    run's parts). None where any point lacks causes."""
+    total: dict[str, float] = {}
+    for pt in pts:
+        mine = (runs(pt).get(mode) or {}).get("causes")
+        theirs = (runs(pt).get(against) or {}).get("causes") if against else None
+        if not mine or (against and (not theirs or theirs["baseline"] != mine["baseline"])):
+            return None
+        for k, v in mine["parts_s"].items():
+            total[k] = total.get(k, 0.0) + v - (theirs["parts_s"].get(k, 0.0) if theirs else 0)
+    if not total:
+        return None
+    return (min if loss else max)(total, key=total.get)
+
+
 def counts(rows: list[Row]) -> dict[str, int]:
     out = {"within": 0, "outside": 0, "direction": 0, "holds": 0, "another reason": 0,
            "unchecked": 0, "not computed": 0}

@@ -15,7 +15,7 @@ from emulator.app.catalog import registry
 
 from emulator.app.validation.common import (
     CauseGroup, Claim, Direction, Measured, NotComputed, Paper, Published, Sweeps,
-    causes_section, mean, runs, time_of, end_to_end)
+    causes_section, mean, pooled_cause, runs, time_of, end_to_end)
 
 PAPER = Paper(
     "flux", "Flux",
@@ -119,10 +119,12 @@ def _te_small_m(sw: Sweeps) -> Direction:
     vals = [(efficiency(p, TE), c, p) for c, s in CLUSTERS.items()
             for p in cases(sw, s, M_TABLE[:1])]
     neg = [v for v in vals if v[0] is not None and v[0] < 0]
+    cause = pooled_cause([p for _, _, p in neg], TE, loss=True) if neg else None
     return Direction(2 * len(neg) > len(vals), f"TE's E at m = {M_TABLE[0]} below 0 on "
                      f"{len(neg)} of {len(vals)} cluster/operation pairs: "
                      + ", ".join(f"{c} {p['sublayer']} {e * 100:+.0f}%" for e, c, p in vals
-                                 if e is not None))
+                                 if e is not None)
+                     + (f"; the loss carried by {cause}" if cause else ""), cause)
 
 
 def _flux_near_gemm(sw: Sweeps) -> Direction:
@@ -242,8 +244,10 @@ def _no_winner(sw: Sweeps) -> Direction | NotComputed:
 CLAIMS = [c for cluster in CLUSTERS for c in _claims_for(cluster)] + [
     Claim("On PCIe Flux's whole operator is sometimes faster than NCCL's collective alone "
           "at large m", "Flux evaluation, A100 PCIe", None, (SWEEP,), _pcie_beats_nccl),
+    # the paper's cause: chunk GEMMs underuse the SMs and pay launches
     Claim("TransformerEngine is worse than no overlap at small m",
-          "Flux evaluation, operator table", None, (SWEEP,), _te_small_m),
+          "Flux evaluation, operator table", None, (SWEEP,), _te_small_m,
+          named=("gemm-efficiency", "launches")),
     Claim("Flux's time is close to the GEMM's alone plus a small exposed tail or head",
           WHERE_FIND, None, (SWEEP,), _flux_near_gemm),
     Claim("Overlap efficiency is lowest on PCIe, highest on fast NVLink", WHERE_FIND, None,
