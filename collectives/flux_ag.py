@@ -175,7 +175,12 @@ def _ring2d(p: Problem, inp: _Input) -> list[int]:
                     x = sleft(x)
         hops[c] = (int(c // g != node), held[p.rank])
     engine1 = _second_engine(p)
-    for c in range(n):
+    # the entries in arrival order (fewest hops first): the engine serves them in that
+    # order where stages gate alike, so no rank waits on a chunk that reaches it later
+    # ahead of one it must forward sooner (in chunk order the engines deadlock once a
+    # GEMM tile spans chunks, at m/N below the tile's rows)
+    arrival = sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))
+    for c in arrival:
         dsts = list(dict.fromkeys(forwards.get((p.rank, c), [])))
         for region in inp.tiles(c):
             if c == p.rank and (far or len(dsts) > 1):  # across (then to the other nodes)
@@ -189,7 +194,7 @@ def _ring2d(p: Problem, inp: _Input) -> list[int]:
                 inp.mark(region, amap.track(region, after=1))
             else:
                 inp.mark(region, amap.dma_map(region, dsts, op="store", after=1))
-    return sorted(range(n), key=lambda c: (hops[c], (c - p.rank) % n))
+    return arrival
 
 
 def two_node(p: Problem, op: Operation, algorithm: str, comm_rows: int, swizzle: bool = True,

@@ -165,6 +165,19 @@ def test_two_d_rings_across_pcie_nodes_finish_and_beat_the_1d_ring(tmp_path, emu
         assert t[two] < 0.95 * t[one], (collective, t)
 
 
+def test_ring2d_all_gather_queues_its_chunks_in_arrival_order(emulate):
+    """Llama-2 70B's FC-1 at decode batch 512 on the A100 PCIe node (M = 512: 64 rows per
+    rank, under the GEMM tile's 128): a stage gates on several chunks, and with the copy
+    engine's entries in chunk order rank 1 queued the sink of chunk 0 (the last to reach
+    it) ahead of what its peers waited for: every engine stalled (the watchdog). In
+    arrival order it finishes; the flux-paper PCIe points moved with it (m = 64: 319.2
+    us before, 179.3 now, at N = 6144, K = 12288)."""
+    doc = emulate(["--system", "a100-pcie-x8", "--collective", "ag-gemm", "--m", "512",
+                   "--n", "7168", "--k", "8192", "--dtype", "bf16", "--timing-only",
+                   "--mode", "flux-ag-ring2d"], timeout=120)
+    assert doc["runs"][0]["modelled_time_s"] > 0
+
+
 def test_flux_on_gpt3_rs_shape_swizzle_helps_and_rs_w_pays_its_reduction(emulate):
     """GPT-3 175B's GEMM-RS at TP 8 (m = 8192: 8192 x 12288 over k = 6144) on 8 A100s
     behind NVSwitch, timing-only."""
