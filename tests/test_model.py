@@ -517,5 +517,5 @@ def test_every_scenario_s_estimates_are_checked_settings():
     from emulator.workload import scenarios
 
     sizes = {name: len(scenarios.settings(name)) for name in scenarios.SCENARIOS}
-    assert sizes == {"t3-models": 14, "flux-models": 16, "fused-models": 2,
+    assert sizes == {"t3-models": 14, "flux-models": 40, "fused-models": 2,
                      "ficco-models": 2}
