@@ -70,7 +70,8 @@ def _best_of(sw: Sweeps, modes: tuple[str, ...]) -> Measured:
 
 
 def _agreement(sw: Sweeps, which: str) -> Measured | NotComputed:
-    a, n = agreement(heuristic(sw[SWEEP]), which)
+    doc = {"points": [p for p in sw[SWEEP]["points"] if not other_reading(p)]}
+    a, n = agreement(heuristic(doc), which)
     if not n:
         return NotComputed(f"no {which} point ran all four schedules")
     return Measured(a / n, text=f"{a} of {n} ({100 * a / n:.0f}%)")
@@ -260,7 +261,7 @@ def gemm_over_comm(p: dict) -> float | None:
 
 
 def _bell(sw: Sweeps) -> Direction | NotComputed:
-    pts = sorted([p for p in sw[SWEEP]["points"] if SERIAL in runs(p)
+    pts = sorted([p for p in sw[SWEEP]["points"] if SERIAL in runs(p) and not other_reading(p)
                   and gemm_over_comm(p) and speedup(p, IDEAL)], key=gemm_over_comm)
     if len(pts) < 3:
         return NotComputed(f"fewer than 3 points with {DIL} and {IDEAL} runs")
