@@ -278,16 +278,7 @@ def gain_cause(pt: dict, mode: str, against: str | None = None) -> str | None:
     baseline, overlap included, from ``--causes``); with ``against`` (a bound run with
     causes over the same baseline), the cause of its gain beyond that run's: the largest
     difference of their parts. None without causes."""
-    mine = (runs(pt).get(mode) or {}).get("causes")
-    if not mine:
-        return None
-    parts = dict(mine["parts_s"])
-    if against is not None:
-        theirs = (runs(pt).get(against) or {}).get("causes")
-        if not theirs or theirs["baseline"] != mine["baseline"]:
-            return None
-        parts = {k: v - theirs["parts_s"].get(k, 0.0) for k, v in parts.items()}
-    return max(parts, key=parts.get)
+    return pooled_cause([pt], mode, against)
 
 
 def pooled_cause(pts: list[dict], mode: str, against: str | None = None,
