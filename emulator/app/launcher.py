@@ -244,8 +244,14 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
 
     The job's stdout passes through this process (to ``stdout``, default ours). With the
     mpich wheel's Hydra on Linux and every rank on this host, a ``RankWatch`` names a rank
-    that dies without reporting (SIGKILL, a crash) and stops the others."""
+    that dies without reporting (SIGKILL, a crash) and stops the others. Inside
+    ``pool.pooled()`` the run goes to a pooled job of its size instead (``app.pool``)."""
+    from emulator.app import pool
     from emulator.runtime.process import pin_threads
+
+    pooled = pool.current(cfg)
+    if pooled is not None:
+        return pooled.run(cfg, stdout, stderr)
 
     env = pin_threads(dict(os.environ))  # numba compiles once per node (runtime.warm_kernels)
     mpiexec = shlex.split(find_mpiexec())

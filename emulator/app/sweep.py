@@ -1,7 +1,9 @@
 """``t3emu sweep``: run every point of a scenario, keep every finished point.
 
-Each point is one MPI job (``t3emu run`` with TP ranks and the scenario's
-modes) writing its JSON to ``DIR/points/``; its output goes to ``DIR/logs/``.
+Each point is one ``t3emu run`` (TP ranks, the scenario's modes) writing its JSON to
+``DIR/points/``; its output goes to ``DIR/logs/``. The points of one job size run in one
+pooled MPI job (``app.pool``: started once, not per point; a point that ends the job is
+reported and the next point starts a new one), in the scenario's order within a size.
 After each point ``results.json`` and ``results.csv`` are rewritten atomically
 (temporary file + rename), so an interrupted sweep (Ctrl-C, SIGKILL, a crash)
 leaves complete files holding every point finished so far. Rerunning the same
@@ -219,7 +221,10 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
     failed: list[str] = []
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
-    with _progress(todo, tty) as bar:
+    from emulator.app.pool import Pool, pooled
+
+    todo.sort(key=lambda pc: Pool.key_of(pc[1]))  # (stable) one pooled job per job size
+    with pooled(), _progress(todo, tty) as bar:
         for i, (p, cfg) in enumerate(bar):
             path = Path(cfg.json)
             path.unlink(missing_ok=True)

@@ -30,9 +30,14 @@ def mark_rank(what: str, content: str | None = None) -> None:
     PID at start-up; "end" and "abort" record that it exits through the emulator's own
     paths, so a rank that disappears without one died from outside (a signal, a crash).
     ``content``: what the marker holds (default this process's PID; "end": the rank's exit
-    code; "abort": the message the rank printed)."""
+    code; "abort": the message the rank printed). A rank of a pooled job marks its end
+    only when the job ends, not at the end of each run."""
     pid_dir = os.environ.get("T3EMU_PID_DIR")
     if not pid_dir or not os.path.isdir(pid_dir):
+        return
+    from emulator.runtime.rank import RANK
+
+    if what == "end" and RANK.pooled:  # a run of a pooled job ended, not the rank
         return
     from mpi4py import MPI
 

@@ -350,16 +350,20 @@ class Runner:
                     timing_only=True, set=dict(self.s.cut(job.group)),
                     params=dict(job.params))
 
+    def path(self, job: Job) -> Path | None:
+        """The cache entry of ``job`` (None without a cache)."""
+        key = {**self.s.platform, "set": [*self.s.overrides, *job.group],
+               "dtype": self.s.dtype, "spec": self._spec, "ranks": job.ranks, "op": job.op,
+               "m": job.m, "n": job.n, "k": job.k, "modes": list(job.modes),
+               "params": list(job.params), "code": self._code}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+        return self.cache / f"{digest}.json" if self.cache else None
+
     def __call__(self, job: Job) -> dict:
         from emulator import api
 
         op, m, n, k, modes = job.op, job.m, job.n, job.k, job.modes
-        key = {**self.s.platform, "set": [*self.s.overrides, *job.group],
-               "dtype": self.s.dtype, "spec": self._spec, "ranks": job.ranks, "op": op,
-               "m": m, "n": n, "k": k, "modes": list(modes), "params": list(job.params),
-               "code": self._code}
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-        path = self.cache / f"{digest}.json" if self.cache else None
+        path = self.path(job)
         if path is not None and path.is_file():
             try:
                 return json.loads(path.read_text())
@@ -542,12 +546,19 @@ def measure(s: Setting, all_items: list[Item], run: Runner) -> Measured:
     """Run every distinct operation and GEMM alone of ``all_items`` once."""
     from emulator.app.catalog import registry
 
+    from emulator.app.pool import pooled
+
     base = registry().baseline()
     out = Measured()
     jobs = runs(s, all_items)
-    for i, (k, job) in enumerate(jobs, 1):
-        run.progress(f"[{i}/{len(jobs)}] {k[0] or 'GEMM alone'} M={k[1]} N={k[2]} K={k[3]}")
-        doc = run(job)
+    docs = {}
+    with pooled():  # by job size: each size's pooled job starts once
+        for i, (k, job) in sorted(enumerate(jobs, 1), key=lambda ij: ij[1][1].ranks):
+            run.progress(f"[{i}/{len(jobs)}] {k[0] or 'GEMM alone'} M={k[1]} N={k[2]} "
+                         f"K={k[3]}")
+            docs[k] = run(job)
+    for k, job in jobs:
+        doc = docs[k]
         seq = doc["runs"][base]
         out.alone[k] = _alone(seq, doc["launch_s"])
         if k[0] is None:

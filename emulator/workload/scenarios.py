@@ -135,20 +135,47 @@ def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
     write ``out_dir/estimates.json``; the document."""
     from emulator.workload import estimate as est
 
+    from emulator.app.pool import pooled
+
     say = progress or (lambda msg: None)
     docs = []
     all_settings = checked if checked is not None else settings(name)
-    for i, s in enumerate(all_settings, 1):
-        t0 = time.monotonic()
-        say(f"== [{i}/{len(all_settings)}] {s.model.name}, {s.phase}, {s.where}")
-        doc = est.estimate(s, cache, progress)
-        doc["wall_s"] = time.monotonic() - t0
-        docs.append(doc)
+    with pooled():
+        if cache is not None:
+            prefill(all_settings, cache, progress)
+        for i, s in enumerate(all_settings, 1):
+            t0 = time.monotonic()
+            say(f"== [{i}/{len(all_settings)}] {s.model.name}, {s.phase}, {s.where}")
+            doc = est.estimate(s, cache, progress)
+            doc["wall_s"] = time.monotonic() - t0
+            docs.append(doc)
     out = {"scenario": name, "command": command(name), "estimates": docs}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "estimates.json").write_text(json.dumps(out, indent=1))
     return out
+
+
+def prefill(all_settings: list, cache: Path, progress=None) -> None:
+    """Run every distinct operation the estimates need and the cache lacks, ordered by
+    job size so that each size's pooled job starts once (the estimates then read them
+    all from the cache)."""
+    from emulator.workload import estimate as est
+
+    jobs = {}
+    for s in all_settings:
+        run = est.Runner(s, cache, progress)
+        fwd, bwd, head = est.items(s)
+        for _, job in est.runs(s, fwd + bwd + head):
+            path = run.path(job)
+            if path not in jobs and not path.is_file():
+                jobs[path] = (run, job)
+    todo = sorted(jobs.values(), key=lambda rj: rj[1].ranks)
+    say = progress or (lambda msg: None)
+    for i, (run, job) in enumerate(todo, 1):
+        say(f"[{i}/{len(todo)}] {job.op} M={job.m} N={job.n} K={job.k} on {job.ranks} "
+            f"ranks")
+        run(job)
 
 
 def summary(doc: dict) -> str:

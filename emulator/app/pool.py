@@ -1,0 +1,277 @@
+"""Pooled jobs: one MPI job runs many ``t3emu run`` configurations, one after another.
+
+A sweep point or a model estimate's operation models its time in well under a second of
+CPU per rank; starting its MPI job (Python, imports, ``MPI_Init``, windows) costs several
+seconds on a laptop. Inside ``with pooled():`` every ``launcher.launch`` of a
+configuration goes to a ``Pool``: an MPI job of that many ranks started once
+(``emulator.app.pool_rank``) that takes the configurations one after another on its rank
+0's stdin and runs each exactly as a job of its own would (the same command-line parsing,
+checks, ``worker.main``, result files and output; only the start-up is shared).
+
+Each run's output (every rank's stdout and stderr) goes to that run's ``stdout`` and
+``stderr``, complete: every rank ends a run with a marker on both streams. A run that
+fails inside the job (an exception, a watchdog, a numerics failure) returns its exit code
+as a job of its own would; one that ends the job (``MPI_Abort``, a killed rank) is
+reported in its output with the launcher's words and the next run starts a new job.
+Ctrl-C and SIGTERM stop the job as they stop a job of its own.
+
+Only one pooled job lives at a time (a configuration of another size closes it), so an
+idle pool never holds ranks beside a busy one. ``T3EMU_NO_POOL=1`` turns pooling off
+(every run its own job), and so does a launcher that broadcasts stdin to every task
+(``srun``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from emulator.app.config import RunConfig
+
+DONE = "@@t3emu-pool-done@@"  # a rank's marker after a run's output: DONE SEQ RANK EXIT-CODE
+_ACTIVE: list[dict] = []  # a stack of {"pool": Pool | None}, one per ``pooled()``
+
+
+@contextlib.contextmanager
+def pooled():
+    """Within the block, ``launcher.launch`` runs configurations in pooled jobs."""
+    slot: dict = {"pool": None}
+    _ACTIVE.append(slot)
+    try:
+        yield
+    finally:
+        _ACTIVE.remove(slot)
+        if slot["pool"] is not None:
+            slot["pool"].close()
+
+
+def enabled() -> bool:
+    """Pooling applies: not turned off, and the launcher gives stdin to rank 0 alone."""
+    from emulator.app.launcher import find_mpiexec
+
+    if os.environ.get("T3EMU_NO_POOL") == "1":
+        return False
+    try:
+        launcher = shlex.split(find_mpiexec())
+    except Exception:  # noqa: BLE001 - no launcher: the plain path says so
+        return False
+    return bool(launcher) and os.path.basename(launcher[0]) != "srun"
+
+
+def current(cfg: RunConfig) -> Pool | None:
+    """The pool that runs ``cfg`` in the innermost ``pooled()`` block (started, or
+    replacing one of another size), or None outside one."""
+    if not _ACTIVE or not enabled():
+        return None
+    slot = _ACTIVE[-1]
+    pool = slot["pool"]
+    if pool is not None and pool.key != Pool.key_of(cfg):
+        pool.close()
+        pool = None
+    if pool is None:
+        pool = slot["pool"] = Pool(cfg)
+    return pool
+
+
+class _Reader(threading.Thread):
+    """One of the job's output streams, line by line: rank 0's done lines to the pool's
+    queue, anything else (output outside a run, which is rare) to the pool's sink."""
+
+    def __init__(self, pool: Pool, stream: str, source):
+        super().__init__(name=f"t3emu-pool-{stream}", daemon=True)
+        self.pool, self.stream, self.source = pool, stream, source
+
+    def run(self) -> None:
+        for line in self.source:
+            if self.stream == "out" and line.startswith(DONE):
+                _, seq, rc = line.split()
+                self.pool.events.put(("done", int(seq), int(rc)))
+                continue
+            sink = self.pool.sinks[1]
+            sink.write(line)
+            sink.flush()
+        self.pool.events.put(("eof", 0, 0))
+
+
+class Pool:
+    """A pooled MPI job of one size (ranks, hosts), started on its first run."""
+
+    def __init__(self, cfg: RunConfig):
+        self.key = self.key_of(cfg)
+        self.first = cfg
+        self.proc: subprocess.Popen | None = None
+        self.seq = 0
+        self.started = 0  # jobs started (a failure that ends the job starts another)
+        self.sinks = [sys.stdout, sys.stderr]
+
+    @staticmethod
+    def key_of(cfg: RunConfig) -> tuple:
+        return (cfg.ranks, tuple(cfg.hosts), cfg.same_machine)
+
+    def _start(self) -> None:
+        from emulator.app.launcher import (RankWatch, _wheel_mpiexec, find_mpiexec,
+                                           host_args, ranks_on_this_host)
+        from emulator.runtime.process import pin_threads
+
+        cfg = self.first
+        env = pin_threads(dict(os.environ))
+        mpiexec = shlex.split(find_mpiexec())
+        self.watched = (mpiexec == [_wheel_mpiexec()] and os.path.exists("/proc/self/stat")
+                        and ranks_on_this_host(cfg) == cfg.ranks)
+        if self.watched:
+            mpiexec.append("-disable-auto-cleanup")
+        argv = [*mpiexec, *host_args(cfg), "-n", str(cfg.ranks), sys.executable, "-m",
+                "mpi4py", "-m", "emulator.app.pool_rank"]
+        self.pid_dir = tempfile.mkdtemp(prefix="t3emu-pool-")
+        env["T3EMU_PID_DIR"] = self.pid_dir
+        self.events: queue.Queue = queue.Queue()
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, errors="replace")
+        self.readers = [_Reader(self, "out", self.proc.stdout),
+                        _Reader(self, "err", self.proc.stderr)]
+        for r in self.readers:
+            r.start()
+        self.watch = RankWatch(self.pid_dir, self.proc)
+        if self.watched:
+            self.watch.start()
+        self.started += 1
+        self.seq = 0  # the job's ranks count their runs from 1
+
+    def run(self, cfg: RunConfig, stdout=None, stderr=None) -> int:
+        """Run ``cfg`` (of this pool's size) in the job; its exit code, as ``launch``'s."""
+        from emulator.app.launcher import _cfg_args, _stop_on_sigterm
+        from emulator.app.worker import header
+
+        if self.key_of(cfg) != self.key:
+            raise ValueError(f"a pool of {self.key} cannot run a job of {self.key_of(cfg)}")
+        out, err = stdout or sys.stdout, stderr or sys.stderr
+        err.write(header(cfg, cfg.load_spec(), cfg.ranks) + "\n")  # as launch does
+        err.flush()
+        term = _stop_on_sigterm()
+        try:
+            if self.proc is None:
+                self._start()
+            self.seq += 1
+            files = [os.path.join(self.pid_dir, f"run{self.seq}.out")]
+            files.append(files[0] if out is err else
+                         os.path.join(self.pid_dir, f"run{self.seq}.err"))
+            self.sinks = [out, err]
+            task = {"args": _cfg_args(cfg), "out": files[0], "err": files[1]}
+            try:
+                self.proc.stdin.write(json.dumps(task) + "\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # the job has ended: its end is read below
+            rc = self._wait()
+            said = self._deliver(files, out, err)
+            if rc is None:  # the job ended in the run
+                rc = self._ended(said)
+            self.sinks = [sys.stdout, sys.stderr]
+            return rc
+        except BaseException:  # Ctrl-C (it reached mpiexec too), SIGTERM: stop the job
+            self.close(stop=True)
+            raise
+        finally:
+            if term is not None:
+                import signal
+
+                signal.signal(signal.SIGTERM, term)
+
+    def _wait(self) -> int | None:
+        """This run's exit code (the largest of its ranks'), None if the job ended."""
+        ended = 0
+        while True:
+            kind, seq, rc = self.events.get()
+            if kind == "eof":
+                ended += 1
+                if ended == 2:
+                    return None
+            elif seq == self.seq:
+                return rc
+
+    @staticmethod
+    def _deliver(files: list[str], out, err) -> str:
+        """The run's output files to its sinks (and gone); what they held."""
+        said = []
+        for path, sink in dict.fromkeys(zip(files, (out, err))):
+            try:
+                with open(path, errors="replace") as fh:
+                    text = fh.read()
+                os.unlink(path)
+            except OSError:
+                continue
+            said.append(text)
+            if text:
+                sink.write(text)
+                sink.flush()
+        return "".join(said)
+
+    def _ended(self, said: str) -> int:
+        """The job ended during a run: its exit code, with what the launcher says of it."""
+        rc = self.proc.wait()
+        err = self.sinks[1]
+        if self.watched:
+            self.watch.join()
+        for marker in sorted(Path(self.pid_dir).glob("*.abort")):  # an abort the rank
+            try:  # had no time to write where it prints
+                msg = marker.read_text()
+            except OSError:
+                continue
+            if msg and msg.splitlines()[0] not in said:
+                err.write(msg if msg.endswith("\n") else msg + "\n")
+        if self.watch.dead:
+            who = ", ".join(f"rank {r} (pid {p})" for r, p in self.watch.dead)
+            err.write(f"t3emu: {who} died without reporting an error (killed by a signal, "
+                      f"e.g. kill -9 or the out-of-memory killer, or crashed); the launcher "
+                      f"stopped the other ranks\n")
+        err.flush()
+        self._cleanup()
+        return rc or 1
+
+    def _cleanup(self) -> None:
+        for r in getattr(self, "readers", ()):
+            r.join(timeout=5)
+        shutil.rmtree(getattr(self, "pid_dir", ""), ignore_errors=True)
+        self.proc = None
+        self.sinks = [sys.stdout, sys.stderr]
+
+    def close(self, stop: bool = False) -> None:
+        """End the job: an empty task line (``stop``: SIGTERM, as ``launch`` on Ctrl-C),
+        then a kill of whatever is left after 10 s."""
+        import signal
+
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                if stop:
+                    proc.send_signal(signal.SIGTERM)
+                else:
+                    try:
+                        proc.stdin.write("\n")
+                        proc.stdin.close()
+                    except (BrokenPipeError, OSError):
+                        pass
+            proc.wait(timeout=10 if stop else 60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            for pid in self.watch.ranks().values():  # Hydra's clean-up may be off
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            proc.wait()
+        if self.watched:
+            self.watch.join(timeout=5)
+        self._cleanup()

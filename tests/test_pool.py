@@ -1,0 +1,97 @@
+"""Pooled jobs (``emulator.app.pool``): a sweep's points and a model's operations run in one
+MPI job per job size, with results identical to a job per run, and a point that crashes,
+is killed or hangs inside a pooled job is reported with its label while the rest go on."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from tests import conftest
+from tests.conftest import ROOT, run_cli
+
+PLUGIN = textwrap.dedent('''
+    """Test plugin: the sequential baseline, except that rank 1 fails at some M."""
+    import os
+    import signal
+    import time
+
+    from emulator.engine.registry import REGISTRY, Configuration
+
+    def build(p, op, algorithm):
+        if p.rank == 1 and p.m == 512:
+            raise RuntimeError("the plugin's injected crash")
+        if p.rank == 1 and p.m == 768:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if p.rank == 1 and p.m == 1024:
+            while True:  # a hang: only the peers' watchdogs end it
+                time.sleep(1.0)
+        return REGISTRY.configurations["sequential"].build(p, op, algorithm)
+
+    REGISTRY.add_configuration(Configuration(
+        "flaky", "sequential, failing on rank 1 at some M (test plugin)", "example", build))
+''')
+
+SCENARIO = textwrap.dedent('''
+    name = "flaky"
+    description = "points that crash, are killed or hang in the middle of a sweep"
+    dtype = "fp16"
+
+    [[cases]]
+    name = "Flaky"
+    sublayer = "GEMM-AR"
+    operation = "gemm+ar"
+    systems = ["mi210x4"]
+    m = [256, 512, 768, 1024, 1280]
+    n = 512
+    k = 1024
+    shard = "k"
+    modes = ["sequential", "flaky"]
+''')
+
+
+def test_a_failing_point_is_reported_and_the_pooled_sweep_goes_on(tmp_path):
+    plugin, scenario = tmp_path / "flaky.py", tmp_path / "flaky.toml"
+    plugin.write_text(PLUGIN)
+    scenario.write_text(SCENARIO)
+    out = tmp_path / "o"
+    proc = run_cli(["sweep", str(scenario), "--out", str(out), "--timing-only",
+                    "--configs", str(plugin), "--watchdog-s", "5"], timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [p["m"] for p in doc["points"]] == [256, 1280]  # before and after the failures
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("t3emu: Flaky")]
+    assert len(lines) == 3 and all("the job failed" in x for x in lines), proc.stderr
+    for m, why in ((512, "the plugin's injected crash"), (768, "died without reporting"),
+                   (1024, "watchdog")):
+        line = next(x for x in lines if f"m={m} " in x)
+        log = out / "logs" / line.rsplit("see ", 1)[1].rsplit("/", 1)[1]
+        assert why in log.read_text(), (m, log.read_text())
+    # the finished points' output is whole: the summary table of both configurations
+    log = next((out / "logs").glob("*m1280*"))
+    assert "flaky " in log.read_text() and "lower bounds" in log.read_text()
+
+
+def test_pooled_and_separate_jobs_give_identical_results(tmp_path):
+    """The tiny scenario (three job sizes) in pooled jobs and in a job per point: every
+    field of every point but the wall times is the same, and so is each point's log."""
+    docs = {}
+    for name, pool in (("pooled", "0"), ("separate", "1")):
+        env = {**conftest.test_env(), "T3EMU_NO_POOL": pool}
+        proc = run_cli(["sweep", str(ROOT / "tests" / "data" / "tiny.toml"), "--out",
+                        str(tmp_path / name), "--timing-only"], timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr
+        docs[name] = json.loads((tmp_path / name / "results.json").read_text())
+
+    def strip(doc):
+        for p in doc["points"]:
+            for r in p["runs"]:
+                r.pop("wall_time_s")
+        return doc["points"]
+
+    assert strip(docs["pooled"]) == strip(docs["separate"])
+    for log in (tmp_path / "pooled" / "logs").iterdir():
+        def text(path):
+            return [line.rsplit(" ", 1)[0] if line.endswith("s") else line
+                    for line in path.read_text().splitlines() if "s wall" not in line]
+        assert text(log) == text(tmp_path / "separate" / "logs" / log.name), log.name
