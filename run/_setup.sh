@@ -15,3 +15,5 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
+# numba's cache of the kernels, compiled once per install (a line says so; ~30 s)
+.venv/bin/python -m emulator.runtime.numba_cache

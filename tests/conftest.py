@@ -58,10 +58,44 @@ def run_cli(args: list[str], timeout: float = 300, env: dict | None = None,
     return run_group([sys.executable, "-m", "emulator.app.cli", *args], timeout, env, **popen)
 
 
+_POOLS: list = []  # the session's pooled() block, entered on the first pooled run
+
+
+def run_pooled(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """`t3emu ARGS` through the command line's own code in this process, its MPI job
+    pooled with the session's other runs of that size (``emulator.app.pool``: the ranks
+    run the same ``t3emu run``; only their start-up is shared). For the runs whose
+    results a test checks; a test of the launcher, its signals or its environment uses
+    ``run_cli``. ``T3EMU_TEST_POOL=0``: every run a process and job of its own."""
+    if os.environ.get("T3EMU_TEST_POOL") == "0":
+        return run_cli(args, timeout)
+    from click.testing import CliRunner
+
+    from emulator.app.cli import main
+    from emulator.app.pool import pooled
+
+    if not _POOLS:
+        for key, value in test_env().items():  # the ranks' environment, as run_cli's
+            if key.endswith("_NUM_THREADS"):
+                os.environ.setdefault(key, value)
+        _POOLS.append(pooled(keep=3, timeout_s=timeout))
+        _POOLS[0].__enter__()
+    res = CliRunner().invoke(main, args, prog_name="t3emu", catch_exceptions=False)
+    return subprocess.CompletedProcess(["t3emu", *args], res.exit_code, res.stdout, res.stderr)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_pools():
+    yield
+    while _POOLS:
+        _POOLS.pop().__exit__(None, None, None)
+
+
 def run_emulator(tmp_path: Path, args: list[str], timeout: float = 300) -> dict:
-    """Run `t3emu run ARGS --json ...`, assert success, return the JSON document."""
+    """Run `t3emu run ARGS --json ...` (a pooled job), assert success, return the JSON
+    document."""
     out = tmp_path / f"result-{len(list(tmp_path.iterdir()))}.json"
-    proc = run_cli(["run", *args, "--json", str(out)], timeout)
+    proc = run_pooled(["run", *args, "--json", str(out)], timeout)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return json.loads(out.read_text())
 

@@ -31,6 +31,8 @@ def test_bench_sweep_part_counts_points(tmp_path):
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["details"]["sweep"]["points"] == 10  # Tiny-A: 4 sublayers x TP 2, 4; Tiny-B: 2
     assert doc["timing_only_points_per_min"] > 0
+    assert doc["details"]["sweep"]["same_modelled_times"] is True  # pooled and separate
+    assert doc["sweep_pooled_speedup"] > 0
 
 
 def test_bench_refuses_bad_parts_before_running():

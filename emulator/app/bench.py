@@ -18,7 +18,10 @@ Every figure is measured side by side in one run (``python -m emulator.app.bench
 - ``rss_mb_per_rank``: peak resident memory per rank of a timing-only 64-rank AR (RSS
   counts shared pages, the MPI shared-memory segments and libraries, in every rank;
   the scale rows add each rank's PSS and how much the host's available memory fell).
-- ``timing_only_points_per_min``: ``t3emu sweep t3-paper --timing-only`` throughput.
+- ``timing_only_points_per_min``: ``t3emu sweep t3-paper --timing-only`` throughput
+  (pooled jobs); ``sweep_pooled_speedup``: the same sweep with a job per point
+  (``T3EMU_NO_POOL=1``) over pooled, run one after the other, their modelled times
+  compared.
 - ``scale``: timing-only ARs (the default shape, sequential and t3) with 8 to 128 ranks,
   and ``size``: numeric ARs on 4 ranks with M=N from 1024 to 4096: wall time and memory,
   how the cost grows.
@@ -195,10 +198,12 @@ def _env() -> dict:
     return env
 
 
-def _run(argv: list[str], what: str, timeout: float = STEP_TIMEOUT_S) -> tuple[str, float]:
-    """Run a step as its own process group; return (stdout, wall s); raise on failure."""
+def _run(argv: list[str], what: str, timeout: float = STEP_TIMEOUT_S,
+         env: dict | None = None) -> tuple[str, float]:
+    """Run a step as its own process group (``env``: variables set for it); return
+    (stdout, wall s); raise on failure."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(argv, env={**_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -385,14 +390,25 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 log(f"size: numeric AR, 4 ranks, M=N={mn} K=1024 fp32 in {wall:.1f} s (t3 run "
                     f"{entry['mode_wall_s']['t3']:.2f} s), peak RSS "
                     f"{entry['rss_mb_per_rank_max']:.0f} MB per rank")
-        if "sweep" in parts:
-            out = tmp / "sweep"
-            _, wall = _run([sys.executable, "-m", "emulator.app.cli", "sweep", scenario,
-                            "--timing-only", "--out", str(out)], f"sweep {scenario}")
-            points = len(json.loads((out / "results.json").read_text())["points"])
-            doc["timing_only_points_per_min"] = points / (wall / 60)
-            det["sweep"] = {"scenario": scenario, "points": points, "wall_s": wall}
-            log(f"sweep: {scenario} --timing-only, {points} points in {wall:.0f} s")
+        if "sweep" in parts:  # pooled jobs (the default) and a job per point, one after other
+            walls, times = {}, {}
+            for how, off in (("separate", "1"), ("pooled", "0")):
+                out = tmp / f"sweep-{how}"
+                _, walls[how] = _run([sys.executable, "-m", "emulator.app.cli", "sweep",
+                                      scenario, "--timing-only", "--out", str(out)],
+                                     f"sweep {scenario} ({how} jobs)",
+                                     env={"T3EMU_NO_POOL": off})
+                pts = json.loads((out / "results.json").read_text())["points"]
+                times[how] = [[r["modelled_time_s"] for r in p["runs"]] for p in pts]
+            points = len(times["pooled"])
+            doc["timing_only_points_per_min"] = points / (walls["pooled"] / 60)
+            doc["sweep_pooled_speedup"] = walls["separate"] / walls["pooled"]
+            det["sweep"] = {"scenario": scenario, "points": points, "wall_s": walls["pooled"],
+                            "separate_wall_s": walls["separate"],
+                            "same_modelled_times": times["pooled"] == times["separate"]}
+            log(f"sweep: {scenario} --timing-only, {points} points in {walls['pooled']:.0f} s "
+                f"pooled, {walls['separate']:.0f} s with a job per point (same modelled "
+                f"times: {det['sweep']['same_modelled_times']})")
     doc["bench_wall_s"] = time.perf_counter() - t_all
     doc["targets"] = {key: {"want": f"{op} {value}", "met": _met(doc.get(key), op, value)}
                       for key, (op, value) in TARGETS.items() if key in doc}
@@ -448,7 +464,10 @@ def table(doc: dict) -> str:
     if "sweep" in det:
         s = det["sweep"]
         row("timing_only_points_per_min", ".1f", f"sweep {s['scenario']} --timing-only: "
-            f"{s['points']} points in {s['wall_s']:.0f} s")
+            f"{s['points']} points in {s['wall_s']:.0f} s (pooled jobs)")
+        row("sweep_pooled_speedup", ".2f", f"the same sweep with a job per point over pooled: "
+            f"{s['separate_wall_s']:.0f} / {s['wall_s']:.0f} s; same modelled times: "
+            f"{s['same_modelled_times']}")
     for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
         pss = e["pss_mb_per_rank_mean"]
         lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<14} "

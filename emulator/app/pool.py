@@ -15,10 +15,10 @@ as a job of its own would; one that ends the job (``MPI_Abort``, a killed rank) 
 reported in its output with the launcher's words and the next run starts a new job.
 Ctrl-C and SIGTERM stop the job as they stop a job of its own.
 
-Only one pooled job lives at a time (a configuration of another size closes it), so an
-idle pool never holds ranks beside a busy one. ``T3EMU_NO_POOL=1`` turns pooling off
-(every run its own job), and so does a launcher that broadcasts stdin to every task
-(``srun``).
+By default one pooled job lives at a time (a configuration of another size closes it);
+an idle one's ranks sleep. ``T3EMU_NO_POOL=1`` turns pooling off (every run its own job),
+and so do ranks on other hosts (they could not write the run's output files here) and a
+launcher that broadcasts stdin to every task (``srun``).
 """
 
 from __future__ import annotations
@@ -37,28 +37,32 @@ from pathlib import Path
 
 from emulator.app.config import RunConfig
 
-DONE = "@@t3emu-pool-done@@"  # a rank's marker after a run's output: DONE SEQ RANK EXIT-CODE
-_ACTIVE: list[dict] = []  # a stack of {"pool": Pool | None}, one per ``pooled()``
+DONE = "@@t3emu-pool-done@@"  # rank 0's line after a run: DONE SEQ EXIT-CODE
+_ACTIVE: list[dict] = []  # a stack of slots, one per ``pooled()``: its pools by job size
 
 
 @contextlib.contextmanager
-def pooled():
-    """Within the block, ``launcher.launch`` runs configurations in pooled jobs."""
-    slot: dict = {"pool": None}
+def pooled(keep: int = 1, timeout_s: float | None = None):
+    """Within the block, ``launcher.launch`` runs configurations in pooled jobs. ``keep``:
+    pooled jobs of different sizes left running at once (the least recently used beyond
+    it is closed; idle ranks sleep); ``timeout_s``: a run taking longer stops its job and
+    fails (exit 124), as a test's timeout does."""
+    slot: dict = {"pools": {}, "keep": keep, "timeout_s": timeout_s}
     _ACTIVE.append(slot)
     try:
         yield
     finally:
         _ACTIVE.remove(slot)
-        if slot["pool"] is not None:
-            slot["pool"].close()
+        for pool in slot["pools"].values():
+            pool.close()
 
 
-def enabled() -> bool:
-    """Pooling applies: not turned off, and the launcher gives stdin to rank 0 alone."""
-    from emulator.app.launcher import find_mpiexec
+def enabled(cfg: RunConfig) -> bool:
+    """Pooling applies: not turned off, every rank on this host (they write the run's
+    output files), and a launcher that gives stdin to rank 0 alone (not ``srun``)."""
+    from emulator.app.launcher import find_mpiexec, ranks_on_this_host
 
-    if os.environ.get("T3EMU_NO_POOL") == "1":
+    if os.environ.get("T3EMU_NO_POOL") == "1" or ranks_on_this_host(cfg) != cfg.ranks:
         return False
     try:
         launcher = shlex.split(find_mpiexec())
@@ -68,17 +72,17 @@ def enabled() -> bool:
 
 
 def current(cfg: RunConfig) -> Pool | None:
-    """The pool that runs ``cfg`` in the innermost ``pooled()`` block (started, or
-    replacing one of another size), or None outside one."""
-    if not _ACTIVE or not enabled():
+    """The pool that runs ``cfg`` in the innermost ``pooled()`` block (started on its
+    first run), or None outside one."""
+    if not _ACTIVE or not enabled(cfg):
         return None
     slot = _ACTIVE[-1]
-    pool = slot["pool"]
-    if pool is not None and pool.key != Pool.key_of(cfg):
-        pool.close()
-        pool = None
-    if pool is None:
-        pool = slot["pool"] = Pool(cfg)
+    pools: dict = slot["pools"]
+    key = Pool.key_of(cfg)
+    pool = pools.pop(key, None) or Pool(cfg, slot["timeout_s"])
+    pools[key] = pool  # the most recently used last
+    while len(pools) > slot["keep"]:
+        pools.pop(next(iter(pools))).close()
     return pool
 
 
@@ -96,22 +100,26 @@ class _Reader(threading.Thread):
                 _, seq, rc = line.split()
                 self.pool.events.put(("done", int(seq), int(rc)))
                 continue
-            sink = self.pool.sinks[1]
-            sink.write(line)
-            sink.flush()
+            try:  # a run's stderr while one runs (a caller's stream may be closed since)
+                sink = self.pool.sinks[1] if self.pool.sinks else sys.__stderr__
+                sink.write(line)
+                sink.flush()
+            except (ValueError, OSError):
+                pass
         self.pool.events.put(("eof", 0, 0))
 
 
 class Pool:
     """A pooled MPI job of one size (ranks, hosts), started on its first run."""
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig, timeout_s: float | None = None):
         self.key = self.key_of(cfg)
         self.first = cfg
+        self.timeout_s = timeout_s
         self.proc: subprocess.Popen | None = None
         self.seq = 0
         self.started = 0  # jobs started (a failure that ends the job starts another)
-        self.sinks = [sys.stdout, sys.stderr]
+        self.sinks: list | None = None  # the current run's stdout and stderr
 
     @staticmethod
     def key_of(cfg: RunConfig) -> tuple:
@@ -174,9 +182,15 @@ class Pool:
                 pass  # the job has ended: its end is read below
             rc = self._wait()
             said = self._deliver(files, out, err)
+            if rc == "timeout":
+                self.close(stop=True)
+                err.write(f"t3emu: the run took more than {self.timeout_s:g} s; its pooled "
+                          f"job was stopped\n")
+                err.flush()
+                return 124
             if rc is None:  # the job ended in the run
                 rc = self._ended(said)
-            self.sinks = [sys.stdout, sys.stderr]
+            self.sinks = None
             return rc
         except BaseException:  # Ctrl-C (it reached mpiexec too), SIGTERM: stop the job
             self.close(stop=True)
@@ -187,11 +201,19 @@ class Pool:
 
                 signal.signal(signal.SIGTERM, term)
 
-    def _wait(self) -> int | None:
-        """This run's exit code (the largest of its ranks'), None if the job ended."""
+    def _wait(self) -> int | str | None:
+        """This run's exit code (the largest of its ranks'), None if the job ended,
+        "timeout" past the pool's time limit."""
+        import time
+
         ended = 0
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while True:
-            kind, seq, rc = self.events.get()
+            try:
+                kind, seq, rc = self.events.get(
+                    timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+            except queue.Empty:
+                return "timeout"
             if kind == "eof":
                 ended += 1
                 if ended == 2:
@@ -243,7 +265,7 @@ class Pool:
             r.join(timeout=5)
         shutil.rmtree(getattr(self, "pid_dir", ""), ignore_errors=True)
         self.proc = None
-        self.sinks = [sys.stdout, sys.stderr]
+        self.sinks = None
 
     def close(self, stop: bool = False) -> None:
         """End the job: an empty task line (``stop``: SIGTERM, as ``launch`` on Ctrl-C),

@@ -94,10 +94,16 @@ def install_abort_handlers() -> None:
     threading.excepthook = thread_hook
 
 
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
     """Compile the numba kernels (those of ``dtype``, default all) once: node-local rank 0
     first, the others then load numba's cache (a cold compile takes tens of seconds: the
-    others wait at least 15 minutes for it)."""
+    others wait at least 15 minutes for it; ``runtime.numba_cache`` says so when the
+    cache does not hold this install's kernels yet)."""
     from mpi4py import MPI
 
     from emulator.runtime import watchdog
@@ -106,8 +112,11 @@ def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
     try:
         if node.rank == 0:
             from devices import kernels
+            from emulator.runtime import numba_cache
 
             watchdog.post("compute", "compiling the numba kernels")
+            if not numba_cache.built():  # a first run after an install made without
+                numba_cache.build(_say)  # run/_setup.sh: every kernel, once, with a line
             kernels.warm_up((dtype,) if dtype else ("fp16", "fp32"))
         watchdog.wait_all(node, "the numba compile on the node's first rank",
                           max(watchdog_s, 900.0))
