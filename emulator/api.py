@@ -30,7 +30,7 @@ from typing import Any
 from emulator.app.config import ConfigError, RunConfig, set_text
 
 __all__ = ["ConfigError", "RunError", "ModeResult", "RunResult", "PointResult",
-           "SweepResult", "config", "execute", "run", "sweep", "load_sweep"]
+           "SweepResult", "config", "execute", "run", "sweep", "load_sweep", "pooled"]
 
 
 class RunError(RuntimeError):
@@ -327,6 +327,15 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
     check_output_dir(out, "--out", len(sc.points) * (2 << 20))
     rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes, _settings(set))
     return SweepResult(load_results(out), out, rc)
+
+
+def pooled(keep: int = 1, timeout_s: float | None = None):
+    """A context manager: within it every ``run``/``execute`` goes to a pooled MPI job of
+    its size, started once (``emulator.app.pool``); ``keep`` jobs of different sizes stay
+    up at once; a run longer than ``timeout_s`` stops its job (exit 124)."""
+    from emulator.app.pool import pooled as _pooled
+
+    return _pooled(keep, timeout_s)
 
 
 def load_sweep(out: str | Path) -> SweepResult:

@@ -99,3 +99,19 @@ def test_a_sweep_returns_the_clis_numbers(api_env, tmp_path):
     assert [p.key for p in cli.points] == [p.key for p in sw.points]
     for a, b in zip(cli.points, sw.points):
         assert [_fields(r) for r in a.doc["runs"]] == [_fields(r) for r in b.doc["runs"]]
+
+
+def test_pooled_runs_give_a_plain_runs_numbers(api_env, monkeypatch):
+    """Runs inside ``api.pooled()`` share one MPI job per size (two sizes here, the first
+    again after the second) and give every field a job of its own gives."""
+    shapes = [(4, 4096), (2, 2048), (4, 2048)]
+    with api.pooled(keep=2):
+        pooled = [api.run("gemm+rs", device="mi210", ranks=r, m=m, n=2048, k=512,
+                          modes=["sequential", "t3"], timing_only=True) for r, m in shapes]
+    monkeypatch.setenv("T3EMU_NO_POOL", "1")
+    with api.pooled():  # turned off: a job per run
+        plain = [api.run("gemm+rs", device="mi210", ranks=r, m=m, n=2048, k=512,
+                         modes=["sequential", "t3"], timing_only=True) for r, m in shapes]
+    for a, b in zip(pooled, plain, strict=True):
+        assert [_fields(r) for r in a.doc["runs"]] == [_fields(r) for r in b.doc["runs"]]
+        assert a.output.count("lower bounds") == 1  # the run's own output, whole
