@@ -230,3 +230,21 @@ def test_the_consumer_gemm_gates_each_wg_on_the_input_tiles_its_rows_read(plain)
         assert {id(g) for g in kernel.gates[w]} == want, (w, r0, r1)
     split = [ids for ids in kernel.stages() if len(kernel.groups(ids)) > 1]
     assert split  # some stage's WGs read different input tiles
+
+
+def test_a_stage_splits_into_groups_by_gates_in_order_of_first_appearance():
+    """Hand-derived: items 0..5 with gates (a), (), (b, a), (a), (a, b), none make, in
+    dispatch order [5, 2, 0, 4, 3, 1], the groups [5, 1] (no gates), [2], [0, 3], [4] (the
+    same signals in another order is another set), and the stage waits on b then a
+    (first seen in item 2's gates)."""
+    a, b = object(), object()
+    space = TileSpace("C", tile_grid([(0, 6)], 1, 1, 1), 0)
+    wgs = np.array([[i, i + 1, 0, 1, 0, 1] for i in range(6)], np.int64)
+    order = np.array([5, 2, 0, 4, 3, 1], np.int64)
+    kernel = Kernel(None, space, wgs, np.arange(6), order, 6,
+                    gates={0: (a,), 1: (), 2: (b, a), 3: (a,), 4: (a, b)})
+    groups = kernel.groups(kernel.stages()[0])
+    assert [g.tolist() for g in groups] == [[5, 1], [2], [0, 3], [4]]
+    assert [id(g) for g in kernel.gates_of(order)] == [id(b), id(a)]
+    assert kernel.gates_of(np.array([5, 1])) == ()
+    assert [g.tolist() for g in kernel.groups(np.array([3, 0]))] == [[3, 0]]

@@ -134,22 +134,52 @@ class Kernel:
         i = bisect.bisect_left(got, a)
         return i < len(got) and got[i] < a + n
 
+    def _gate_sets(self) -> tuple[np.ndarray, list[Gates]]:
+        """Each item's set of gates as an index into the distinct sets (0: none; two
+        items share an index when they wait on the same signals in the same order),
+        and the sets (cached: a stage's groups and gates are then array operations)."""
+        got = self.__dict__.get("_gate_sets_cache")
+        if got is None:
+            index = np.zeros(len(self.wgs), np.int64)
+            sets: list[Gates] = [()]
+            known: dict[tuple, int] = {(): 0}
+            for w, g in self.gates.items():
+                key = tuple(id(x) for x in g)
+                j = known.get(key)
+                if j is None:
+                    j = known[key] = len(sets)
+                    sets.append(tuple(g))
+                index[w] = j
+            got = (index, sets)
+            object.__setattr__(self, "_gate_sets_cache", got)
+        return got
+
+    def _first_seen(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The gate-set index of each of ``ids`` and the distinct ones in order of first
+        appearance."""
+        index = self._gate_sets()[0][ids]
+        uniq, first = np.unique(index, return_index=True)
+        return index, uniq[np.argsort(first, kind="stable")]
+
     def groups(self, ids: np.ndarray) -> list[np.ndarray]:
         """The stage's items split where their gates differ (in dispatch order); one group
         when they agree (every item of a T3 consumer stage waits on the same regions)."""
         if not self._any_gated(ids):
             return [ids]
-        keys: dict[tuple, list[int]] = {}
-        for w in ids:
-            keys.setdefault(tuple(id(g) for g in self.gates.get(int(w), ())), []).append(int(w))
-        return [np.array(v, np.int64) for v in keys.values()]
+        ids = np.asarray(ids, np.int64)
+        index, order = self._first_seen(ids)
+        if len(order) == 1:
+            return [ids]
+        return [ids[index == j] for j in order]
 
     def gates_of(self, ids: np.ndarray) -> Gates:
         if not self._any_gated(ids):
             return ()
+        _, order = self._first_seen(np.asarray(ids, np.int64))
+        sets = self._gate_sets()[1]
         seen: dict[int, Signal] = {}
-        for w in ids:
-            for g in self.gates.get(int(w), ()):
+        for j in order:
+            for g in sets[j]:
                 seen.setdefault(id(g), g)
         return tuple(seen.values())
 
