@@ -46,7 +46,11 @@ def pooled(keep: int = 1, timeout_s: float | None = None):
     """Within the block, ``launcher.launch`` runs configurations in pooled jobs. ``keep``:
     pooled jobs of different sizes left running at once (the least recently used beyond
     it is closed; idle ranks sleep); ``timeout_s``: a run taking longer stops its job and
-    fails (exit 124), as a test's timeout does."""
+    fails (exit 124), as a test's timeout does. Inside another ``pooled()`` block it uses
+    that block's jobs (a model scenario's estimates share them)."""
+    if _ACTIVE:
+        yield
+        return
     slot: dict = {"pools": {}, "keep": keep, "timeout_s": timeout_s}
     _ACTIVE.append(slot)
     try:
