@@ -13,7 +13,7 @@ def test_bench_quick_parts_write_every_figure(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     for key in ("gemm_vs_numpy_ratio", "gemm_vs_numpy_ratio_fp16", "overhead_vs_bare_ratio",
-                "startup_s_2", "startup_s_4", "rss_mb_per_rank"):
+                "startup_s_2", "startup_s_4", "startup_timing_only_s_4", "rss_mb_per_rank"):
         assert doc[key] > 0, key
     assert set(doc["targets"]) == {"gemm_vs_numpy_ratio", "overhead_vs_bare_ratio"}
     over = doc["details"]["overhead"]
