@@ -80,7 +80,10 @@ def run_pooled(args: list[str], timeout: float = 300) -> subprocess.CompletedPro
                 os.environ.setdefault(key, value)
         _POOLS.append(pooled(keep=3, timeout_s=timeout))
         _POOLS[0].__enter__()
-    res = CliRunner().invoke(main, args, prog_name="t3emu", catch_exceptions=False)
+    from emulator.app.catalog import plugins_forgotten
+
+    with plugins_forgotten():  # as a process of its own: its --configs files stay its own
+        res = CliRunner().invoke(main, args, prog_name="t3emu", catch_exceptions=False)
     return subprocess.CompletedProcess(["t3emu", *args], res.exit_code, res.stdout, res.stderr)
 
 

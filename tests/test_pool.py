@@ -95,3 +95,35 @@ def test_pooled_and_separate_jobs_give_identical_results(tmp_path):
             return [line.rsplit(" ", 1)[0] if line.endswith("s") else line
                     for line in path.read_text().splitlines() if "s wall" not in line]
         assert text(log) == text(tmp_path / "separate" / "logs" / log.name), log.name
+
+
+def test_a_runs_configuration_files_are_not_the_next_runs(monkeypatch, tmp_path):
+    """A pooled job's ranks, and the test process's in-process command line, forget the
+    configurations a run's --configs file registered once the run ends, as a process per
+    run would: a second file registering the same name then loads (a rank that kept the
+    first would refuse the duplicate), and the test process's registry is as before."""
+    from emulator import api
+    from emulator.app.catalog import plugins_forgotten, registry
+    from tests.conftest import run_pooled
+
+    for key, value in conftest.test_env().items():
+        monkeypatch.setenv(key, value)
+    before = set(registry().configurations)
+    plugin = ROOT / "run" / "configs" / "pull_ag_gemm.py"
+    other = tmp_path / "same_name.py"
+    other.write_text(plugin.read_text())
+    base = ["run", "-n", "2", "--collective", "ag+gemm", "--topology", "full-mesh",
+            "--m", "256", "--n", "256", "--k", "128", "--timing-only",
+            "--mode", "sequential,pull-ag-gemm"]
+    for path in (plugin, other):  # the session's pooled job of 2 ranks, in turn
+        proc = run_pooled([*base, "--configs", str(path)])
+        assert proc.returncode == 0 and "pull-ag-gemm" in proc.stdout, proc.stderr
+    assert set(registry().configurations) == before  # this process: as before
+    with api.pooled(), plugins_forgotten():  # the API in a pooled job of its own
+        for path in (plugin, other):
+            with plugins_forgotten():
+                res = api.run("ag+gemm", ranks=3, topology="full-mesh", m=256, n=256, k=128,
+                              timing_only=True, modes="sequential,pull-ag-gemm",
+                              configs=str(path))
+            assert "pull-ag-gemm" in res.modes
+    assert set(registry().configurations) == before

@@ -3,6 +3,7 @@ configuration files (``--configs``: paths, or names of the shipped examples)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from emulator.engine.registry import REGISTRY, Registry
@@ -16,3 +17,15 @@ def registry(configs: Iterable[str] = ()) -> Registry:
     for path in configs:
         REGISTRY.load(configs_path(path))
     return REGISTRY
+
+
+@contextlib.contextmanager
+def plugins_forgotten():
+    """Within the block, configuration files may be loaded; after it the registry holds
+    what it held before (a process that runs one ``t3emu run`` after another, as a pooled
+    job's rank, behaves as a process per run)."""
+    snap = registry().snapshot()
+    try:
+        yield
+    finally:
+        REGISTRY.restore(snap)

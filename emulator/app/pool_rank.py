@@ -78,16 +78,18 @@ def _output_to(out: str, err: str):
 
 def _run(args: list[str]) -> int:
     """One ``t3emu run`` on this rank; its exit code."""
+    from emulator.app.catalog import plugins_forgotten
     from emulator.app.cli import main
     from emulator.runtime.rank import RANK
 
     RANK.faults_fired.clear()  # per run: the "fault never fired" warning is per run
     RANK.first_stage_unix = None
-    try:
-        main.main(args=["run", *args], prog_name="t3emu")
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+    with plugins_forgotten():  # a run's --configs files are not the next run's
+        try:
+            main.main(args=["run", *args], prog_name="t3emu")
+        except SystemExit as exc:
+            code = exc.code
+            return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
 
 

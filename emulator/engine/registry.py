@@ -282,6 +282,17 @@ class Registry:
         """Every baseline configuration (runs report their speedup over each)."""
         return tuple(n for n, c in self.configurations.items() if c.baseline)
 
+    def snapshot(self) -> tuple:
+        """What the registry holds now, for ``restore``."""
+        return (dict(self.operations), dict(self.configurations), list(self.plugins),
+                dict(self.designs))
+
+    def restore(self, snap: tuple) -> None:
+        """Back to a ``snapshot``: entries registered since (a plugin file's) are gone."""
+        ops, confs, plugins, designs = snap
+        self.operations, self.configurations = dict(ops), dict(confs)
+        self.plugins, self.designs = list(plugins), dict(designs)
+
     def load(self, path: str) -> None:
         """Run a configuration file (it registers its entries); each file once."""
         p = Path(path).resolve()
