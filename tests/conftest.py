@@ -72,17 +72,18 @@ def run_pooled(args: list[str], timeout: float = 300) -> subprocess.CompletedPro
     from click.testing import CliRunner
 
     from emulator.app.cli import main
-    from emulator.app.pool import pooled
+    from emulator.app.pool import pooled, time_limit
 
     if not _POOLS:
         for key, value in test_env().items():  # the ranks' environment, as run_cli's
             if key.endswith("_NUM_THREADS"):
                 os.environ.setdefault(key, value)
-        _POOLS.append(pooled(keep=3, timeout_s=timeout))
+        _POOLS.append(pooled(keep=4))
         _POOLS[0].__enter__()
     from emulator.app.catalog import plugins_forgotten
 
-    with plugins_forgotten():  # as a process of its own: its --configs files stay its own
+    # as a process of its own: its --configs files stay its own, its time is limited
+    with plugins_forgotten(), time_limit(timeout):
         res = CliRunner().invoke(main, args, prog_name="t3emu", catch_exceptions=False)
     return subprocess.CompletedProcess(["t3emu", *args], res.exit_code, res.stdout, res.stderr)
 

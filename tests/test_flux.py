@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 from tests.ops import modes_for
 
 FLUX = ("flux-rs-w", "flux-rs-a", "flux-rs-w-noswizzle", "flux-rs-a-noswizzle")
@@ -102,7 +102,7 @@ def test_two_node_forms_on_sixteen_ranks_across_two_emulated_hosts(tmp_path, sys
     docs = []
     for where in ([], ["--hosts", "n0,n1", "--same-machine"]):
         out = tmp_path / f"{len(where)}.json"
-        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=600)
+        proc = run_pooled(["run", *args, *where, "--json", str(out)], timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         docs.append(json.loads(out.read_text()))
     for a, b in zip(docs[0]["runs"], docs[1]["runs"], strict=True):

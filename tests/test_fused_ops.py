@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 from tests.ops import SAME_AS_NUMERIC, check_numerics_and_timing_only
 
 SHAPES = {
@@ -52,7 +52,7 @@ def test_scale_out_embedding_across_two_emulated_hosts(tmp_path, system, hosts):
     docs = []
     for where in ([], ["--hosts", hosts, "--same-machine"]):
         out = tmp_path / f"{len(where)}.json"
-        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=300)
+        proc = run_pooled(["run", *args, *where, "--json", str(out)], timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         docs.append(json.loads(out.read_text())["runs"])
     for a, b in zip(*docs, strict=True):

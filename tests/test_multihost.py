@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_pooled
 from tests.ops import COLLECTIVE_ALGORITHMS, COLLECTIVES
 
 SMALL = ["--m", "517", "--n", "300", "--k", "129"]
@@ -27,7 +27,7 @@ MATRIX = [(c, a) for c in COLLECTIVES for a in COLLECTIVE_ALGORITHMS[c]]
 def _run(tmp_path, name: str, args: list[str], hosts: str | None):
     out = tmp_path / f"{name}.json"
     where = ["--hosts", hosts, "--same-machine"] if hosts else []
-    proc = run_cli(["run", "-n", "4", *args, *where, "--json", str(out)], timeout=240)
+    proc = run_pooled(["run", "-n", "4", *args, *where, "--json", str(out)], timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -55,7 +55,7 @@ def test_a_two_node_system_on_two_emulated_hosts_matches_one_host(tmp_path, syst
     runs = []
     for where in ([], ["--hosts", hosts, "--same-machine"]):
         out = tmp_path / f"{len(where)}.json"
-        proc = run_cli(["run", *args, *where, "--json", str(out)], timeout=300)
+        proc = run_pooled(["run", *args, *where, "--json", str(out)], timeout=300)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         runs.append(json.loads(out.read_text())["runs"])
     for a, b in zip(*runs, strict=True):

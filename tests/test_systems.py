@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 
 PRESETS = ROOT / "devices" / "presets"
 NEW_SYSTEMS = ["mi210x4", "mi210-2node", "mi300x-x8", "a100-sxm-x8", "a100-pcie-x8", "h800-x8",
@@ -134,7 +134,7 @@ def test_system_options_are_checked():
 def test_each_system_runs_gemm_ar_numerically_and_matches_alpha_beta(tmp_path, system):
     out = tmp_path / "run.json"
     m, n, k = 2048, 1024, 64
-    proc = run_cli(["run", "--system", system, "--collective", "ar", "--m", str(m), "--n",
+    proc = run_pooled(["run", "--system", system, "--collective", "ar", "--m", str(m), "--n",
                     str(n), "--k", str(k), "--mode", "sequential,t3", "--dtype", "fp32",
                     "--json", str(out)], timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -61,6 +61,20 @@ def pooled(keep: int = 1, timeout_s: float | None = None):
             pool.close()
 
 
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Within the block, the innermost ``pooled()`` block's runs have this time limit."""
+    if not _ACTIVE:
+        yield
+        return
+    slot = _ACTIVE[-1]
+    before, slot["timeout_s"] = slot["timeout_s"], seconds
+    try:
+        yield
+    finally:
+        slot["timeout_s"] = before
+
+
 def enabled(cfg: RunConfig) -> bool:
     """Pooling applies: not turned off, every rank on this host (they write the run's
     output files), and a launcher that gives stdin to rank 0 alone (not ``srun``)."""
@@ -83,7 +97,8 @@ def current(cfg: RunConfig) -> Pool | None:
     slot = _ACTIVE[-1]
     pools: dict = slot["pools"]
     key = Pool.key_of(cfg)
-    pool = pools.pop(key, None) or Pool(cfg, slot["timeout_s"])
+    pool = pools.pop(key, None) or Pool(cfg)
+    pool.timeout_s = slot["timeout_s"]  # the block's (``time_limit`` may change it)
     pools[key] = pool  # the most recently used last
     while len(pools) > slot["keep"]:
         pools.pop(next(iter(pools))).close()
