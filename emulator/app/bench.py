@@ -48,7 +48,7 @@ from pathlib import Path
 
 PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale", "size")
 TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.9), "overhead_vs_bare_ratio": ("<=", 1.25),
-           # issue 49's target for `t3emu run -n 32` on a 2-core machine
+           # the target for `t3emu run -n 32` on a 2-core machine (docs/performance.md)
            "startup_s_32": ("<=", 8.0), "startup_timing_only_s_32": ("<=", 8.0)}
 STEP_TIMEOUT_S = 1200
 
