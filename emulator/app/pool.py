@@ -112,12 +112,13 @@ class _Reader(threading.Thread):
     def __init__(self, pool: Pool, stream: str, source):
         super().__init__(name=f"t3emu-pool-{stream}", daemon=True)
         self.pool, self.stream, self.source = pool, stream, source
+        self.events = pool.events  # this job's (a job started later has its own)
 
     def run(self) -> None:
         for line in self.source:
             if self.stream == "out" and line.startswith(DONE):
                 _, seq, rc = line.split()
-                self.pool.events.put(("done", int(seq), int(rc)))
+                self.events.put(("done", int(seq), int(rc)))
                 continue
             try:  # a run's stderr while one runs (a caller's stream may be closed since)
                 sink = self.pool.sinks[1] if self.pool.sinks else sys.__stderr__
@@ -125,7 +126,7 @@ class _Reader(threading.Thread):
                 sink.flush()
             except (ValueError, OSError):
                 pass
-        self.pool.events.put(("eof", 0, 0))
+        self.events.put(("eof", 0, 0))
 
 
 class Pool:
