@@ -229,14 +229,42 @@ class StderrRelay(threading.Thread):
             self.sink.flush()
 
     def print_lost_aborts(self, pid_dir: Path) -> None:
-        for marker in sorted(pid_dir.glob("*.abort")):
-            try:
-                msg = marker.read_text()
-            except OSError:
-                continue
-            if msg and msg.splitlines()[0] not in self.seen:
-                self.sink.write(msg if msg.endswith("\n") else msg + "\n")
-                self.sink.flush()
+        print_lost_aborts(pid_dir, lambda first: first in self.seen, self.sink)
+
+
+def print_lost_aborts(pid_dir: Path, seen, sink) -> None:
+    """The ranks' abort messages (their "abort" markers) whose first line ``seen`` says
+    never reached the output, written to ``sink``."""
+    for marker in sorted(pid_dir.glob("*.abort")):
+        try:
+            msg = marker.read_text()
+        except OSError:
+            continue
+        if msg and not seen(msg.splitlines()[0]):
+            sink.write(msg if msg.endswith("\n") else msg + "\n")
+            sink.flush()
+
+
+def report_dead(watch: RankWatch, err) -> bool:
+    """Name the ranks that died from outside (``watch.dead``) on ``err``; whether any did."""
+    if not watch.dead:
+        return False
+    who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
+    err.write(f"t3emu: {who} died without reporting an error (killed by a signal, e.g. "
+              f"kill -9 or the out-of-memory killer, or crashed); the launcher stopped the "
+              f"other ranks\n")
+    err.flush()
+    return True
+
+
+def kill_job(proc: subprocess.Popen, watch: RankWatch) -> None:
+    """SIGKILL mpiexec and every rank the watch knows (Hydra's clean-up may be off)."""
+    proc.kill()
+    for pid in watch.ranks().values():
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
 
 
 def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
@@ -290,12 +318,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                     proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                for pid in watch.ranks().values():  # Hydra's clean-up may be off
-                    try:
-                        os.kill(pid, 9)
-                    except OSError:
-                        pass
+                kill_job(proc, watch)
             raise
         finally:
             if term is not None:
@@ -305,12 +328,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         if watched:
             watch.join()
             rc = _ranks_rc(Path(pid_dir), rc, cfg.ranks)
-    if watch.dead:
-        who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
-        err.write(f"t3emu: {who} died without reporting an error (killed by a signal, e.g. "
-                  f"kill -9 or the out-of-memory killer, or crashed); the launcher stopped the "
-                  f"other ranks\n")
-        err.flush()
+    if report_dead(watch, err):
         return rc or 1
     return rc
 

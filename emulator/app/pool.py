@@ -138,7 +138,6 @@ class Pool:
         self.timeout_s = timeout_s
         self.proc: subprocess.Popen | None = None
         self.seq = 0
-        self.started = 0  # jobs started (a failure that ends the job starts another)
         self.sinks: list | None = None  # the current run's stdout and stderr
 
     @staticmethod
@@ -172,7 +171,6 @@ class Pool:
         self.watch = RankWatch(self.pid_dir, self.proc)
         if self.watched:
             self.watch.start()
-        self.started += 1
         self.seq = 0  # the job's ranks count their runs from 1
 
     def run(self, cfg: RunConfig, stdout=None, stderr=None) -> int:
@@ -260,23 +258,15 @@ class Pool:
 
     def _ended(self, said: str) -> int:
         """The job ended during a run: its exit code, with what the launcher says of it."""
+        from emulator.app.launcher import print_lost_aborts, report_dead
+
         rc = self.proc.wait()
         err = self.sinks[1]
         if self.watched:
             self.watch.join()
-        for marker in sorted(Path(self.pid_dir).glob("*.abort")):  # an abort the rank
-            try:  # had no time to write where it prints
-                msg = marker.read_text()
-            except OSError:
-                continue
-            if msg and msg.splitlines()[0] not in said:
-                err.write(msg if msg.endswith("\n") else msg + "\n")
-        if self.watch.dead:
-            who = ", ".join(f"rank {r} (pid {p})" for r, p in self.watch.dead)
-            err.write(f"t3emu: {who} died without reporting an error (killed by a signal, "
-                      f"e.g. kill -9 or the out-of-memory killer, or crashed); the launcher "
-                      f"stopped the other ranks\n")
-        err.flush()
+        # an abort the rank had no time to write where it prints
+        print_lost_aborts(Path(self.pid_dir), lambda first: first in said, err)
+        report_dead(self.watch, err)
         self._cleanup()
         return rc or 1
 
@@ -307,12 +297,9 @@ class Pool:
                         pass
             proc.wait(timeout=10 if stop else 60)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            for pid in self.watch.ranks().values():  # Hydra's clean-up may be off
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
+            from emulator.app.launcher import kill_job
+
+            kill_job(proc, self.watch)
             proc.wait()
         if self.watched:
             self.watch.join(timeout=5)
