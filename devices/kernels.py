@@ -1,233 +1,68 @@
-"""numba compute kernels of the emulated GPU: tiled GEMM stages, GEMV, elementwise sums
-and copies, and fp16 helpers.
+"""Compute kernels of the emulated GPU: tiled GEMM stages, elementwise sums and copies,
+and the fp16/bf16 conversions; GEMV and embedding-bag WGs come from
+``devices.loop_kernels`` (numba).
 
 A GEMM runs as stages of WG tiles. Each WG tile is a dot product over the whole
-K dimension (or its split-K slice) computed with fp32 accumulation (numba's
-``np.dot`` calls BLAS without the GIL); the WGs of a stage that sit side by side
-on one row panel are computed by a single BLAS call and scattered into their
-tiles, so a stage runs at the host BLAS's speed (``t3emu bench`` measures it
-against numpy's ``matmul``); fp16 operands are stored as fp16 (passed to numba as their
-uint16 bit patterns, since numba has no float16 arrays) and widened to fp32 on
-the way in (``widen``), and results are rounded back to fp16 on the way out, as tensor
-cores do. Kernels are compiled once into numba's on-disk cache
-(``cache=True``) and release the GIL (``nogil=True``) so the DMA engine thread
-runs while a stage computes.
+K dimension (or its split-K slice) computed with fp32 accumulation by the host BLAS
+(numpy's ``matmul``, which releases the GIL); the WGs of a stage that sit side by side
+on one row panel are computed by a single BLAS call and scattered into their tiles, so a
+stage runs at the host BLAS's speed (``t3emu bench`` measures it against one ``matmul``
+of the whole GEMM). fp16 and bf16 operands are stored as 2 bytes and widened exactly to
+fp32 on the way in (``widen``); results are rounded back once, to nearest even, on the
+way out (``narrow``), as tensor cores do. None of these needs a compiler: a run whose
+producers are GEMMs and copies imports no numba (a rank starts in about half the time).
 
-Public wrappers validate shapes and dtypes; the private ``_kernels`` do no checks.
+Public functions validate shapes and dtypes; the private helpers do no checks.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import ml_dtypes
 import numpy as np
-from numba import njit
-from numba.core.errors import NumbaPerformanceWarning
 
-# A[r0:r1, :] is a contiguous row block at run time; numba types it as layout 'A'.
-warnings.filterwarnings("ignore", category=NumbaPerformanceWarning)
-
-_JIT = dict(cache=True, nogil=True)
 BF16 = np.dtype(ml_dtypes.bfloat16)  # stored as 2 bytes; widened exactly, rounded by ml_dtypes
 
 
-@njit(**_JIT)
-def _f16_bits_to_f32(h: np.ndarray, out: np.ndarray) -> None:
-    """IEEE binary16 bit patterns -> float32 (exact, subnormals, inf and NaN kept)."""
-    o = out.view(np.uint32)
-    for i in range(h.size):
-        x = np.uint32(h.flat[i])
-        sign = (x >> 15) << 31
-        exp = (x >> 10) & 0x1F
-        mant = x & 0x3FF
-        if exp == 0:
-            if mant == 0:
-                bits = sign
-            else:  # subnormal half: normalise
-                e = 0
-                while (mant & 0x400) == 0:
-                    mant <<= 1
-                    e += 1
-                bits = sign | ((113 - e) << 23) | ((mant & 0x3FF) << 13)
-        elif exp == 31:
-            bits = sign | (0xFF << 23) | (mant << 13)
-        else:
-            bits = sign | ((exp + 112) << 23) | (mant << 13)
-        o.flat[i] = bits
+def _runs(tiles: np.ndarray, blocks: bool) -> list[tuple[int, int]]:
+    """[start, end) of each run of WGs that one BLAS call computes: WGs that share their
+    rows and K slice and whose columns follow on (one row panel); with ``blocks``, runs
+    with the same columns and K slice whose rows follow on are joined (a rectangle of the
+    output listed row by row)."""
+    n = tiles.shape[0]
+    if n == 0:
+        return []
+    t = tiles
+    cont = np.zeros(n, bool)
+    cont[1:] = ((t[1:, 0] == t[:-1, 0]) & (t[1:, 1] == t[:-1, 1]) & (t[1:, 4] == t[:-1, 4])
+                & (t[1:, 5] == t[:-1, 5]) & (t[1:, 2] == t[:-1, 3]))
+    starts = np.flatnonzero(~cont).tolist()
+    runs = list(zip(starts, starts[1:] + [n]))
+    if not blocks:
+        return runs
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(runs):
+        s, e = runs[i]
+        c0, c1, k0, k1 = t[s, 2], t[e - 1, 3], t[s, 4], t[s, 5]
+        while i + 1 < len(runs):
+            f0, f1 = runs[i + 1]
+            if not (t[f0, 0] == t[f0 - 1, 1] and t[f0, 2] == c0 and t[f1 - 1, 3] == c1
+                    and t[f0, 4] == k0 and t[f0, 5] == k1):
+                break
+            e = f1
+            i += 1
+        out.append((s, e))
+        i += 1
+    return out
 
 
-@njit(**_JIT)
-def _f32_to_f16_bits(f: np.ndarray, out: np.ndarray) -> None:
-    """float32 -> IEEE binary16 bit patterns, round to nearest even (as numpy does)."""
-    fb = f.view(np.uint32)
-    for i in range(f.size):
-        x = fb.flat[i]
-        sign = (x >> 16) & 0x8000
-        exp = np.int64((x >> 23) & 0xFF)
-        mant = x & 0x7FFFFF
-        if exp == 0xFF:
-            h = sign | 0x7C00 | (0x200 if mant != 0 else 0)
-        else:
-            e = exp - 112  # rebias 127 -> 15
-            if e >= 31:
-                h = sign | 0x7C00
-            elif e <= 0:
-                if e < -10:
-                    h = sign
-                else:
-                    m = mant | 0x800000
-                    shift = np.uint32(14 - e)
-                    hm = m >> shift
-                    rem = m & ((np.uint32(1) << shift) - 1)
-                    half = np.uint32(1) << (shift - 1)
-                    if rem > half or (rem == half and (hm & 1) == 1):
-                        hm += 1
-                    h = sign | hm
-            else:
-                hm = (np.uint32(e) << 10) | (mant >> 13)
-                rem = mant & 0x1FFF
-                if rem > 0x1000 or (rem == 0x1000 and (hm & 1) == 1):
-                    hm += 1
-                h = sign | hm
-        out.flat[i] = np.uint16(h)
-
-
-@njit(**_JIT)
-def _widen_f16(x: np.ndarray, out: np.ndarray) -> None:
-    for i in range(x.shape[0]):
-        _f16_bits_to_f32(x[i], out[i])
-
-
-@njit(**_JIT)
-def _run_end(tiles: np.ndarray, t: int) -> int:
-    """End of the run of WGs from ``t`` that share their rows and K slice and whose
-    columns follow on (one row panel)."""
-    r0, r1, k0, k1 = tiles[t, 0], tiles[t, 1], tiles[t, 4], tiles[t, 5]
-    e = t + 1
-    while (e < tiles.shape[0] and tiles[e, 0] == r0 and tiles[e, 1] == r1
-           and tiles[e, 4] == k0 and tiles[e, 5] == k1 and tiles[e, 2] == tiles[e - 1, 3]):
-        e += 1
-    return e
-
-
-@njit(**_JIT)
-def _block_end(tiles: np.ndarray, t: int) -> int:
-    """End of the block of WGs from ``t``: runs (row panels) with the same columns and K
-    slice whose rows follow on, i.e. a rectangle of the output listed row by row."""
-    e = _run_end(tiles, t)
-    c0, c1 = tiles[t, 2], tiles[e - 1, 3]
-    while e < tiles.shape[0] and tiles[e, 0] == tiles[e - 1, 1] and tiles[e, 2] == c0:
-        f = _run_end(tiles, e)
-        if tiles[f - 1, 3] != c1 or tiles[e, 4] != tiles[t, 4] or tiles[e, 5] != tiles[t, 5]:
-            break
-        e = f
-    return e
-
-
-@njit(**_JIT)
 def _product(a: np.ndarray, b: np.ndarray, r0: int, r1: int, c0: int, c1: int, k0: int,
              k1: int) -> np.ndarray:
     """A[r0:r1, k0:k1] @ B[k0:k1, c0:c1] in one BLAS call (fp32 accumulation)."""
-    if k0 == 0 and k1 == a.shape[1]:
-        panel = a[r0:r1]
-    else:
-        panel = np.ascontiguousarray(a[r0:r1, k0:k1])
+    panel = a[r0:r1] if k0 == 0 and k1 == a.shape[1] else np.ascontiguousarray(a[r0:r1, k0:k1])
     if c0 == 0 and c1 == b.shape[1] and k0 == 0 and k1 == b.shape[0]:
-        return np.dot(panel, b)
-    return np.dot(panel, np.ascontiguousarray(b[k0:k1, c0:c1]))
-
-
-@njit(**_JIT)
-def _gemm_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
-    t = 0
-    while t < tiles.shape[0]:
-        e = _run_end(tiles, t)
-        r0, r1 = tiles[t, 0], tiles[t, 1]
-        c0 = tiles[t, 2]
-        prod = _product(a, b, r0, r1, c0, tiles[e - 1, 3], tiles[t, 4], tiles[t, 5])
-        for u in range(t, e):
-            w = tiles[u, 3] - tiles[u, 2]
-            s = tiles[u, 2] - c0
-            out[u, : r1 - r0, :w] = prod[:, s : s + w]
-        t = e
-
-
-@njit(**_JIT)
-def _gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
-    t = 0
-    while t < tiles.shape[0]:
-        e = _block_end(tiles, t)
-        r0, r1, c0, c1 = tiles[t, 0], tiles[e - 1, 1], tiles[t, 2], tiles[e - 1, 3]
-        k0, k1 = tiles[t, 4], tiles[t, 5]
-        if c0 == 0 and c1 == out.shape[1] and k0 == 0 and k1 == a.shape[1] \
-                and c1 == b.shape[1]:  # whole rows: BLAS writes them in place
-            np.dot(a[r0:r1], b, out[r0:r1])
-        elif c0 == 0 and c1 == out.shape[1]:
-            out[r0:r1] = _product(a, b, r0, r1, c0, c1, k0, k1)
-        else:
-            out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, k0, k1)
-        t = e
-
-
-@njit(**_JIT)
-def _add_f16(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:
-    """out = fp16(fp32(x) + fp32(y)) on bit patterns (a CU's add of two fp16 copies)."""
-    n = x.size
-    blk = 4096
-    fx = np.empty(blk, np.float32)
-    fy = np.empty(blk, np.float32)
-    for s in range(0, n, blk):
-        e = min(n, s + blk)
-        _f16_bits_to_f32(x[s:e], fx[: e - s])
-        _f16_bits_to_f32(y[s:e], fy[: e - s])
-        fx[: e - s] += fy[: e - s]
-        _f32_to_f16_bits(fx[: e - s], out[s:e])
-
-
-@njit(**_JIT)
-def _gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
-    """GEMV WGs: out[r, c] = sum_k a[r, k] x[k, c] over each WG's rows, columns (the few
-    right-hand sides of a decode step) and K slice, in fp32, k in ascending order (a WG's
-    threads each own rows and stream their weights once)."""
-    for t in range(tiles.shape[0]):
-        r0, r1, c0, c1, k0, k1 = tiles[t]
-        for r in range(r0, r1):
-            for c in range(c0, c1):
-                acc = np.float32(0.0)
-                for kk in range(k0, k1):
-                    acc += a[r, kk] * x[kk, c]
-                out[r, c] = acc
-
-
-@njit(**_JIT)
-def _embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndarray,
-                    out: np.ndarray) -> None:
-    """Embedding-bag WGs (sum pooling): item (s0, s1, c0, c1, j0, j1) pools, for each
-    sample s in [s0, s1), the rows ``ids[s, j0:j1]`` of table t = c0 // D (rows t x
-    ``rows`` .. of ``table``) into out[s, c0:c1], in fp32, ids in ascending j."""
-    d = table.shape[1]
-    for t in range(items.shape[0]):
-        s0, s1, c0, c1, j0, j1 = items[t]
-        base = (c0 // d) * rows
-        for s in range(s0, s1):
-            for c in range(c1 - c0):
-                out[s, c0 + c] = np.float32(0.0)
-            for j in range(j0, j1):
-                r = base + ids[s, j]
-                for c in range(c1 - c0):
-                    out[s, c0 + c] += table[r, c]
-
-
-@njit(**_JIT)
-def _sum_into(acc: np.ndarray, src: np.ndarray, first: bool) -> None:
-    """acc (fp32) = src or acc + src, elementwise over equal 2-D shapes (src fp32)."""
-    for i in range(acc.shape[0]):
-        for j in range(acc.shape[1]):
-            if first:
-                acc[i, j] = src[i, j]
-            else:
-                acc[i, j] += src[i, j]
+        return np.matmul(panel, b)
+    return np.matmul(panel, np.ascontiguousarray(b[k0:k1, c0:c1]))
 
 
 # ---------------------------------------------------------------- public wrappers
@@ -239,9 +74,7 @@ def _need(cond: bool, msg: str) -> None:
 
 def f16_to_f32(h: np.ndarray) -> np.ndarray:
     _need(h.dtype == np.float16, f"f16_to_f32 needs float16, got {h.dtype}")
-    out = np.empty(h.shape, np.float32)
-    _f16_bits_to_f32(np.ascontiguousarray(h).view(np.uint16), out)
-    return out
+    return np.ascontiguousarray(h).astype(np.float32)  # exact
 
 
 def f32_to_f16(f: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -250,7 +83,8 @@ def f32_to_f16(f: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         out = np.empty(f.shape, np.float16)
     _need(out.shape == f.shape and out.dtype == np.float16 and out.flags.c_contiguous,
           f"f32_to_f16 output must be C-contiguous float16 {f.shape}, got {out.dtype} {out.shape}")
-    _f32_to_f16_bits(np.ascontiguousarray(f), out.view(np.uint16))
+    with np.errstate(over="ignore"):  # beyond 65504: inf, as the hardware rounds
+        np.copyto(out, f, casting="same_kind")  # IEEE round to nearest even
     return out
 
 
@@ -266,8 +100,8 @@ def bf16_to_f32(h: np.ndarray) -> np.ndarray:
 
 
 def narrow(f: np.ndarray, dtype) -> np.ndarray:
-    """fp32 results as the storage dtype: rounded once, to nearest even (fp16: this
-    module's kernel; bf16: ``ml_dtypes``' cast); fp32 as is."""
+    """fp32 results as the storage dtype: rounded once, to nearest even (fp16: numpy's
+    IEEE cast; bf16: ``ml_dtypes``' cast); fp32 as is."""
     dtype = np.dtype(dtype)
     if dtype == np.float16:
         return f32_to_f16(np.ascontiguousarray(f, np.float32))
@@ -283,10 +117,7 @@ def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     if _is_bf16(x):
         return (bf16_to_f32(x) + bf16_to_f32(y)).astype(BF16)
     if x.dtype == np.float16:
-        out = np.empty(x.shape, np.float16)
-        _add_f16(np.ascontiguousarray(x).view(np.uint16).ravel(),
-                 np.ascontiguousarray(y).view(np.uint16).ravel(), out.view(np.uint16).ravel())
-        return out
+        return f32_to_f16(f16_to_f32(x) + f16_to_f32(y))
     return x + y
 
 
@@ -302,9 +133,7 @@ def widen(x: np.ndarray) -> np.ndarray:
     if _is_bf16(x):
         return bf16_to_f32(x)
     _need(x.dtype == np.float16, f"operand must be float16, bfloat16 or float32, got {x.dtype}")
-    out = np.empty(x.shape, np.float32)
-    _widen_f16(np.ascontiguousarray(x).view(np.uint16), out)
-    return out
+    return f16_to_f32(x)
 
 
 def _check_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray) -> None:
@@ -340,7 +169,14 @@ def gemm_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray)
         _need(bool((tiles[:, 1] - tiles[:, 0] <= out.shape[1]).all()
                    and (tiles[:, 3] - tiles[:, 2] <= out.shape[2]).all()),
               "tiles larger than out's tiles")
-    _gemm_stage(a, b, tiles, out)
+    for s, e in _runs(tiles, blocks=False):
+        r0, r1, c0 = (int(x) for x in tiles[s, :3])
+        prod = _product(a, b, r0, r1, c0, int(tiles[e - 1, 3]), int(tiles[s, 4]),
+                        int(tiles[s, 5]))
+        for u in range(s, e):
+            w = int(tiles[u, 3] - tiles[u, 2])
+            o = int(tiles[u, 2]) - c0
+            out[u, : r1 - r0, :w] = prod[:, o : o + w]
 
 
 def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
@@ -353,7 +189,14 @@ def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray
           and out.shape[0] >= a.shape[0] and out.shape[1] == b.shape[1],
           f"out must be a C-contiguous fp32 ({a.shape[0]}, {b.shape[1]}), got "
           f"{out.dtype}{out.shape}")
-    _gemm_blocks(a, b, tiles, out)
+    for s, e in _runs(tiles, blocks=True):
+        r0, r1 = int(tiles[s, 0]), int(tiles[e - 1, 1])
+        c0, c1 = int(tiles[s, 2]), int(tiles[e - 1, 3])
+        k0, k1 = int(tiles[s, 4]), int(tiles[s, 5])
+        if c0 == 0 and c1 == out.shape[1] == b.shape[1] and k0 == 0 and k1 == a.shape[1]:
+            np.matmul(a[r0:r1], b, out=out[r0:r1])  # whole rows: BLAS writes them in place
+        else:
+            out[r0:r1, c0:c1] = _product(a, b, r0, r1, c0, c1, k0, k1)
 
 
 def gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
@@ -370,7 +213,9 @@ def gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) 
     _need(out.ndim == 2 and out.dtype == np.float32 and out.shape[1] == x.shape[1]
           and out.shape[0] >= a.shape[0], f"out must be fp32 (>= {a.shape[0]}, {x.shape[1]}), "
           f"got {out.dtype}{out.shape}")
-    _gemv_rows(a, x, tiles, out)
+    from devices import loop_kernels  # numba: only GEMV runs import it
+
+    loop_kernels.gemv_rows(a, x, tiles, out)
 
 
 def embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndarray,
@@ -397,7 +242,9 @@ def embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndar
         _need(int(ids.min()) >= 0 and int(ids.max()) < rows, f"row ids outside [0, {rows})")
         _need(int((items[:, 3] - items[:, 2]).max()) <= table.shape[1]
               and int(items[:, 3].max()) <= out.shape[1], "items outside the output")
-    _embedding_bags(table, ids, rows, items, out)
+    from devices import loop_kernels  # numba: only embedding runs import it
+
+    loop_kernels.embedding_bags(table, ids, rows, items, out)
 
 
 def sum_into(acc: np.ndarray, src: np.ndarray, first: bool = False) -> None:
@@ -413,24 +260,7 @@ def sum_into(acc: np.ndarray, src: np.ndarray, first: bool = False) -> None:
     _need(acc.dtype == np.float32 and acc.ndim == 2 and src.shape == acc.shape,
           f"sum_into needs an fp32 accumulator and a source of its shape, got "
           f"{acc.dtype}{acc.shape} and {src.dtype}{src.shape}")
-    _sum_into(acc, widen(src), first)
-
-
-def warm_up(dtypes: tuple[str, ...] = ("fp16", "fp32")) -> None:
-    """Compile (or load from numba's cache) the kernels runs of these dtypes use."""
-    for dt in (np.float16 if d == "fp16" else np.float32 for d in dtypes):
-        a = widen(np.ones((3, 5), dt))
-        b = widen(np.ones((5, 4), dt))
-        tiles = np.array([[0, 3, 0, 2, 0, 5], [0, 3, 2, 4, 0, 5], [0, 3, 2, 4, 1, 3]], np.int64)
-        gemm_stage(a, b, tiles, np.empty((3, 3, 2), np.float32))
-        gemm_blocks(a, b, tiles[:2], np.empty((3, 4), np.float32))
-        gemm_blocks(a, b, tiles[1:2], np.empty((3, 4), np.float32))
-        add(np.ones(3, dt), np.ones(3, dt))
-        gemv_rows(a, b, tiles[:1], np.empty((3, 4), np.float32))
-        embedding_bags(a, np.zeros((2, 2), np.int64), 3,
-                       np.array([[0, 2, 0, 5, 0, 2]], np.int64), np.empty((2, 5), np.float32))
-        acc = np.empty((2, 2), np.float32)
-        sum_into(acc, np.ones((2, 2), dt), True)
-        sum_into(acc, np.ones((2, 2), dt))
-        if dt == np.float16:
-            f32_to_f16(f16_to_f32(np.ones(3, np.float16)))
+    if first:
+        np.copyto(acc, widen(src))
+    else:
+        np.add(acc, widen(src), out=acc)

@@ -15,5 +15,5 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"
-# numba's cache of the kernels, compiled once per install (a line says so; ~30 s)
+# numba's cache of the GEMV and embedding-bag kernels, once per install (a line says so)
 .venv/bin/python -m emulator.runtime.numba_cache

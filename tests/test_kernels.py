@@ -1,4 +1,4 @@
-"""Each numba kernel against a plain numpy version."""
+"""Each compute kernel against a plain numpy version (the roundings against the formats' definitions)."""
 
 import numpy as np
 import pytest
@@ -6,25 +6,47 @@ import pytest
 from devices import kernels
 
 
-def test_f16_to_f32_matches_numpy_on_every_bit_pattern():
+def _half_value(bits: np.ndarray) -> np.ndarray:
+    """IEEE binary16 bit patterns -> their values (float64), from the format's definition."""
+    b = bits.astype(np.int64)
+    sign = np.where(b >> 15, -1.0, 1.0)
+    exp, mant = (b >> 10) & 0x1F, (b & 0x3FF).astype(np.float64)
+    val = np.where(exp == 0, mant * 2.0**-24, (1 + mant / 1024) * 2.0 ** (exp - 15))
+    val = np.where(exp == 31, np.where(mant == 0, np.inf, np.nan), val)
+    return sign * val
+
+
+def test_f16_to_f32_is_exact_on_every_bit_pattern():
     bits = np.arange(1 << 16, dtype=np.uint16)
-    h = bits.view(np.float16)
-    got = kernels.f16_to_f32(h)
-    ref = h.astype(np.float32)
+    got = kernels.f16_to_f32(bits.view(np.float16))
+    ref = _half_value(bits)
     nan = np.isnan(ref)
-    assert np.array_equal(np.isnan(got), nan)
-    assert np.array_equal(got.view(np.uint32)[~nan], ref.view(np.uint32)[~nan])
+    assert got.dtype == np.float32 and np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].astype(np.float64), ref[~nan])
+    assert np.array_equal(np.signbit(got[~nan]), np.signbit(ref[~nan]))  # -0 kept
 
 
-def test_f32_to_f16_rounds_like_numpy():
+def test_f32_to_f16_rounds_to_nearest_even():
+    """Against the two halves around each value (from the format's definition): the
+    nearer one, the even one on a tie; beyond the largest half's rounding range, inf."""
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(500_000) * np.exp(rng.uniform(-25, 12, 500_000))).astype(np.float32)
     # ties, the largest half, overflow, subnormals, signed zero, inf
     x[:8] = [65504, 65519.99, 65520, 2.0**-24, 2.0**-25, 3 * 2.0**-26, -0.0, np.inf]
     got = kernels.f32_to_f16(x)
-    with np.errstate(over="ignore"):
-        ref = x.astype(np.float16)
-    assert np.array_equal(got.view(np.uint16), ref.view(np.uint16))
+    halves = _half_value(np.arange(0x7C01, dtype=np.uint16))  # +0 .. +inf, increasing
+    mag = np.abs(x.astype(np.float64))
+    hi = np.searchsorted(halves, mag)  # first half >= |x|
+    lo = np.maximum(hi - 1, 0)
+    with np.errstate(invalid="ignore"):  # inf - inf at x = inf, which ``mag >= ..`` takes
+        up, down = halves[hi] - mag, mag - halves[lo]
+    pick = np.where((up < down) | ((up == down) & (hi % 2 == 0)) | (halves[lo] == mag), hi, lo)
+    pick = np.where(halves[lo] == mag, lo, pick)
+    pick = np.where(mag >= 65520.0, 0x7C00, pick)  # rounds past 65504: inf
+    ref = pick.astype(np.uint16) | (np.signbit(x).astype(np.uint16) << 15)
+    assert np.array_equal(got.view(np.uint16), ref)
+    assert got.view(np.uint16)[2] == 0x7C00 and got.view(np.uint16)[4] == 0  # tie to even 0
+    assert got.view(np.uint16)[5] == 1  # 0.75 x 2^-24: up to the smallest subnormal
     assert np.isnan(kernels.f32_to_f16(np.array([np.nan], np.float32)))[0]
 
 

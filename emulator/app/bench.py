@@ -14,9 +14,9 @@ Every figure is measured side by side in one run (``python -m emulator.app.bench
   median of alternating repetitions after one warm-up of each. Both results are checked
   against the reference outside the timed region.
 - ``startup_s_8`` / ``startup_s_32``: ``t3emu run`` launched (a subprocess) until every
-  rank has begun its first GEMM stage (numba's cache is compiled once by the launcher);
-  ``startup_timing_only_s_8`` / ``_32``: the same run timing-only (no numba, no inputs,
-  no reference).
+  rank has begun its first GEMM stage (inputs made, the reference computed; a GEMM's
+  run imports no numba); ``startup_timing_only_s_8`` / ``_32``: the same run
+  timing-only (no inputs, no reference).
 - ``rss_mb_per_rank``: peak resident memory per rank of a timing-only 64-rank AR (RSS
   counts shared pages, the MPI shared-memory segments and libraries, in every rank;
   the scale rows add each rank's PSS and how much the host's available memory fell).
@@ -68,7 +68,6 @@ def _gemm_job(m: int, n: int, k: int, reps: int) -> dict:
     from devices.spec import load_device
     from emulator.engine.plan import Slots
 
-    kernels.warm_up()
     spec = load_device("t3-sim")
     out = {}
     for dtype in ("fp32", "fp16"):
@@ -130,7 +129,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
                     dtype="fp32").validate()
     watchdog.open_board(comm)
     spec = cfg.load_spec()
-    warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
+    warm_kernels(comm, cfg.watchdog_s, cfg.operation.producer)
     a, b = make_inputs(m, n, k, "fp32", "int", cfg.seed, comm.rank)
     op = cfg.operation
     ref, tol = compute_reference(comm, a, b, "fp32", "int", ring_chunks(m, world), op.reference,
@@ -317,12 +316,12 @@ def machine() -> dict:
 
 def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> dict:
     """Run the chosen parts; return the results document (figures at the top level)."""
-    from devices import kernels
+    from emulator.runtime import numba_cache
     from emulator.runtime.process import pin_threads
 
     os.environ.update({k: v for k, v in pin_threads(dict(os.environ)).items()
                        if k == "NUMBA_CACHE_DIR"})
-    kernels.warm_up()  # numba's cache, compiled once for every job below
+    numba_cache.build()  # the loop kernels in numba's cache, once for every job below
     doc: dict = {"machine": machine(), "quick": quick, "parts": list(parts), "details": {}}
     det = doc["details"]
     t_all = time.perf_counter()

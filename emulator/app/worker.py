@@ -302,7 +302,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     inputs = ref = tol = None
     bad_input = ""
     if not cfg.timing_only:
-        warm_kernels(comm, cfg.watchdog_s, cfg.dtype)
+        warm_kernels(comm, cfg.watchdog_s, cfg.operation.producer)
         own = chunks[rank][1] - chunks[rank][0]
         op = cfg.operation
         if op.inputs is not None:  # an operation with inputs of its own (embedding tables)

@@ -1,7 +1,8 @@
-"""numba's on-disk cache of the emulator's kernels, built once per install.
+"""numba's on-disk cache of the emulator's loop kernels, built once per install.
 
-A numeric run's kernels (``devices.kernels``, ``cache=True``) compile in about 30 s of
-CPU the first time and load from numba's cache (``NUMBA_CACHE_DIR``, by default
+The GEMV and embedding-bag kernels (``devices.loop_kernels``, ``cache=True``: the only
+numba code; a GEMM's or a copy's runs import no numba) compile in a few seconds of CPU
+the first time and load from numba's cache (``NUMBA_CACHE_DIR``, by default
 ``~/.cache/t3emu/numba``) in well under a second after that. ``run/_setup.sh`` builds the
 cache when it installs (``python -m emulator.runtime.numba_cache``, one line saying so);
 an install made otherwise (``pip install .``) builds it on its first numeric run, whose
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-MESSAGE = ("t3emu: compiling the numba kernels once for this install (about 30 s; "
+MESSAGE = ("t3emu: compiling the numba kernels once for this install (a few seconds; "
            "later runs load them from {dir})")
 
 
@@ -27,7 +28,7 @@ def _marker() -> Path:
     from emulator.runtime.process import pin_threads
 
     cache = Path(pin_threads(dict(os.environ))["NUMBA_CACHE_DIR"])
-    src = Path(__file__).resolve().parents[2] / "devices" / "kernels.py"
+    src = Path(__file__).resolve().parents[2] / "devices" / "loop_kernels.py"
     from importlib.metadata import version
 
     h = hashlib.sha256(src.read_bytes())  # numba's cache is per source file and place
@@ -47,9 +48,9 @@ def build(say=None) -> float:
     t0 = time.monotonic()
     if say is not None and not marker.exists():
         say(MESSAGE.format(dir=marker.parent))
-    from devices import kernels
+    from devices import loop_kernels
 
-    kernels.warm_up(("fp16", "fp32"))
+    loop_kernels.warm_up()
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
     return time.monotonic() - t0

@@ -99,11 +99,17 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
-    """Compile the numba kernels (those of ``dtype``, default all) once: node-local rank 0
-    first, the others then load numba's cache (a cold compile takes tens of seconds: the
-    others wait at least 15 minutes for it; ``runtime.numba_cache`` says so when the
-    cache does not hold this install's kernels yet)."""
+LOOP_PRODUCERS = ("gemv", "embedding")  # the producers whose kernels are numba's
+
+
+def warm_kernels(comm, watchdog_s: float, producer: str) -> None:
+    """Load numba's loop kernels (``devices.loop_kernels``) before a run whose producer
+    uses them (``LOOP_PRODUCERS``; any other run returns at once and imports no numba):
+    node-local rank 0 first, compiling them if numba's cache does not hold them yet
+    (``runtime.numba_cache`` says so), then the others load the cache (they wait at
+    least 15 minutes for the compile on a loaded host)."""
+    if producer not in LOOP_PRODUCERS:
+        return
     from mpi4py import MPI
 
     from emulator.runtime import watchdog
@@ -111,18 +117,18 @@ def warm_kernels(comm, watchdog_s: float, dtype: str | None = None) -> None:
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         if node.rank == 0:
-            from devices import kernels
+            from devices import loop_kernels
             from emulator.runtime import numba_cache
 
             watchdog.post("compute", "compiling the numba kernels")
             if not numba_cache.built():  # a first run after an install made without
-                numba_cache.build(_say)  # run/_setup.sh: every kernel, once, with a line
-            kernels.warm_up((dtype,) if dtype else ("fp16", "fp32"))
+                numba_cache.build(_say)  # run/_setup.sh: compiled once, with a line
+            loop_kernels.warm_up()
         watchdog.wait_all(node, "the numba compile on the node's first rank",
                           max(watchdog_s, 900.0))
         if node.rank != 0:
-            from devices import kernels
+            from devices import loop_kernels
 
-            kernels.warm_up((dtype,) if dtype else ("fp16", "fp32"))
+            loop_kernels.warm_up()
     finally:
         node.Free()
