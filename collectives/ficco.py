@@ -662,6 +662,14 @@ def _picked(p: Problem, op: Operation, executor: str = "dma") -> Plan:
     return plan
 
 
+def picks(p: Problem, executor: str = "dma") -> tuple[str, dict]:
+    """The configuration whose plan ``_picked`` builds (the schedule's, on ``executor``)
+    and the choice it records."""
+    sched, why = _pick(p)
+    return (f"ficco-{sched}" if executor == "dma" else f"ficco-cu-{sched}",
+            {"chosen": f"ficco-{sched}", "why": why})
+
+
 def auto(p: Problem, op: Operation) -> Plan:
     return _picked(p, op)
 

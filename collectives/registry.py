@@ -287,11 +287,13 @@ REGISTRY.add_configuration(Configuration(
     "ficco-auto", "FiCCO with the schedule its static heuristic picks (M <= K: 2D; else by "
     "the GEMM's op-to-byte ratio against the machine balance)", "FiCCO",
     lambda p, op, algorithm: ficco.auto(p, op), applies=_ficco_op, algorithms=DIRECT,
-    color="#e377c2", params={**FICCO_PARAMS, **AUTO}, over="ficco-serial", **LEAN))
+    picks=lambda p, op, algorithm: ficco.picks(p), color="#e377c2",
+    params={**FICCO_PARAMS, **AUTO}, over="ficco-serial", **LEAN))
 REGISTRY.add_configuration(Configuration(
     "ficco-cu", "ficco-auto's schedule with CU-driven (library, RCCL-style) transfers on a "
     "share of the CUs instead of DMA engines", "FiCCO", lambda p, op, algorithm:
     ficco.auto_cu(p, op), applies=_ficco_op, algorithms=DIRECT, color="#bcbd22",
+    picks=lambda p, op, algorithm: ficco.picks(p, "cu"),
     params={**FICCO_PARAMS, **AUTO}, over="ficco-serial", **LEAN))
 MEASURES = (  # the runs the report computes FiCCO's losses from (isolated clocks; their
     # time is not a schedule's)

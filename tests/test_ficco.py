@@ -51,15 +51,26 @@ def test_the_coalesced_path_times_as_the_tile_level_path(emulate, operation):
 def test_every_schedule_runs_with_cu_driven_transfers_and_ficco_cu_is_the_picked_one(emulate):
     """FiCCO-CU for all four schedules: each moves its pieces by CU-driven transfers on a
     share of the CUs instead of DMA engines (another time than the DMA form's); ficco-cu
-    is the heuristic's schedule run so, to the picosecond."""
+    is the heuristic's schedule run so, to the picosecond, whether it reuses the job's run
+    of its pick or runs alone."""
     modes = [f"ficco-{s}" for s in ficco.SCHEDULES] + [f"ficco-cu-{s}" for s in ficco.SCHEDULES]
-    doc = emulate(["--system", "mi300x-x8", "--collective", "ag+gemm", "--m", "8192",
-                   "--n", "1024", "--k", "8192", "--timing-only", "--mode",
-                   ",".join(modes + ["ficco-cu"])])
+    where = ["--system", "mi300x-x8", "--collective", "ag+gemm", "--m", "8192", "--n", "1024",
+             "--k", "8192", "--timing-only", "--mode"]
+    doc = emulate(where + [",".join(modes + ["ficco-cu", "ficco-auto"])])
     t = {r["mode"]: r["modelled_time_s"] for r in doc["runs"]}
     for s in ficco.SCHEDULES:
         assert t[f"ficco-cu-{s}"] != t[f"ficco-{s}"], s
-    picked = next(r for r in doc["runs"] if r["mode"] == "ficco-cu")["search"]["chosen"]
+    runs = {r["mode"]: r for r in doc["runs"]}
+    picked = runs["ficco-cu"]["search"]["chosen"]
+    # the heuristics took the job's runs of their picks; run alone, they build and run
+    # their own plans, and give the same results field by field
+    assert runs["ficco-cu"]["same_as"] == picked.replace("ficco-", "ficco-cu-")
+    assert runs["ficco-auto"]["same_as"] == picked
+    alone = {r["mode"]: r for r in emulate(where + ["ficco-cu,ficco-auto"])["runs"]}
+    for m in ("ficco-cu", "ficco-auto"):
+        assert alone[m]["same_as"] is None and alone[m]["wall_time_s"] > 0
+        for key in SAME_AS_NUMERIC:
+            assert alone[m][key] == runs[m][key], (m, key)
     assert t["ficco-cu"] == t[picked.replace("ficco-", "ficco-cu-")]
 
 

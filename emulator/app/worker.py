@@ -378,6 +378,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "isolated": res.isolated,  # a bound: its phases each ran alone
                 "stage_profile": res.profile,
                 "search": res.choice,  # a search configuration: its pick and the candidates
+                "same_as": res.same_as or None,  # a heuristic's run taken from its pick's
                 "library": res.library,  # phase -> the library's algorithm, protocol, channels
                 "gemm_kernel": res.gemm_kernel,  # the kernel its tiled GEMMs run
                 # the producer's kernel run alone (its longest rank), if the plan has one
@@ -398,6 +399,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         ends = {m: comm.allreduce(r.end, op=MPI.MAX) for m, r in earlier.items()}
         chosen = {m: r.choice["chosen"] for m, r in earlier.items()
                   if r.choice and "candidates_s" in r.choice}
+        chosen.update({m: r.same_as for m, r in earlier.items() if r.same_as})
         times_cf = counterfactual_times(comm, cfg, spec, ends, chosen, memory)
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)

@@ -123,16 +123,22 @@ class Kernel:
         the sorted gated items, nothing per item)."""
         if not self.gates:
             return False
+        last = self.__dict__.get("_gated_last")  # a stage's items are asked several times
+        if last is not None and last[0] is ids:
+            return last[1]
         sp = self.wgs.span(ids) if isinstance(self.wgs, LaunchItems) else None
         if sp is None:
-            return bool(self._gated()[ids].any())
-        got = self.__dict__.get("_gated_ids")
-        if got is None:
-            got = sorted(w for w, g in self.gates.items() if g)
-            object.__setattr__(self, "_gated_ids", got)
-        a, n = sp[3], sp[1]
-        i = bisect.bisect_left(got, a)
-        return i < len(got) and got[i] < a + n
+            out = bool(self._gated()[ids].any())
+        else:
+            got = self.__dict__.get("_gated_ids")
+            if got is None:
+                got = sorted(w for w, g in self.gates.items() if g)
+                object.__setattr__(self, "_gated_ids", got)
+            a, n = sp[3], sp[1]
+            i = bisect.bisect_left(got, a)
+            out = i < len(got) and got[i] < a + n
+        object.__setattr__(self, "_gated_last", (ids, out))  # (ids kept alive: never
+        return out  # another array under the same identity)
 
     def _gate_sets(self) -> tuple[np.ndarray, list[Gates]]:
         """Each item's set of gates as an index into the distinct sets (0: none; two

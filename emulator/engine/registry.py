@@ -125,6 +125,9 @@ class Configuration:
     search: bool = False  # its run is the best (modelled time, timing-only) of the other
     # configurations of its design that run the operation (a tuner); ``build`` gives the
     # plan of its default candidate
+    picks: Callable | None = None  # a heuristic: (problem, operation, algorithm) ->
+    # (the configuration whose plan ``build`` gives for that problem, the plan's ``choice``);
+    # a timing-only job that ran that configuration already reuses its run
     atomics: bool = False  # reduces by atomic adds: refused for a dtype without native
     # atomics on the device (``DeviceSpec.atomic_dtypes``), as on the real hardware
     wide_atomics: Callable | None = None  # (spec, dtype, ranks) -> True where it adds a dtype

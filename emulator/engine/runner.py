@@ -58,6 +58,7 @@ class RankResult:
     profile: dict = field(default_factory=dict)  # rank 0: its first kernel's stage profile
     alone: tuple[str, ...] = ()  # phases that run the producer alone (not fused)
     choice: dict = field(default_factory=dict)  # a search configuration: what it chose
+    same_as: str = ""  # a heuristic's timing-only run taken from the job's run of its pick
     library: dict = field(default_factory=dict)  # phase -> the library's choice for it
     gemm_kernel: dict | None = None  # the GEMM kernel its tiled GEMMs run (None: none)
     kernel_end: float = 0.0  # when its last kernel ended (a fused operator's kernel ends

@@ -34,6 +34,7 @@ _LABEL = 112  # bytes of text per thread
 _SLOT = 16 + _LABEL  # per thread: (since, waiting) float64, label
 _SIZE = _SLOT * len(THREADS)
 _PACK = struct.Struct(f"dd{_LABEL}s")  # since, waiting, label (zero padded)
+_OFFSET = {t: _SLOT * i for i, t in enumerate(THREADS)}
 
 __all__ = ["StatusBoard", "WatchdogTimeout", "close_board", "describe", "open_board", "post", "wait_all"]
 
@@ -58,7 +59,7 @@ class StatusBoard:
 
     def post(self, thread: str, label: str, waiting: bool = False) -> None:
         """Record what ``thread`` of this rank does from now on (a local store)."""
-        _PACK.pack_into(self._raw, _SLOT * THREADS.index(thread), time.time(), float(waiting),
+        _PACK.pack_into(self._raw, _OFFSET[thread], time.time(), float(waiting),
                         label.encode()[:_LABEL])
 
     def _read(self, rank: int, deadline_s: float = 2.0) -> np.ndarray | None:
