@@ -4,11 +4,13 @@ Each point is one ``t3emu run`` (TP ranks, the scenario's modes) writing its JSO
 ``DIR/points/``; its output goes to ``DIR/logs/``. The points of one job size run in one
 pooled MPI job (``app.pool``: started once, not per point; a point that ends the job is
 reported and the next point starts a new one), in the scenario's order within a size.
-After each point ``results.json`` and ``results.csv`` are rewritten atomically
-(temporary file + rename), so an interrupted sweep (Ctrl-C, SIGKILL, a crash)
-leaves complete files holding every point finished so far. Rerunning the same
-command skips the points already in ``results.json`` (or whose point JSON was
-written just before the interruption) and runs the rest.
+After each point ``results.csv`` is rewritten, and ``results.json`` (which holds every
+point's whole document: tens of MB for a paper's sweep, seconds to write) at most every
+``JSON_EVERY_S`` and when the sweep ends, however it ends; both atomically (temporary
+file + rename), so an interrupted sweep (Ctrl-C, a crash) leaves complete files holding
+every point finished so far, and a killed one complete files a few points behind its
+point JSONs. Rerunning the same command skips the points already in ``results.json`` or
+whose point JSON was written before the interruption, and runs the rest.
 """
 
 from __future__ import annotations
@@ -151,8 +153,13 @@ def load_results(out: Path) -> dict | None:
         raise ScenarioError(f"{path} is not valid JSON ({exc}); move it away to start over")
 
 
-def save(out: Path, header: dict, points: list[dict]) -> None:
-    write_json_atomic(out / "results.json", {**header, "points": points})
+JSON_EVERY_S = 20.0  # results.json rewritten at most this often while a sweep runs
+
+
+def save(out: Path, header: dict, points: list[dict], whole: bool = True) -> None:
+    """results.csv, and with ``whole`` results.json (every point's document)."""
+    if whole:
+        write_json_atomic(out / "results.json", {**header, "points": points})
     write_text_atomic(out / "results.csv", csv_text(header, points))
 
 
@@ -173,8 +180,6 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
               causes: bool = False, overrides: tuple = ()) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed.
     ``configs``: configuration files to register in every point's job (``--configs``)."""
-    from emulator.app.launcher import launch
-
     header = _header(sc, timing_only, configs, ablate, causes, overrides)
     prior = load_results(out)
     done: dict[str, dict] = {}
@@ -221,9 +226,23 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
     failed: list[str] = []
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
-    from emulator.app.pool import Pool, pooled
+    from emulator.app.pool import Pool
 
     todo.sort(key=lambda pc: Pool.key_of(pc[1]))  # (stable) one pooled job per job size
+    saved = [time.monotonic(), True]  # when results.json was last written; is it current
+    try:
+        _run_points(sc, out, todo, tty, header, done, ordered, failed, saved)
+    finally:  # however the loop ends (Ctrl-C, an error): results.json holds every point
+        if not saved[1]:
+            save(out, header, ordered())
+    return _finish(sc, out, done, todo, failed, t0)
+
+
+def _run_points(sc: Scenario, out: Path, todo: list, tty: bool, header: dict, done: dict,
+                ordered, failed: list[str], saved: list) -> None:
+    from emulator.app.launcher import launch
+    from emulator.app.pool import pooled
+
     with pooled(), _progress(todo, tty) as bar:
         for i, (p, cfg) in enumerate(bar):
             path = Path(cfg.json)
@@ -241,10 +260,16 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
                 continue
             doc = json.loads(path.read_text())
             done[p.key] = _record(p, doc)
-            save(out, header, ordered())
+            whole = time.monotonic() - saved[0] >= JSON_EVERY_S
+            save(out, header, ordered(), whole)
+            saved[:] = [time.monotonic(), True] if whole else [saved[0], False]
             bad = [r["mode"] for r in doc["runs"] if r["numerics"] == "fail"]
             if bad:
                 failed.append(f"{p.label()}: numerics FAIL in {', '.join(bad)}, see {log}")
+
+
+def _finish(sc: Scenario, out: Path, done: dict, todo: list, failed: list[str],
+            t0: float) -> int:
     wall = time.monotonic() - t0
     click.echo(f"sweep {sc.name}: {len(done)}/{len(sc.points)} points in {out / 'results.csv'}"
                f" ({len(todo)} run now in {wall:.0f} s)", err=True)
