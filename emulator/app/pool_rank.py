@@ -42,7 +42,8 @@ def _receive(comm) -> dict | None:
         payload = b""
     size = np.array([len(payload)], np.int64)
     req = comm.Ibcast(size, root=0)
-    backoff = Backoff(1e-4, 0.02)  # between points: sleep, never spin
+    backoff = Backoff(1e-4, 5e-3)  # between points: sleep, never spin (a point starts
+    # on every rank within a nap of its arrival: 5 ms at most)
     while not req.Test():
         backoff.nap()
     if size[0] == 0:
