@@ -462,7 +462,7 @@ class KernelRunner:
             if id(a) not in index:
                 index[id(a)] = len(arr_list)
                 arr_list.append(a)
-        arr_of = np.repeat(np.array([index[id(a)] for a in arrivals], np.int64), sizes)
+        arr_of = np.repeat(np.array([index[x] for x in map(id, arrivals)], np.int64), sizes)
         keys, inv = np.unique(tiles * len(arr_list) + arr_of, return_inverse=True)
         sums = np.bincount(inv, weights=elems).astype(np.int64)
         latest = np.full(len(keys), -np.inf)
@@ -610,7 +610,7 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
         sc = cost.with_local_writes(k.wgs[ids], flops, compute, reads * read_scale,
                                     routes.producer_op, out_e)
     else:
-        rs = [routes[int(k.wg_tile[w])] for w in ids]
+        rs = [routes[t] for t in k.wg_tile[ids].tolist()]
         sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
                               [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
                               rank, out_e)
