@@ -356,3 +356,35 @@ def test_cases_sweep_and_report_give_flux_views(tmp_path):
     for name in ("flux_ect.png", "flux_efficiency.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+
+
+def test_a_failing_point_stays_failed_and_reports_leave_it_out(tmp_path):
+    """A point whose numerics FAIL makes the sweep exit 1; rerunning the same command (the
+    documented resume) runs that point again and still exits 1 while it fails; `t3emu
+    report` counts the failing runs, names them, and puts none of them in its tables."""
+    scenario = tmp_path / "wrong.toml"
+    scenario.write_text(TINY.read_text().replace(
+        'modes = ["sequential", "t3", "t3-mca", "ideal-overlap", "ideal-rs-nmc"]',
+        'modes = ["sequential", "t3", "no-collective"]').replace('tp = [2, 4]', 'tp = [2]')
+        .replace('sublayers = ["OP", "FC-2", "FC-1", "IP"]', 'sublayers = ["OP"]')
+        .replace('tp = [3]\nsublayers = ["FC-2", "OP"]', 'tp = [3]\nsublayers = ["OP"]'))
+    out = tmp_path / "sweep"
+    argv = ["sweep", str(scenario), "--out", str(out), "--configs",
+            str(ROOT / "tests" / "data" / "no_collective.py")]
+    first = run_cli(argv, timeout=300)
+    assert first.returncode == 1 and "numerics FAIL in no-collective" in first.stderr, first.stderr
+    points = sorted((out / "points").glob("*.json"))
+    stamps = {f: f.stat().st_mtime_ns for f in points}
+    again = run_cli(argv, timeout=300)
+    assert again.returncode == 1, again.stderr
+    assert "0 already done" in again.stderr  # every point holds a failing run: run again
+    assert all(f.stat().st_mtime_ns != s for f, s in stamps.items())
+    rep = run_cli(["report", str(out)], timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    text = rep.stdout
+    assert f"{len(points)} run(s) FAILED the numerics check" in text
+    body = text.split("FAILED the numerics check", 1)[1].split("\n", 1)[1]
+    assert "no-collective" not in body  # in no table or geomean
+    doc = json.loads((out / "results.json").read_text())
+    assert all(r["numerics"] == "fail" for p in doc["points"] for r in p["runs"]
+               if r["mode"] == "no-collective")

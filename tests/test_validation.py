@@ -388,3 +388,28 @@ def test_estimates_of_another_version_of_the_scenario_are_refused(tmp_path):
         (d / "estimates.json").write_text(json.dumps(doc))
         with pytest.raises(ValidationError, match="not the estimates of t3-models"):
             read_sweeps([d])
+
+
+def test_failing_runs_are_left_out_of_the_figures_and_named_on_the_page(tmp_path):
+    """A run whose numerics failed is in no figure: here t3 fails at one point, whose 20x
+    (3 / 0.15) would otherwise pull the geomean up; a figure that needs the run is not
+    computed, the others are, and the page names the failing runs."""
+    def times(p):
+        return _times(t3_=0.15) if p.key == first else _times()
+    first = load_scenario("t3-paper").points[0].key
+    doc = _t3_doc(times)
+    for pt in doc["points"]:
+        for r in pt["runs"]:
+            r["numerics"] = "fail" if (pt["key"] == first and r["mode"] == "t3") else "pass"
+    d = _sweep_dir(tmp_path, doc)
+    sweeps = read_sweeps([d])
+    assert sweeps["t3-paper"]["excluded_failing"] == [(first, "t3")]
+    rows = {r.figure: r for r in paper_rows(t3, sweeps)}
+    row = rows["Geomean speedup of T3 over Sequential"]  # needs every point's t3 run
+    assert row.verdict.startswith("not computed (a run it needs failed the numerics check")
+    assert "20.000x" not in row.emulator
+    assert rows["Geomean speedup of Ideal-GEMM-RS-Overlap over Sequential"].verdict == \
+        "within band"  # a figure that needs no failing run is computed as before
+    write(sweeps, tmp_path / "pages", "t3emu validate")
+    page = (tmp_path / "pages" / "t3.md").read_text()
+    assert f"1 run(s) of `t3-paper` failed the numerics check" in page and first in page

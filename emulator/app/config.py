@@ -27,8 +27,10 @@ FAULTS = {
     "nan-input": "a NaN in the rank's input A",
     "overflow": "the first row of the rank's A at half the dtype's largest value (outputs "
                 "overflow to Inf)",
+    "zero-output": "every configuration's result on the rank reads back as zeros (a kernel "
+                   "that never wrote it)",
 }
-NEEDS_NUMERICS = ("drop-dma", "double-dma", "nan-input", "overflow")  # only the numerics check sees them
+NEEDS_NUMERICS = ("drop-dma", "double-dma", "nan-input", "overflow", "zero-output")  # only the numerics check sees them
 
 
 class ConfigError(ValueError):

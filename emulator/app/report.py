@@ -63,7 +63,9 @@ def load(out: Path) -> dict:
     doc = json.loads(path.read_text())
     if not doc.get("points"):
         raise ScenarioError(f"{path} holds no finished point yet")
-    return doc
+    from emulator.app.sweep import without_failing
+
+    return without_failing(doc)  # failing runs: in no table or figure, listed instead
 
 
 def modes_of(doc: dict) -> list[str]:
@@ -440,12 +442,20 @@ def text_report(doc: dict) -> str:
     for p in doc["points"]:
         for r in p["runs"]:
             verdicts[r["numerics"]] += 1
+    verdicts["fail"] += len(doc.get("excluded_failing") or [])
+    n_runs += len(doc.get("excluded_failing") or [])
     ops = ", ".join(op_groups(doc)).upper()
     topo = doc["topology"]
     topo = f"a {topo}" if "," not in topo else f"{topo.replace(',', ', ')} topologies"
     parts = [f"t3emu report: scenario {doc['scenario']} ({kind}), {len(doc['points'])} points, "
              f"{n_runs} runs, {ops} on {topo}, {doc['dtype']}; numerics: "
              + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items()))]
+    bad = doc.get("excluded_failing") or []
+    if bad:
+        parts.append(f"{len(bad)} run(s) FAILED the numerics check and are left out of every "
+                     f"table, figure and geomean below (a wrong result has no time worth "
+                     f"reporting; rerun the sweep to run them again): " + "; ".join(
+                         f"{k} {m}" for k, m in bad))
     for title, body in sections(doc):
         parts += ["", title, body]
     return "\n".join(parts)

@@ -153,6 +153,29 @@ def load_results(out: Path) -> dict | None:
         raise ScenarioError(f"{path} is not valid JSON ({exc}); move it away to start over")
 
 
+def failing_runs(doc: dict) -> list[tuple[str, str]]:
+    """(point key, configuration) of every run of a sweep whose numerics check failed."""
+    return [(p["key"], r["mode"]) for p in doc.get("points") or []
+            for r in p.get("runs") or [] if r.get("numerics") == "fail"]
+
+
+def without_failing(doc: dict) -> dict:
+    """The sweep with every run whose numerics check failed left out of its point (a wrong
+    result has no time worth reporting: no table, figure, geomean or verdict uses it;
+    a configuration whose baseline failed then has no speedup there), and the runs left
+    out listed under ``excluded_failing``."""
+    bad = failing_runs(doc)
+    if not bad:
+        return doc
+    pts = [{**p, "runs": [r for r in p["runs"] if r.get("numerics") != "fail"]}
+           for p in doc["points"]]
+    return {**doc, "points": pts, "excluded_failing": bad}
+
+
+def _failed_point(pt: dict) -> bool:
+    return any(r.get("numerics") == "fail" for r in pt.get("runs") or [])
+
+
 JSON_EVERY_S = 20.0  # results.json rewritten at most this often while a sweep runs
 
 
@@ -189,7 +212,8 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
             if prior.get(key, _OLD.get(key)) != header.get(key):
                 raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
                                     f"{header.get(key)!r}; use another --out directory")
-        done = {pt["key"]: pt for pt in prior["points"]}
+        done = {pt["key"]: pt for pt in prior["points"] if not _failed_point(pt)}  # a
+        # point whose numerics failed stays failed until a rerun passes: it runs again
     (out / "points").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -205,7 +229,7 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
         path = Path(cfg.json)
         if path.exists():  # finished just before an interruption: keep it
             doc = json.loads(path.read_text())
-            if _matches(p, cfg, doc):
+            if _matches(p, cfg, doc) and not _failed_point(doc):
                 done[p.key] = _record(p, doc)
                 continue
         todo.append((p, cfg))

@@ -69,7 +69,10 @@ def summary_table(doc: dict) -> str:
         if run["numerics"] == "timing-only":
             verdict = "timing-only"
         else:
-            verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g})"
+            frac = run.get("max_error_vs_tolerance")
+            verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g}" + (
+                f", {frac:.2g} of tol)" if frac is not None and frac == frac
+                and frac != float("inf") else ")")
         sp = run.get("speedup", run.get("speedup_vs_sequential"))
         lines.append(f"{run['mode']:<{w}} {run['modelled_time_s'] * 1e6:>8.1f} us "
                      f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
@@ -153,6 +156,14 @@ def summary_table(doc: dict) -> str:
                 and not r.get("baseline")]
         lines += [f"no causes for {m}: its baseline {b} is not in --mode" for m, b in lost]
     lines += beaten_bounds(doc)
+    sep = doc.get("numerics_detection")
+    if sep is not None:
+        from collectives.reference import WEAK
+
+        if sep < WEAK:
+            lines.append(f"numerics: WEAK CHECK at this size: a rank's contribution exceeds "
+                         f"the tolerance in only {sep:.1%} of the elements, so a result "
+                         f"missing one may pass (--values int is exact at every size)")
     lb = doc["lower_bounds_s"]
     lines.append(f"lower bounds: GEMM compute {lb['gemm_compute'] * 1e6:.1f} us, collective on "
                  f"the links {lb['collective_link'] * 1e6:.1f} us; ideal-* are computed from "
@@ -288,7 +299,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
 
     from collectives.common import expert_chunks
     from emulator.runtime import faults, watchdog
-    from collectives.reference import check, compute_reference, make_inputs
+    from collectives.reference import check_against, compute_reference, detection, make_inputs
     from devices.spec import with_topology
     from emulator.app.runs import bandwidths, lower_bounds, run_mode
     from emulator.engine.runner import DeviceMemory, categories
@@ -299,7 +310,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     cfg = cfg.runnable(spec, world)
     chunks = expert_chunks(cfg.m, world, cfg.param("expert_skew")
                            if "expert_skew" in cfg.param_specs() else 0.0)
-    inputs = ref = tol = None
+    inputs = ref = tol = sep = None
     bad_input = ""
     if not cfg.timing_only:
         warm_kernels(comm, cfg.watchdog_s, cfg.operation.producer)
@@ -322,7 +333,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         else:
             ref, tol = compute_reference(comm, inputs["A"], inputs["B"], cfg.dtype, cfg.values,
                                          chunks, op.reference, op.parts.consumer,
-                                         world * cfg.split_k if op.reducing else cfg.split_k)
+                                         world * cfg.split_k if op.reducing else cfg.split_k,
+                                         cfg.split_k)
+            sep = detection(comm, inputs["A"], inputs["B"], tol, op.parts.consumer)
     runs = []
     traced = []
     any_fail = False
@@ -331,15 +344,18 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     for mode in cfg.modes:
         res = earlier[mode] = run_mode(comm, cfg, spec, inputs, mode, memory, earlier)
         if cfg.timing_only:
-            ok, err, note = True, 0.0, ""
+            ok, err, frac, note = True, 0.0, 0.0, ""
         elif bad_input:
-            ok, err, note = False, float("nan"), bad_input + ": the results cannot be checked"
+            ok, err, frac, note = (False, float("nan"), float("nan"),
+                                   bad_input + ": the results cannot be checked")
         else:
-            ok, err, note = check(res.result, ref, tol)
+            faults.in_result(cfg.fault, rank, res.result)
+            ok, err, frac, note = check_against(res.result, ref, tol)
         watchdog.wait_all(comm, f"results of {mode}", cfg.watchdog_s)
         all_ok = comm.allreduce(ok, MPI.LAND)
         any_fail = any_fail or not all_ok
         errs = comm.gather(err, root=0)
+        fracs = comm.gather(frac, root=0)
         notes = comm.gather(note, root=0)
         times = comm.gather(res.phases, root=0)
         walls = comm.gather(res.wall_s, root=0)
@@ -362,6 +378,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 "numerics_pass": None if cfg.timing_only else bool(all_ok),
                 "max_abs_error": None if cfg.timing_only else
                 (float("nan") if nan else float(max(errs))),
+                # the largest error over its element's tolerance (1: at the tolerance)
+                "max_error_vs_tolerance": None if cfg.timing_only else
+                (float("nan") if any(f != f for f in fracs) else float(max(fracs))),
                 "numerics_notes": [f"rank {r}: {n}" for r, n in enumerate(notes) if n],
                 "modelled_time_s": total,
                 "phases": {n: w[1] - w[0] for n, w in windows.items()},
@@ -444,6 +463,10 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "device": spec.to_dict(),
         "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
+        # the fraction of elements in which one rank's contribution exceeds the numerics
+        # check's tolerance (``reference.detection``; None: timing-only, exact integer
+        # checks alike, or an operation's own reference)
+        "numerics_detection": sep,
         # the GEMM kernel the problem's configurations run (``emulator/model/gemm.py``)
         "gemm_kernel": next((r["gemm_kernel"] for r in runs if r.get("gemm_kernel")), None),
         "runs": runs,

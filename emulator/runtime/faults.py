@@ -45,6 +45,13 @@ def in_inputs(fault: tuple[str, int], rank: int, a) -> None:
         announce(rank, f"A[0, :] set to {np.finfo(a.dtype).max / 2:g}")
 
 
+def in_result(fault: tuple[str, int] | None, rank: int, result) -> None:
+    """The result faults: zeros where a configuration's output should be."""
+    if fault == ("zero-output", rank) and result is not None:
+        result[...] = 0
+        announce(rank, "the result zeroed before the check")
+
+
 def for_dma(kind: str, rank: int, mode: str) -> Callable | None:
     """The DMA engine's fault callback (command -> "drop", "double" or ""), fired once."""
     if kind not in ("raise-dma", "drop-dma", "double-dma"):

@@ -92,7 +92,9 @@ def read_sweep(path: Path) -> dict:
                f"{len(extra)} point(s) not in scenario {name} (e.g. {sorted(extra)[0]}): a "
                f"sweep of another version of it" if extra else "a point appears twice")
         raise ValidationError(f"{path}: not the points of {name}: {why}")
-    return doc
+    from emulator.app.sweep import without_failing
+
+    return without_failing(doc)  # failing runs: in no figure (the page lists them)
 
 
 def read_sweeps(dirs: list[Path]) -> Sweeps:
@@ -133,6 +135,20 @@ def index(results: list[tuple[ModuleType, list[Row]]], validate_command: str) ->
     return "\n".join(lines) + "\n"
 
 
+def _details(mod, sweeps: Sweeps) -> list[str]:
+    """A page's per-case tables; where a run they show failed its numerics check (and so is
+    left out), a line saying so instead (a defect of the page's code is never hidden)."""
+    try:
+        return mod.details(sweeps)
+    except (TypeError, KeyError, ZeroDivisionError, ValueError, StopIteration):
+        if not any(sweeps[s].get("excluded_failing") for s in mod.PAPER.scenarios
+                   if s in sweeps):
+            raise
+        return ["## Per-case tables", "",
+                "Not drawn: a run they show failed the numerics check (listed at the top of "
+                "this page); rerun the sweep.", ""]
+
+
 def write(sweeps: Sweeps, out: Path, validate_command: str) -> list[Path]:
     """Write the index and the four pages from checked sweeps (``read_sweeps``); returns
     their paths, the index first."""
@@ -141,7 +157,7 @@ def write(sweeps: Sweeps, out: Path, validate_command: str) -> list[Path]:
     for mod in PAPERS:
         rows = paper_rows(mod, sweeps)
         results.append((mod, rows))
-        texts[f"{mod.PAPER.key}.md"] = page(mod.PAPER, sweeps, rows, mod.details(sweeps),
+        texts[f"{mod.PAPER.key}.md"] = page(mod.PAPER, sweeps, rows, _details(mod, sweeps),
                                             validate_command)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "index.md"]

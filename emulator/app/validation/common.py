@@ -239,7 +239,14 @@ def evaluate(claim: Claim, sweeps: Sweeps) -> Row:
         needs = "; ".join(f"`{sweep_command(s)}`" for s in missing)
         return Row(claim.figure, claim.where, published, "-", band,
                    f"not computed (needs {needs})", command)
-    out = claim.compute(sweeps)
+    failing = [s for s in claim.needs if (sweeps[s].get("excluded_failing") or [])]
+    try:
+        out = claim.compute(sweeps)
+    except (TypeError, KeyError, ZeroDivisionError, ValueError, StopIteration):
+        if not failing:  # a defect of the page's code: never hidden
+            raise
+        out = NotComputed("a run it needs failed the numerics check (listed above the "
+                          "table); rerun the sweep")
     if isinstance(out, NotComputed):
         return Row(claim.figure, claim.where, published, out.text, band,
                    f"not computed ({out.reason})", command)
@@ -456,6 +463,12 @@ def page(paper: Paper, sweeps: Sweeps, rows: list[Row], details: list[str],
         lines.append(f"    {sweep_command(s, sweeps.get(s))}" if s in sweeps
                      else f"    # not given: {sweep_command(s)}")
     lines += [f"    {validate_command}", "", BANDS_TEXT, ""]
+    for s in paper.scenarios:
+        bad = (sweeps.get(s) or {}).get("excluded_failing") or []
+        if bad:
+            lines += [f"**{len(bad)} run(s) of `{s}` failed the numerics check and are left "
+                      f"out of every figure below:** " + "; ".join(f"{k} {m}" for k, m in bad),
+                      ""]
     c = counts(rows)
     lines += [f"Of {len(rows)} figures: {c['within']} within band, {c['outside']} outside "
               f"band, {c['direction']} direction only ({c['holds']} hold for the paper's "
