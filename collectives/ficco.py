@@ -750,7 +750,8 @@ def dispatch_reference(comm, cfg, x: dict[str, np.ndarray]):
     from collectives.reference import compute_reference
 
     return compute_reference(comm, x["A"], x["B"], cfg.dtype, cfg.values,
-                             _routed(cfg, comm.size), dispatch_collective, True, comm.size)
+                             _routed(cfg, comm.size), dispatch_collective, True, comm.size,
+                             cfg.split_k, comm.size)
 
 
 # ---------------------------------------------------------------- losses (DIL, CIL)

@@ -16,7 +16,8 @@ per rank and K slice; coll the operation's collective):
   so any summation order is exact: tolerance 0 (bit-exact).
 - integer-valued inputs, fp16/bf16: partials are exact in fp32, then rounded to
   the storage dtype on every write and add: |err| <= (R + 1) u coll(|P|).
-- normal-valued inputs: the same storage term, since every stored value is a partial
+- normal-valued inputs: the same storage term (each rounding also allowed the
+  underflow of a subnormal result, half the smallest subnormal), since every stored value is a partial
   sum of the partials and so at most coll(sum |P|) in magnitude (a worst-case bound,
   but on the partials' own magnitudes, which grow like sqrt(K), not on |A| |B|, which
   grows like K); plus the emulated GEMM's fp32 sums, whose error Higham and Mary's
@@ -40,6 +41,8 @@ from mpi4py import MPI
 from devices.hbm import STORAGE_DTYPES
 
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
+UNDERFLOW = {"fp16": 2.0**-25, "bf16": 2.0**-134, "fp32": 2.0**-150}  # the largest error of
+# a rounding into the subnormal range (half the smallest subnormal), where u |x| is less
 LAMBDA = 8.0  # Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019), Theorem 2.4: the
 # bound lambda sqrt(n) u holds with probability >= 1 - 2 exp(-lambda^2 (1 - u)^2 / 2)
 WEAK = 0.05  # detection below which the run warns (a 64-element tile missing a rank's
@@ -104,24 +107,26 @@ def all_to_all(comm: MPI.Intracomm, x: np.ndarray, chunks) -> np.ndarray:
 
 def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: str,
                       values: str, chunks: list[tuple[int, int]], collective, consumer: bool,
-                      roundings: int, split_k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                      roundings: int, split_k: int = 1, k_blocks: int = 1
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """The rank's expected result (in the layout the emulator checks) and its tolerance.
 
     ``collective(comm, x, chunks)`` is MPI's own collective for the operation (one of
     the functions above); ``consumer``: the collective gathers the inputs, which numpy
     then multiplies (else numpy's product is the collective's input); ``roundings``:
     R below (an operation's registry entry gives all three); ``split_k``: the K slices
-    each of whose partial products is stored on its own."""
+    each of whose partial products is stored on its own; ``k_blocks``: the even column
+    blocks of K (``K j // k_blocks``) a configuration may accumulate one by one, each sum
+    rounded (FiCCO's 2D schedules)."""
     u = UNIT_ROUNDOFF[dtype]
     if values == "int":  # exact partials: fp32 is exact and enough
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
         if consumer:
             ref = collective(comm, a32, chunks) @ b32
-            mag = np.abs(ref) if split_k == 1 else \
-                _slices_abs(collective(comm, a32, chunks), b32, split_k)
+            mag = _slices_abs(collective(comm, a32, chunks), b32, split_k, k_blocks)
         else:
             ref = collective(comm, a32 @ b32, chunks)
-            mag = collective(comm, _slices_abs(a32, b32, split_k), chunks)
+            mag = collective(comm, _slices_abs(a32, b32, split_k, k_blocks), chunks)
         top = float(comm.allreduce(float(mag.max()) if mag.size else 0.0, MPI.MAX))
         if dtype == "fp32" and top < 2**24:
             return ref, np.zeros_like(ref)
@@ -131,23 +136,29 @@ def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: 
     if consumer:
         g = collective(comm, a64, chunks)
         ref = g @ b64
-        parts = _slices_abs(g, b64, split_k)
+        parts = _slices_abs(g, b64, split_k, k_blocks)
         ab = np.abs(g) @ np.abs(b64)
     else:
         ref = collective(comm, a64 @ b64, chunks)
-        parts = collective(comm, _slices_abs(a64, b64, split_k), chunks)
+        parts = collective(comm, _slices_abs(a64, b64, split_k, k_blocks), chunks)
         ab = collective(comm, np.abs(a64) @ np.abs(b64), chunks)
     fp32 = LAMBDA * np.sqrt(k) * UNIT_ROUNDOFF["fp32"] * ab
-    tol = (roundings + 1) * u * (parts + fp32) * 1.01 + fp32
+    tol = (roundings + 1) * (u * (parts + fp32) * 1.01 + UNDERFLOW[dtype]) + fp32
     return ref, tol.astype(np.float32)
 
 
-def _slices_abs(a: np.ndarray, b: np.ndarray, split_k: int) -> np.ndarray:
-    """sum over the ``split_k`` K slices (as the emulator cuts them) of |A_s B_s|."""
-    if split_k <= 1:
+def _slices_abs(a: np.ndarray, b: np.ndarray, split_k: int, k_blocks: int = 1) -> np.ndarray:
+    """A bound on the magnitude of every stored partial of ``a @ b``: |A B| whole; summed
+    over the ``k_blocks`` even column blocks of K a configuration accumulates one by one;
+    with split-K, whose K slices a device's kernel cuts as it will, |A| |B| (at least the
+    sum over any slicing of |A_s B_s|)."""
+    if split_k > 1:
+        return np.abs(a) @ np.abs(b)
+    if k_blocks <= 1:
         return np.abs(a @ b)
-    bounds = np.linspace(0, a.shape[1], split_k + 1).round().astype(int)
-    return sum(np.abs(a[:, k0:k1] @ b[k0:k1]) for k0, k1 in zip(bounds[:-1], bounds[1:]))
+    k = a.shape[1]
+    cuts = [k * j // k_blocks for j in range(k_blocks + 1)]
+    return sum(np.abs(a[:, k0:k1] @ b[k0:k1]) for k0, k1 in zip(cuts[:-1], cuts[1:]) if k1 > k0)
 
 
 def detection(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, tol: np.ndarray,

@@ -64,7 +64,7 @@ REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",
     "T3 sec. 1", BOTH, operations.AG_GEMM, _mpi_collective("all_gather"),
     lambda m, n, k, rows, e: (m - rows) * e * k, aliases=("ag-gemm",), a_rows="own",
-    collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS))
+    collective_bytes=lambda m, n, k, e: m * k * e, bus_factors=BUS, k_blocks=True))
 
 REGISTRY.add_operation(Operation(
     "gemv+ar", "all-reduce of a decode GEMV's partial output (row-parallel layer)",

@@ -71,7 +71,7 @@ def summary_table(doc: dict) -> str:
         else:
             frac = run.get("max_error_vs_tolerance")
             verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g}" + (
-                f", {frac:.2g} of tol)" if frac is not None and frac == frac
+                f", {frac:.2g} of tol)" if frac is not None and frac == frac and frac > 0
                 and frac != float("inf") else ")")
         sp = run.get("speedup", run.get("speedup_vs_sequential"))
         lines.append(f"{run['mode']:<{w}} {run['modelled_time_s'] * 1e6:>8.1f} us "
@@ -331,10 +331,11 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         if op.check_reference is not None:
             ref, tol = op.check_reference(comm, cfg, inputs)
         else:
+            roundings = world * cfg.split_k if op.reducing else cfg.split_k
             ref, tol = compute_reference(comm, inputs["A"], inputs["B"], cfg.dtype, cfg.values,
                                          chunks, op.reference, op.parts.consumer,
-                                         world * cfg.split_k if op.reducing else cfg.split_k,
-                                         cfg.split_k)
+                                         max(roundings, world) if op.k_blocks else roundings,
+                                         cfg.split_k, world if op.k_blocks else 1)
             sep = detection(comm, inputs["A"], inputs["B"], tol, op.parts.consumer)
     runs = []
     traced = []

@@ -104,6 +104,9 @@ class Operation:
     bounds: Callable | None = None  # (cfg, spec, world) -> (compute-bound seconds, bytes a
     # rank sends to peers): its lower bounds' inputs (a GEMM's: its FLOPs, ``link_bytes``)
     split_k: bool = True  # its producer can split K over several WGs per tile (--split-k)
+    k_blocks: bool = False  # a configuration may accumulate its GEMM over W column blocks
+    # of K (W ranks; FiCCO's 2D schedules), each sum rounded: the numerics tolerance
+    # allows W roundings on those blocks' partial products
     host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
     dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
     shape: tuple[int, int, int] = (8192, 3072, 768)  # (M, N, K) of a run that gives none
