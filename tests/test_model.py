@@ -519,3 +519,44 @@ def test_every_scenario_s_estimates_are_checked_settings():
     sizes = {name: len(scenarios.settings(name)) for name in scenarios.SCENARIOS}
     assert sizes == {"t3-models": 14, "flux-models": 40, "fused-models": 2,
                      "ficco-models": 2}
+
+
+@pytest.mark.parametrize("opt", ["--json", "--figure", "--cache"])
+def test_unwritable_outputs_are_refused_before_any_job(toy, opt, no_launch):
+    """A path under a regular file (unwritable even for root): one line, exit 2, and no
+    job started (the fake mpiexec never ran)."""
+    env, marker = no_launch
+    blocker = toy / "a-file"
+    blocker.write_text("x")
+    target = blocker / ("out.json" if opt == "--json" else "f.png" if opt == "--figure"
+                        else "cache")
+    args = ["model", str(toy / "toy.toml"), "--system", "mi210x4", opt, str(target)]
+    if opt != "--cache":
+        args += ["--cache", str(toy / "cache-unused")]
+    proc = subprocess.run([sys.executable, "-m", "emulator.app.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and opt in lines[0], proc.stderr
+    assert not marker.exists()
+
+
+def test_a_failed_figure_or_json_write_keeps_the_previous_file(tmp_path):
+    from emulator.app.files import save_atomic, write_json_atomic
+
+    path = tmp_path / "f.png"
+    path.write_bytes(b"old")
+
+    def broken(tmp):
+        with open(tmp, "wb") as fh:
+            fh.write(b"half")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        save_atomic(path, broken)
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["f.png"]
+    doc = tmp_path / "e.json"
+    write_json_atomic(doc, {"a": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(doc, {"a": object()})
+    assert json.loads(doc.read_text()) == {"a": 1}

@@ -317,12 +317,13 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
-    import json
     from pathlib import Path
 
     from devices.spec import SpecError
     from emulator.api import RunError
     from emulator.app.catalog import registry
+    from emulator.app.files import (OutputError, check_output_dir, check_output_file,
+                                    write_json_atomic)
     from emulator.engine.registry import RegistryError
     from emulator.workload import estimate as est
     from emulator.workload import scenarios
@@ -359,10 +360,14 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
                               seq=seq, batch=batch, dtype=dtype, overrides=sets, ep=ep,
                               split_heads=split_heads, attention=attention)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
-            if path and not Path(path).resolve().parent.is_dir():
-                raise ValueError(f"{opt} {path}: its directory does not exist")
+            if path:
+                if not Path(path).resolve().parent.is_dir():
+                    raise ValueError(f"{opt} {path}: its directory does not exist")
+                check_output_file(path, opt, 1 << 20)  # writable, with room: before any job
+        if cache is not None:
+            check_output_dir(cache, "--cache", 1 << 20)
         est.precheck(setting)  # every job as `t3emu run` checks it, before any runs
-    except (SpecError, RegistryError, ValueError) as exc:
+    except (SpecError, RegistryError, ValueError, OutputError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
     try:
@@ -375,7 +380,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
         sys.exit(1)
     click.echo(text(doc))
     if json_path:
-        Path(json_path).write_text(json.dumps(doc, indent=1))
+        write_json_atomic(json_path, doc, indent=1)  # a failed write keeps the old file
         click.echo(f"json: {json_path}")
     if figure_path:
         click.echo(f"figure: {figure(doc, figure_path)}")
@@ -395,6 +400,7 @@ def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
 
     from devices.spec import SpecError
     from emulator.api import RunError
+    from emulator.app.files import OutputError, check_output_dir
     from emulator.engine.registry import RegistryError
     from emulator.workload import scenarios
 
@@ -408,8 +414,12 @@ def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
                              f"{spec or '--' + opt.replace('_', '-')}")
         if out_dir and not Path(out_dir).resolve().parent.is_dir():
             raise ValueError(f"--out {out_dir}: its parent directory does not exist")
+        if out_dir:
+            check_output_dir(out_dir, "--out", 1 << 20)  # writable, with room: before any job
+        if cache is not None:
+            check_output_dir(cache, "--cache", 1 << 20)
         checked = scenarios.settings(name)  # every estimate checked before any runs
-    except (SpecError, RegistryError, ValueError) as exc:
+    except (SpecError, RegistryError, ValueError, OutputError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
     try:

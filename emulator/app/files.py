@@ -47,6 +47,24 @@ def write_json_atomic(path: str | Path, doc: dict, indent: int | None = 2) -> No
     write_text_atomic(path, json.dumps(doc, indent=indent))
 
 
+def save_atomic(path: str | Path, write) -> str:
+    """``write(temporary path)`` (a figure's ``savefig``), then rename it over ``path``: a
+    failed write leaves the previous file intact. The temporary file keeps the suffix,
+    which decides the image format."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=target.suffix or ".tmp",
+                               dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return str(target)
+
+
 class OutputError(OSError):
     """An output location that cannot take the results; the message names the option."""
 

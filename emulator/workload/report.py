@@ -117,6 +117,9 @@ def figure(doc: dict, path) -> str:
     fig.suptitle(f"{st['model']} on {st['system']}, {st['phase']}, {par}; "
                  f"{doc['baseline']}'s communication share {doc['comm_share'] * 100:.1f}%",
                  fontsize=10)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return str(path)
+    from emulator.app.files import save_atomic
+
+    try:
+        return save_atomic(path, lambda tmp: fig.savefig(tmp, dpi=130, bbox_inches="tight"))
+    finally:
+        plt.close(fig)

@@ -151,8 +151,9 @@ def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
             docs.append(doc)
     out = {"scenario": name, "command": command(name), "estimates": docs}
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "estimates.json").write_text(json.dumps(out, indent=1))
+        from emulator.app.files import write_json_atomic
+
+        write_json_atomic(out_dir / "estimates.json", out, indent=1)
     return out
 
 
