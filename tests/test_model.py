@@ -560,3 +560,33 @@ def test_a_failed_figure_or_json_write_keeps_the_previous_file(tmp_path):
     with pytest.raises(TypeError):
         write_json_atomic(doc, {"a": object()})
     assert json.loads(doc.read_text()) == {"a": 1}
+
+
+def test_a_tampered_or_damaged_cache_entry_is_run_again(toy):
+    """Entries carry a checksum of their times: halving a stored time, an empty entry or
+    one missing a configuration is detected and the job runs again, giving the first
+    run's estimate exactly."""
+    cache = toy / "tamper-cache"
+    out = toy / "tamper.json"
+    args = ("model", str(toy / "toy.toml"), "--system", "mi210x4", "--json", str(out),
+            "--cache", str(cache))
+    proc = _t3emu(*args)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(out.read_text())
+    entries = sorted(cache.glob("*.json"))
+    assert entries
+    doc = json.loads(entries[0].read_text())
+    mode = next(iter(doc["runs"]))
+    doc["runs"][mode]["time"] /= 2  # tampered, checksum kept
+    entries[0].write_text(json.dumps(doc))
+    if len(entries) > 1:
+        entries[1].write_text("{}")
+    if len(entries) > 2:
+        d2 = json.loads(entries[2].read_text())
+        d2["runs"].pop(next(iter(d2["runs"])))
+        entries[2].write_text(json.dumps(d2))
+    proc = _t3emu(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "damaged or tampered with: run again" in proc.stderr
+    again = json.loads(out.read_text())
+    assert again["designs"] == first["designs"]

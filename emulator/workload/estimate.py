@@ -365,10 +365,10 @@ class Runner:
         op, m, n, k, modes = job.op, job.m, job.n, job.k, job.modes
         path = self.path(job)
         if path is not None and path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except (OSError, ValueError):  # a damaged entry: run it again
-                pass
+            got = cache_entry(path, modes)
+            if got is not None:
+                return got
+            self.progress(f"  cache entry {path.name} damaged or tampered with: run again")
         t0 = time.monotonic()
         res = api.run(**self.options(job))
         out = {"runs": {r: {"time": x.modelled_time_s, "phases": x.phases}
@@ -382,9 +382,28 @@ class Runner:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # (estimates at once)
             with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(out))
+                f.write(json.dumps({**out, "sha256": _checksum(out)}))
             os.replace(tmp, path)
         return out
+
+
+def _checksum(out: dict) -> str:
+    return hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()
+
+
+def cache_entry(path: Path, modes) -> dict | None:
+    """A cache entry, if whole and untouched: valid JSON carrying every configuration's
+    time and phases and a checksum that matches them; else None (run the job again)."""
+    try:
+        doc = json.loads(path.read_text())
+        digest = doc.pop("sha256")
+        runs = doc["runs"]
+        ok = (digest == _checksum(doc) and isinstance(doc["launch_s"], (int, float))
+              and all(isinstance(runs[m]["time"], (int, float))
+                      and isinstance(runs[m]["phases"], dict) for m in modes))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return doc if ok else None
 
 
 def items(s: Setting) -> tuple[list[Item], list[Item], list[Item]]:

@@ -169,7 +169,8 @@ def prefill(all_settings: list, cache: Path, progress=None) -> None:
         fwd, bwd, head = est.items(s)
         for _, job in est.runs(s, fwd + bwd + head):
             path = run.path(job)
-            if path not in jobs and not path.is_file():
+            if path not in jobs and est.cache_entry(path, job.modes) is None:  # missing
+                # or damaged (checksum, fields): run it
                 jobs[path] = (run, job)
     todo = sorted(jobs.values(), key=lambda rj: rj[1].ranks)
     say = progress or (lambda msg: None)
