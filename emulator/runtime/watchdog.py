@@ -19,6 +19,7 @@ MPI progress then shows as "no answer" instead of hanging the reporter).
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import time
@@ -132,6 +133,7 @@ def describe() -> str:
     return RANK.board.describe() if RANK.board is not None else ""
 
 
+@functools.lru_cache(maxsize=None)
 def _longest_nap(ranks: int) -> float:
     """The longest sleep between a bounded barrier's tests: 1 ms for up to two ranks per
     core, growing with the ranks per core to 5 ms. A barrier completes only as its ranks
