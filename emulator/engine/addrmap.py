@@ -287,6 +287,7 @@ class AddressMap:
         self._owner = np.full(len(space), -1, np.int32)  # tile -> the entry that maps it
         self.entries: list[_Entry] = []
         self.copies: list[DmaCommand] = []  # copy_map's commands, in the order they were made
+        self._compiled: tuple | None = None  # (entries and copies it was compiled from, it)
 
     @property
     def buffer(self) -> str:
@@ -467,7 +468,18 @@ class AddressMap:
         return space, space.tiles_at(src + np.array([dr, dr, dc, dc])).tolist()
 
     def compile(self) -> CompiledMap:
-        """Per-tile routes and the DMA queue entries; MapError if a tile is never mapped."""
+        """Per-tile routes and the DMA queue entries; MapError if a tile is never mapped.
+        Compiled once while no entry is added: every run of a plan (a point's
+        counterfactual runs) takes the same routes and commands (a run reads them and sets
+        only the commands' program order, which it fixes anew)."""
+        key = (len(self.entries), len(self.copies))
+        if self._compiled is not None and self._compiled[0] == key:
+            return self._compiled[1]
+        compiled = self._compile()
+        self._compiled = (key, compiled)
+        return compiled
+
+    def _compile(self) -> CompiledMap:
         if not self.local_ok and (self._owner < 0).any():
             never = np.flatnonzero(self._owner < 0).tolist()
             raise MapError(f"rank {self.rank}: {len(never)} tile(s) of {self.buffer} never "

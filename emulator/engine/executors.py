@@ -76,8 +76,9 @@ class ExecutorTiming:
     def __call__(self, cmd: DmaCommand, t_remote: float) -> float:
         clock, cost = self.clock, self.cost
         name = cmd.trigger.name
-        watchdog.post("dma", f"{cmd.executor.queue} entry {name}: its turn in program order",
-                      waiting=True)
+        if not clock.order.ready(cmd.order):  # (its turn already: it does not wait)
+            watchdog.post("dma", f"{cmd.executor.queue} entry {name}: its turn in program "
+                          f"order", waiting=True)
         with clock.order.turn(cmd.order, f"{cmd.executor.queue} entry {name}"):
             window = CommWindow(cmd.compute_after)
             done = self._complete(cmd, t_remote, window)

@@ -62,6 +62,7 @@ class KernelRunner:
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
         self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
+        self._item_elems: dict = {}  # the same -> each item's elements
         slot = getattr(routes, "slot", None)  # whether a tile's local write is tracked
         self._tracked = slot is None or bool((slot >= 0).any())
         self._prev = None  # (the previous stage's items, whether the L2 has its panels)
@@ -189,9 +190,10 @@ class KernelRunner:
             if memo is not None and known is None:
                 self._memo[memo[0]] = sc
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
-            clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),
-                      start, end, wgs=len(ids), flops=sc.flops, read_bytes=sc.read_bytes,
-                      write_bytes=sc.write_bytes)
+            if clock.record:
+                clock.log("gemm", f"stage {s}" + (f" group {g}" if len(groups) > 1 else ""),
+                          start, end, wgs=len(ids), flops=sc.flops, read_bytes=sc.read_bytes,
+                          write_bytes=sc.write_bytes)
             ends.append(end)
             arrivals.append(arr)
             stage_end = max(stage_end, end)
@@ -327,8 +329,11 @@ class KernelRunner:
                 ws.compute(items[np.lexsort((items[:, 2], items[:, 0]))])
             elif ws is not None and not ahead:  # the arithmetic first: no modelled time
                 ws.compute(k.wgs[ids])
-            watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
-            with self.clock.order.turn(self.stage_index[s], f"stage {s}"):
+            turn, order = self.stage_index[s], self.clock.order
+            if not order.ready(turn):  # (its turn already: it does not wait)
+                watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
+            order.enter(turn, f"stage {s}")
+            try:
                 if k.persistent:
                     groups = [ids[j : j + 1] for j in range(len(ids))]
                     ends, arrivals = (self._time_shared_round(s, ids) if k.fair_share
@@ -336,6 +341,8 @@ class KernelRunner:
                 else:
                     groups = k.groups(ids)
                     ends, arrivals = self._time_stage(s, groups)
+            finally:
+                order.leave(turn)
             watchdog.post("compute", f"{where}: writes its tiles")
             if ws is None and not self._nic_left and _plain(self.routes, k, ids):
                 self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
@@ -385,8 +392,11 @@ class KernelRunner:
             tracked = slots >= 0
             if not tracked.any():
                 return
-            elems = k.wgs.item_elems(groups[0])
-            end = np.full(n, ends[0])
+            sig = k.wgs.stage_shape(groups[0])[0]
+            elems = self._item_elems.get(sig)
+            if elems is None:
+                elems = self._item_elems[sig] = k.wgs.item_elems(groups[0])
+            end = ends[0]
         else:
             ids = np.concatenate(groups)
             wgs = k.wgs[ids]
@@ -399,9 +409,23 @@ class KernelRunner:
             if not tracked.any():
                 return
             end = np.concatenate([np.full(len(g), e) for g, e in zip(groups, ends)])
-        np.maximum.at(self.slot_done, slots[tracked], end[tracked])
-        uniq, inv = np.unique(slots[tracked], return_inverse=True)
-        counts = np.bincount(inv, weights=elems[tracked]).astype(np.int64)
+        slots, elems = slots[tracked], elems[tracked]
+        end = end if np.isscalar(end) else end[tracked]
+        step = slots[1:] - slots[:-1]
+        if len(slots) < 2 or bool((step >= 0).all()):  # sorted: runs of one slot each
+            starts = np.flatnonzero(np.concatenate(([True], step > 0)))
+            uniq = slots[starts] if len(starts) < len(slots) else slots
+            counts = np.add.reduceat(elems, starts) if len(starts) < len(slots) else elems
+            if not np.isscalar(end):
+                end = np.maximum.reduceat(end, starts)
+            self.slot_done[uniq] = np.maximum(self.slot_done[uniq], end)
+        else:
+            np.maximum.at(self.slot_done, slots, end)
+            uniq, inv = np.unique(slots, return_inverse=True)
+            counts = np.bincount(inv, weights=elems).astype(np.int64)
+        if not self.whole_left:  # (no region tracked whole: every count signalled now)
+            self.tracker.signal(hbm.rank, uniq, counts, 0.0)
+            return
         out_s, out_c = [], []
         for sl, c in zip(uniq.tolist(), counts.tolist()):
             left = self.whole_left.get(sl)

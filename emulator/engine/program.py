@@ -13,6 +13,28 @@ def program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
                   nslots: int, slot_of: np.ndarray | None = None,
                   resident: np.ndarray | None = None, arrival_order: bool = False
                   ) -> tuple[list[int], list[DmaCommand]]:
+    """``_program_order``, fixed once per kernel and inputs: a plan run again (a point's
+    counterfactual runs) gets the same order (its commands' ``order`` and
+    ``compute_after`` set again)."""
+    key = (tuple(id(c) for c in commands), lookahead, nslots, id(slot_of),
+           None if resident is None else resident.tobytes(), arrival_order)
+    cache = kernel.__dict__.setdefault("_program_orders", {})
+    got = cache.get(key)
+    if got is None:
+        stage_index, ordered = _program_order(kernel, commands, lookahead, nslots, slot_of,
+                                              resident, arrival_order)
+        got = cache[key] = (stage_index, ordered, [(c.order, c.compute_after) for c in ordered],
+                            commands, slot_of)  # (the objects whose ids key it, kept alive)
+    stage_index, ordered, marks = got[:3]
+    for cmd, (order, after) in zip(ordered, marks):
+        cmd.order, cmd.compute_after = order, after
+    return list(stage_index), list(ordered)
+
+
+def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
+                   nslots: int, slot_of: np.ndarray | None = None,
+                   resident: np.ndarray | None = None, arrival_order: bool = False
+                   ) -> tuple[list[int], list[DmaCommand]]:
     """Fix the rank's program order of stages and queued commands (every executor's).
 
     Stage s sits at position s. A command whose trigger (or, for a pull, whose

@@ -26,7 +26,6 @@ import bisect
 import math
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from emulator.model.topology import Route, Topology
@@ -283,35 +282,60 @@ class ProgramOrder:
         self._cv = threading.Condition()
         self._wanted: dict[int, int] = {}  # index -> threads waiting for its turn
 
-    @contextmanager
-    def turn(self, index: int, what: str):
-        deadline = time.monotonic() + self.watchdog_s
+    def enter(self, index: int, what: str) -> None:
+        """Wait for operation ``index``'s turn (the operations before it have reserved);
+        ``leave(index)`` ends it."""
         with self._cv:
-            if self._next != index:
-                self._wanted[index] = self._wanted.get(index, 0) + 1
-                try:
-                    while self._next != index:
-                        if self._next > index:
-                            raise RuntimeError(f"{self.name}: operation {index} ({what}) "
-                                               f"reserved twice")
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise ProgramOrderTimeout(
-                                f"{self.name}: {what} (program-order op {index}) waited "
-                                f"{self.watchdog_s:g} s for op {self._next} to reserve its "
-                                f"resources")
-                        self._cv.wait(min(left, 0.5))
-                finally:
-                    self._wanted[index] -= 1
-                    if not self._wanted[index]:
-                        del self._wanted[index]
-        try:
-            yield
-        finally:
-            with self._cv:
-                self._next = index + 1
-                if self._next in self._wanted:  # wake only the thread whose turn it is
-                    self._cv.notify_all()
+            if self._next == index:
+                return
+            deadline = time.monotonic() + self.watchdog_s
+            self._wanted[index] = self._wanted.get(index, 0) + 1
+            try:
+                while self._next != index:
+                    if self._next > index:
+                        raise RuntimeError(f"{self.name}: operation {index} ({what}) "
+                                           f"reserved twice")
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise ProgramOrderTimeout(
+                            f"{self.name}: {what} (program-order op {index}) waited "
+                            f"{self.watchdog_s:g} s for op {self._next} to reserve its "
+                            f"resources")
+                    self._cv.wait(min(left, 0.5))
+            finally:
+                self._wanted[index] -= 1
+                if not self._wanted[index]:
+                    del self._wanted[index]
+
+    def leave(self, index: int) -> None:
+        """Operation ``index`` has reserved: the next one's turn."""
+        with self._cv:
+            self._next = index + 1
+            if self._next in self._wanted:  # wake only the thread whose turn it is
+                self._cv.notify_all()
+
+    def ready(self, index: int) -> bool:
+        """Whether it is operation ``index``'s turn now (no wait)."""
+        return self._next == index
+
+    def turn(self, index: int, what: str) -> _Turn:
+        """``with order.turn(index, what):`` the block reserves in operation ``index``'s turn."""
+        return _Turn(self, index, what)
+
+
+class _Turn:
+    """``ProgramOrder.turn``'s context (a class: no generator per operation)."""
+
+    __slots__ = ("order", "index", "what")
+
+    def __init__(self, order: ProgramOrder, index: int, what: str):
+        self.order, self.index, self.what = order, index, what
+
+    def __enter__(self) -> None:
+        self.order.enter(self.index, self.what)
+
+    def __exit__(self, *exc) -> None:
+        self.order.leave(self.index)
 
 
 @dataclass
