@@ -171,11 +171,15 @@ class Hbm:
         self._types: dict[tuple, MPI.Datatype] = {}
         # traffic[target_rank, stream, kind] in bytes, counted at the HBM the access lands in
         self.traffic = np.zeros((comm.size, len(self.streams), len(KINDS)), np.int64)
+        self._cell = {(st, kind): (i, j) for i, st in enumerate(self.streams)
+                      for j, kind in enumerate(KINDS)}  # (a lookup per count, not a search)
         comm.Barrier()  # no peer writes into this HBM before it is zeroed
 
     # ------------------------------------------------------------ accounting
     def count(self, target: int, stream: str, kind: str, nbytes: int) -> None:
-        self.traffic[target, self.streams.index(stream), KINDS.index(kind)] += int(nbytes)
+        i, j = self._cell.get((stream, kind)) or (self.streams.index(stream),
+                                                   KINDS.index(kind))  # (ValueError: unknown)
+        self.traffic[target, i, j] += int(nbytes)
 
     def traffic_by_rank(self) -> np.ndarray:
         """Collective: every rank's HBM traffic (rank x stream x kind), summed over origins."""

@@ -163,9 +163,14 @@ class Kernel:
     def _first_seen(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The gate-set index of each of ``ids`` and the distinct ones in order of first
         appearance."""
+        last = self.__dict__.get("_first_seen_last")  # a stage's items are asked several
+        if last is not None and last[0] is ids:  # times (its run, groups and gates)
+            return last[1]
         index = self._gate_sets()[0][ids]
         uniq, first = np.unique(index, return_index=True)
-        return index, uniq[np.argsort(first, kind="stable")]
+        got = (index, uniq[np.argsort(first, kind="stable")])
+        object.__setattr__(self, "_first_seen_last", (ids, got))  # (ids kept alive)
+        return got
 
     def groups(self, ids: np.ndarray) -> list[np.ndarray]:
         """The stage's items split where their gates differ (in dispatch order); one group

@@ -63,6 +63,7 @@ class KernelRunner:
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
         self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
         self._item_elems: dict = {}  # the same -> each item's elements
+        self._spread: dict = {}  # a stage's items -> ``spread``'s answer
         slot = getattr(routes, "slot", None)  # whether a tile's local write is tracked
         self._tracked = slot is None or bool((slot >= 0).any())
         self._prev = None  # (the previous stage's items, whether the L2 has its panels)
@@ -170,7 +171,10 @@ class KernelRunner:
             pos = {w: int(slot[j]) for j, w in enumerate(self.kernel.stages()[s].tolist())}
         ends, arrivals, stage_end, first = [], [], stage_start, math.inf
         issue = self.cost.spec.put_issue_s
-        resident = spread(self.cost, sum(len(g) for g in groups), self.kernel)
+        n = sum(len(g) for g in groups)
+        resident = self._spread.get(n, self)
+        if resident is self:
+            resident = self._spread[n] = spread(self.cost, n, self.kernel)
         memo = self._memo_key(groups, resident) if len(groups) == 1 else None
         known = self._memo.get(memo[0]) if memo is not None else None
         if known is None and self._prev is not None and not self._prev[1]:
@@ -343,11 +347,11 @@ class KernelRunner:
                     ends, arrivals = self._time_stage(s, groups)
             finally:
                 order.leave(turn)
-            watchdog.post("compute", f"{where}: writes its tiles")
             if ws is None and not self._nic_left and _plain(self.routes, k, ids):
                 self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
                 self.wall_events.append((s, w0, time.perf_counter()))
                 continue
+            watchdog.post("compute", f"{where}: writes its tiles")
             signals: dict[tuple[int, float], dict[int, int]] = {}
             if ws is None:  # timing-only: the same counts, grouped by tile and arrivals
                 self._route_counted(ids if k.persistent else groups, ends, arrivals,

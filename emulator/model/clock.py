@@ -65,10 +65,11 @@ class BandwidthTimeline:
         dead = self.rate - self.rate * 0.25e-12  # u above this: no room left to use
         tiny = self.rate * 0.25e-12  # c under this: nothing to take from compute
 
-        def used_up(j: int) -> bool:
-            return u[j] >= dead and (c is None or c[j] <= tiny)
-
-        drop = [j for j in range(lo, hi + 1) if used_up(j) and used_up(j - 1)]
+        if c is None:  # (the test inlined: this runs on every reservation)
+            drop = [j for j in range(lo, hi + 1) if u[j] >= dead and u[j - 1] >= dead]
+        else:
+            drop = [j for j in range(lo, hi + 1) if u[j] >= dead and c[j] <= tiny
+                    and u[j - 1] >= dead and c[j - 1] <= tiny]
         if not drop:
             return
         gone = set(drop)
