@@ -61,8 +61,8 @@ class KernelRunner:
         self.wg_free = np.full(kernel.stage_size, self.start)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
-        self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> its items' elements
-        self._item_elems: dict = {}  # the same -> each item's elements
+        self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> (each item's
+        # elements, their sum)
         self._spread: dict = {}  # a stage's items -> ``spread``'s answer
         slot = getattr(routes, "slot", None)  # whether a tile's local write is tracked
         self._tracked = slot is None or bool((slot >= 0).any())
@@ -172,9 +172,9 @@ class KernelRunner:
         ends, arrivals, stage_end, first = [], [], stage_start, math.inf
         issue = self.cost.spec.put_issue_s
         n = sum(len(g) for g in groups)
-        resident = self._spread.get(n, self)
-        if resident is self:
-            resident = self._spread[n] = spread(self.cost, n, self.kernel)
+        if n not in self._spread:
+            self._spread[n] = spread(self.cost, n, self.kernel)
+        resident = self._spread[n]
         memo = self._memo_key(groups, resident) if len(groups) == 1 else None
         known = self._memo.get(memo[0]) if memo is not None else None
         if known is None and self._prev is not None and not self._prev[1]:
@@ -336,8 +336,7 @@ class KernelRunner:
             turn, order = self.stage_index[s], self.clock.order
             if not order.ready(turn):  # (its turn already: it does not wait)
                 watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
-            order.enter(turn, f"stage {s}")
-            try:
+            with order.turn(turn, f"stage {s}"):
                 if k.persistent:
                     groups = [ids[j : j + 1] for j in range(len(ids))]
                     ends, arrivals = (self._time_shared_round(s, ids) if k.fair_share
@@ -345,8 +344,6 @@ class KernelRunner:
                 else:
                     groups = k.groups(ids)
                     ends, arrivals = self._time_stage(s, groups)
-            finally:
-                order.leave(turn)
             if ws is None and not self._nic_left and _plain(self.routes, k, ids):
                 self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
                 self.wall_events.append((s, w0, time.perf_counter()))
@@ -387,7 +384,7 @@ class KernelRunner:
         size = hbm.specs[buffer].dtype.itemsize
         shaped = self._shape_elems(groups[0]) if len(groups) == 1 else None
         if shaped is not None:  # a stage of a regular shape inside the buffer: by ranges
-            total, t0, n = shaped
+            total, t0, n, elems = shaped
             if op != "none" and total:
                 hbm.count(hbm.rank, "gemm", _kind(op), total * size)
             if not self._tracked:
@@ -396,10 +393,6 @@ class KernelRunner:
             tracked = slots >= 0
             if not tracked.any():
                 return
-            sig = k.wgs.stage_shape(groups[0])[0]
-            elems = self._item_elems.get(sig)
-            if elems is None:
-                elems = self._item_elems[sig] = k.wgs.item_elems(groups[0])
             end = ends[0]
         else:
             ids = np.concatenate(groups)
@@ -418,10 +411,11 @@ class KernelRunner:
         step = slots[1:] - slots[:-1]
         if len(slots) < 2 or bool((step >= 0).all()):  # sorted: runs of one slot each
             starts = np.flatnonzero(np.concatenate(([True], step > 0)))
-            uniq = slots[starts] if len(starts) < len(slots) else slots
-            counts = np.add.reduceat(elems, starts) if len(starts) < len(slots) else elems
-            if not np.isscalar(end):
-                end = np.maximum.reduceat(end, starts)
+            uniq, counts = slots, elems
+            if len(starts) < len(slots):  # some slot counts several tiles
+                uniq, counts = slots[starts], np.add.reduceat(elems, starts)
+                if not np.isscalar(end):
+                    end = np.maximum.reduceat(end, starts)
             self.slot_done[uniq] = np.maximum(self.slot_done[uniq], end)
         else:
             np.maximum.at(self.slot_done, slots, end)
@@ -445,9 +439,9 @@ class KernelRunner:
         if out_s:
             self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
 
-    def _shape_elems(self, ids: np.ndarray) -> tuple[int, int, int] | None:
-        """(elements, first tile, items) of a plain stage whose items have a
-        ``LaunchItems.stage_shape`` and lie inside the output buffer; else None."""
+    def _shape_elems(self, ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
+        """(elements, first tile, items, each item's elements) of a plain stage whose items
+        have a ``LaunchItems.stage_shape`` and lie inside the output buffer; else None."""
         k = self.kernel
         if not isinstance(k.wgs, LaunchItems):
             return None
@@ -460,8 +454,9 @@ class KernelRunner:
             return None
         got = self._elems.get(sig)
         if got is None:
-            got = self._elems[sig] = int(k.wgs.item_elems(ids).sum())
-        return got, *k.wgs.span(ids)[:2]
+            each = k.wgs.item_elems(ids)
+            got = self._elems[sig] = (each, int(each.sum()))
+        return got[1], *k.wgs.span(ids)[:2], got[0]
 
     def _route_counted(self, groups, ends: list[float], arrivals: list[dict[int, float]],
                        signals: dict) -> None:
