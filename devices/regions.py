@@ -41,23 +41,39 @@ def tile_grid(row_blocks: list[tuple[int, int]], ncols: int, tile_m: int, tile_n
     the WG rasterisation order: row-major (``group`` = 1), or grouped (CUTLASS's
     threadblock swizzle, Triton's GROUP_SIZE_M): bands of ``group`` tile rows, each
     walked column by column, so that WGs dispatched together share B column panels."""
-    parts = []
     g = max(1, group)
     cols = np.arange(0, ncols, tile_n, dtype=np.int64)
+    nc = len(cols)
+    col_end = np.minimum(cols + tile_n, ncols)
+    parts = []
     for r0, r1 in row_blocks:
         rows = np.arange(r0, r1, tile_m, dtype=np.int64)
-        if not len(rows) or not len(cols):
+        nr = len(rows)
+        if not nr or not nc:
             continue
-        i = np.arange(len(rows))
-        # bands of g tile rows, each walked column by column: sort by (band, column, row)
-        ri, ci = np.repeat(i, len(cols)), np.tile(np.arange(len(cols)), len(rows))
-        order = np.lexsort((ri, ci, ri // g))
-        a, c = rows[ri[order]], cols[ci[order]]
-        parts.append(np.stack([a, np.minimum(a + tile_m, r1), c,
-                               np.minimum(c + tile_n, ncols)], axis=1))
+        # each tile's (row index, column index) in order, written in place (no sort: a
+        # grid of 10^6 tiles is built in milliseconds): the whole bands of g tile rows,
+        # each walked column by column, then the last band's rows left over
+        ri, ci = np.empty(nr * nc, np.int64), np.empty(nr * nc, np.int64)
+        full = nr // g * g
+        if full:
+            nb = full // g
+            ri[: full * nc].reshape(nb, nc, g)[...] = (
+                np.arange(nb, dtype=np.int64)[:, None, None] * g
+                + np.arange(g, dtype=np.int64)[None, None, :])
+            ci[: full * nc].reshape(nb, nc, g)[...] = np.arange(nc, dtype=np.int64)[:, None]
+        if full < nr:
+            ri[full * nc :].reshape(nc, nr - full)[...] = np.arange(full, nr, dtype=np.int64)
+            ci[full * nc :].reshape(nc, nr - full)[...] = np.arange(nc, dtype=np.int64)[:, None]
+        out = np.empty((nr * nc, 4), np.int64)
+        out[:, 0] = rows[ri]
+        np.minimum(out[:, 0] + tile_m, r1, out=out[:, 1])
+        out[:, 2] = cols[ci]
+        out[:, 3] = col_end[ci]
+        parts.append(out)
     if not parts:
         return np.zeros((0, 4), np.int64)
-    return np.concatenate(parts).astype(np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class RegularGrid:

@@ -248,3 +248,27 @@ def test_a_stage_splits_into_groups_by_gates_in_order_of_first_appearance():
     assert [id(g) for g in kernel.gates_of(order)] == [id(b), id(a)]
     assert kernel.gates_of(np.array([5, 1])) == ()
     assert [g.tolist() for g in kernel.groups(np.array([3, 0]))] == [[3, 0]]
+
+
+def _tiles_by_loops(row_blocks, ncols, tm, tn, group):
+    """``tile_grid`` written as its docstring says, tile by tile."""
+    out, g = [], max(1, group)
+    for r0, r1 in row_blocks:
+        rows = list(range(r0, r1, tm))
+        for band in range(0, len(rows), g):
+            for c in range(0, ncols, tn):
+                for a in rows[band : band + g]:
+                    out.append((a, min(a + tm, r1), c, min(c + tn, ncols)))
+    return out
+
+
+def test_tile_grid_is_the_tile_by_tile_order_on_random_shapes():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        edges = sorted(rng.integers(0, 700, 2 * int(rng.integers(0, 4))).tolist())
+        blocks = list(zip(edges[::2], edges[1::2]))
+        args = (blocks, int(rng.integers(0, 500)), int(rng.integers(1, 90)),
+                int(rng.integers(1, 90)), int(rng.integers(0, 9)))
+        got = tile_grid(*args)
+        assert got.dtype == np.int64 and got.shape[1] == 4
+        assert [tuple(t) for t in got.tolist()] == _tiles_by_loops(*args), args

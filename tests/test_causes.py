@@ -10,7 +10,7 @@ import re
 import pytest
 
 from emulator.model.ablation import ORDER, AblationError, ablate, check, split, steps
-from tests.conftest import run_cli, run_mpi_script
+from tests.conftest import run_cli, run_mpi_script, run_pooled
 
 CHECKS = ["launches launch-wait", "launches cu-steps",
           "gemm-efficiency (unablated) loaded-latency", "gemm-efficiency loaded-latency",
@@ -115,3 +115,27 @@ def test_summary_says_when_a_configuration_has_no_baseline_for_its_causes():
            "lower_bounds_s": {"gemm_compute": 1e-6, "collective_link": 1e-6}}
     text = summary_table(doc)
     assert "no causes for t3: its baseline sequential is not in --mode" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["--collective", "gemm+rs", "--mode", "sequential,t3,t3-mca", "--m", "512", "--n", "256",
+     "--k", "256"],
+    ["-n", "4", "--device", "mi300x", "--topology", "full-mesh", "--collective", "a2a+gemm",
+     "--mode", "ficco-serial,ficco-uniform-fused-1d,ficco-cu-uniform-fused-1d",
+     "--m", "2048", "--n", "256", "--k", "256"],
+], ids=["t3", "ficco"])
+def test_causes_of_a_numeric_run_are_those_of_its_timing_only_run(args, tmp_path):
+    """The counterfactual runs reuse the plans the job's own runs built: after a numeric
+    run (HBM bound, tiles written) they give the causes a timing-only job gives."""
+    docs = []
+    for extra in ([], ["--timing-only"]):
+        out = tmp_path / f"r{len(docs)}.json"
+        proc = run_pooled(["run", *args, "--causes", *extra, "--json", str(out)], timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        docs.append({r["mode"]: r for r in json.loads(out.read_text())["runs"]})
+    numeric, timing = docs
+    assert set(numeric) == set(timing)
+    with_causes = [m for m in numeric if numeric[m].get("causes")]
+    assert with_causes and all(numeric[m]["numerics"] == "pass" for m in numeric)
+    for m in with_causes:
+        assert numeric[m]["causes"] == timing[m]["causes"], m

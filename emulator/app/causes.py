@@ -19,10 +19,12 @@ from emulator.model.ablation import ORDER, ablate, split, steps
 
 
 def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[str, str],
-                         memory) -> dict[str, list[float]]:
+                         memory, plans: dict | None = None) -> dict[str, list[float]]:
     """Configuration -> its modelled time with nothing removed (``ends``) and then under
     each cumulative step, for every configuration of the job that has a baseline in the
-    job, and those baselines. ``choices``: a search configuration's chosen candidate."""
+    job, and those baselines. ``choices``: a search configuration's chosen candidate.
+    ``plans``: the plans the job's own runs built (name -> plan), run again here instead
+    of built again (``build`` is deterministic: the same plan)."""
     from mpi4py import MPI
 
     from emulator.app.catalog import registry
@@ -33,7 +35,7 @@ def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[
     pairs = {m: b for m, b in pairs.items() if b in ends}
     needed = list(dict.fromkeys([*pairs, *pairs.values()]))
     times = {m: [ends[m]] for m in needed}
-    plans: dict = {}  # each configuration's plan, built once from the real device
+    plans = dict(plans or {})  # each configuration's plan, built once from the real device
     clock = spec  # the device the previous step's runs were timed on
     for removed in steps():
         device = ablate(spec, removed)

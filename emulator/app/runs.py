@@ -27,16 +27,18 @@ def problem(comm, cfg: RunConfig, spec: DeviceSpec) -> Problem:
 
 def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarray] | None,
              mode: str, memory: DeviceMemory | None = None,
-             earlier: dict[str, RankResult] | None = None) -> RankResult:
+             earlier: dict[str, RankResult] | None = None,
+             plans: dict | None = None) -> RankResult:
     """Run configuration ``mode`` of ``cfg``'s operation. ``inputs`` (name -> array: the
     GEMM's A and B, or the operation's own) None: timing-only. ``earlier``: results of
     configurations this job already ran (a search reuses their modelled times, which
-    timing-only and numeric runs share)."""
+    timing-only and numeric runs share). ``plans``: where to keep the plan of every
+    configuration built (name -> ``build``'s plan: the causes split runs them again)."""
     watchdog.post("compute", f"{mode}: building the plan and maps")
     reg = registry(cfg.configs)
     conf = reg.configuration(mode)
     if conf.search:
-        return _best(comm, cfg, spec, inputs, mode, memory, earlier or {})
+        return _best(comm, cfg, spec, inputs, mode, memory, earlier or {}, plans)
     if conf.picks is not None and inputs is None and earlier:
         same, choice = conf.picks(problem(comm, cfg, spec), reg.operation(cfg.collective),
                                   cfg.algorithm)
@@ -45,7 +47,10 @@ def run_mode(comm, cfg: RunConfig, spec: DeviceSpec, inputs: dict[str, np.ndarra
 
             return dataclasses.replace(earlier[same], mode=mode, choice=choice,
                                        same_as=same, wall_s=0.0, wall_events={})
-    return run_built(comm, cfg, spec, build(comm, cfg, spec, mode), mode, inputs, memory)
+    plan = build(comm, cfg, spec, mode)
+    if plans is not None:
+        plans[mode] = plan
+    return run_built(comm, cfg, spec, plan, mode, inputs, memory)
 
 
 def build(comm, cfg: RunConfig, spec: DeviceSpec, mode: str):
@@ -68,7 +73,8 @@ def run_built(comm, cfg: RunConfig, spec: DeviceSpec, plan, mode: str,
 
 
 def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
-          memory: DeviceMemory | None, earlier: dict[str, RankResult]) -> RankResult:
+          memory: DeviceMemory | None, earlier: dict[str, RankResult],
+          plans: dict | None = None) -> RankResult:
     """A search configuration (Flux's tuning): every candidate in timing-only mode (or
     its modelled time from ``earlier``, a run of it in this job), the fastest (modelled
     time, the slowest rank; ties to the registry's order) kept, and run numerically
@@ -82,10 +88,12 @@ def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
              if not reg.refusal(n, spec, cfg.dtype, cfg.ranks, cfg.collective)]
     timed, ends = {}, {}
     for name in names:  # every rank has run the same configurations before this one
-        timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, name, memory)
+        timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, name, memory,
+                                                    plans=plans)
         ends[name] = comm.allreduce(timed[name].end, op=MPI.MAX)
     chosen = min(names, key=lambda n: (ends[n], names.index(n)))
-    res = timed[chosen] if inputs is None else run_mode(comm, cfg, spec, inputs, chosen, memory)
+    res = timed[chosen] if inputs is None else run_mode(comm, cfg, spec, inputs, chosen, memory,
+                                                        plans=plans)
     return dataclasses.replace(res, mode=mode, choice={
         "chosen": chosen, "candidates_s": ends,
         "why": f"the fastest of {len(names)} candidates in modelled time (timing-only runs)"})

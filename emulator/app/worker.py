@@ -342,8 +342,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     any_fail = False
     memory = DeviceMemory(comm)
     earlier = {}  # configuration -> its result in this job (a search reuses the times)
+    plans = {} if cfg.causes else None  # configuration -> its plan (the causes rerun it)
     for mode in cfg.modes:
-        res = earlier[mode] = run_mode(comm, cfg, spec, inputs, mode, memory, earlier)
+        res = earlier[mode] = run_mode(comm, cfg, spec, inputs, mode, memory, earlier, plans)
         if cfg.timing_only:
             ok, err, frac, note = True, 0.0, 0.0, ""
         elif bad_input:
@@ -420,7 +421,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         chosen = {m: r.choice["chosen"] for m, r in earlier.items()
                   if r.choice and "candidates_s" in r.choice}
         chosen.update({m: r.same_as for m, r in earlier.items() if r.same_as})
-        times_cf = counterfactual_times(comm, cfg, spec, ends, chosen, memory)
+        times_cf = counterfactual_times(comm, cfg, spec, ends, chosen, memory, plans)
+        plans = None
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
     pss = comm.gather(pss_mb(), root=0)
