@@ -73,6 +73,10 @@ class KernelRunner:
         self.whole_held: dict[int, int] = {}  # their counts not signalled yet
         cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
         self._latency_bound = cost.latency_bound(kernel.producer)
+        # plain stages' signals to this rank's own tracker not sent yet (``_signal_here``)
+        self._held_slots: list[np.ndarray] = []
+        self._held_counts: list[np.ndarray] = []
+        self._held_n = 0
 
     # ---------------------------------------------------------------- modelled time
     def _gate_time(self, gates: Gates) -> float:
@@ -320,6 +324,7 @@ class KernelRunner:
         for s, ids in enumerate(k.stages()):
             where = f"{self.label} stage {s}/{nstages}"
             for g in k.gates_of(ids):  # the tracker releases the WGs that need it
+                self._send_held()
                 watchdog.post("compute", f"{where} waits for {g.name}", waiting=True)
                 self.tracker.wait(g, self.clock.watchdog_s)
             watchdog.post("compute", where)
@@ -335,6 +340,7 @@ class KernelRunner:
                 ws.compute(k.wgs[ids])
             turn, order = self.stage_index[s], self.clock.order
             if not order.ready(turn):  # (its turn already: it does not wait)
+                self._send_held()
                 watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
             with order.turn(turn, f"stage {s}"):
                 if k.persistent:
@@ -369,10 +375,40 @@ class KernelRunner:
             for (rank, t_arrival), counts in signals.items():  # one signal per destination
                 self.tracker.signal(rank, list(counts), list(counts.values()), t_arrival)
             self.wall_events.append((s, w0, time.perf_counter()))
+        self._send_held()
         if k.persistent:
             self._poll_at_exit()
         self.end = self.clock.cu.free_at
         return self.end
+
+    HOLD = 1 << 16  # the most slots of held signals (then they are sent)
+
+    def _signal_here(self, slots, counts) -> None:
+        """A plain stage's signal to this rank's own tracker (time 0: a local write keeps
+        its time in ``slot_done``), held and sent with the next ones as one signal. Only
+        this rank's own threads read its tracker, so the signals held are sent before
+        this thread waits for anything (a gate, its turn in program order) and when the
+        kernel ends: no reader waits for them while this thread runs on; counts add and
+        the time is 0, so the tracker ends the same."""
+        self._held_slots.append(np.asarray(slots, np.int64))
+        self._held_counts.append(np.asarray(counts, np.int64))
+        self._held_n += len(slots)
+        if self._held_n >= self.HOLD:
+            self._send_held()
+
+    def _send_held(self) -> None:
+        if not self._held_slots:
+            return
+        slots, counts = self._held_slots, self._held_counts
+        self._held_slots, self._held_counts, self._held_n = [], [], 0
+        if len(slots) == 1:
+            slots, counts = slots[0], counts[0]
+        else:
+            slots, counts = np.concatenate(slots), np.concatenate(counts)
+            if not bool((slots[1:] > slots[:-1]).all()):  # a slot signalled twice: one sum
+                slots, inv = np.unique(slots, return_inverse=True)
+                counts = np.bincount(inv, weights=counts).astype(np.int64)
+        self.tracker.signal(self.hbm.rank, slots, counts, 0.0)
 
     def _route_plain(self, groups: list[np.ndarray], ends: list[float]) -> None:
         """A timing-only stage whose tiles all stay here, written with the producer's op:
@@ -422,7 +458,7 @@ class KernelRunner:
             uniq, inv = np.unique(slots, return_inverse=True)
             counts = np.bincount(inv, weights=elems).astype(np.int64)
         if not self.whole_left:  # (no region tracked whole: every count signalled now)
-            self.tracker.signal(hbm.rank, uniq, counts, 0.0)
+            self._signal_here(uniq, counts)
             return
         out_s, out_c = [], []
         for sl, c in zip(uniq.tolist(), counts.tolist()):
@@ -437,7 +473,7 @@ class KernelRunner:
                 out_s.append(sl)
                 out_c.append(self.whole_held.pop(sl))
         if out_s:
-            self.tracker.signal(hbm.rank, out_s, out_c, 0.0)
+            self._signal_here(out_s, out_c)
 
     def _shape_elems(self, ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
         """(elements, first tile, items, each item's elements) of a plain stage whose items
