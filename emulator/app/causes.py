@@ -3,8 +3,9 @@ counterfactual devices of ``emulator/model/ablation.py`` (costs removed one afte
 other, in ``ORDER``), and the gain split by how much each removal closes the gap.
 
 The counterfactual runs are timing-only (their modelled times are those of numeric
-runs) and use the configuration's own plan (built once, run on each counterfactual
-device); a step that leaves the device as it was (``gemm-efficiency`` on a GPU without a
+runs) and use the plan the configuration's own run built, run on each counterfactual
+device right after that run (one plan alive at a time); a step that leaves the device as
+it was (``gemm-efficiency`` on a GPU without a
 modelled GEMM kernel) reuses the previous step's times instead of running again. A
 search configuration (``flux-best``)
 is timed as the candidate it chose, a heuristic (``ficco-auto``) picks from the real
@@ -18,44 +19,65 @@ import dataclasses
 from emulator.model.ablation import ORDER, ablate, split, steps
 
 
-def counterfactual_times(comm, cfg, spec, ends: dict[str, float], choices: dict[str, str],
-                         memory, plans: dict | None = None) -> dict[str, list[float]]:
-    """Configuration -> its modelled time with nothing removed (``ends``) and then under
-    each cumulative step, for every configuration of the job that has a baseline in the
-    job, and those baselines. ``choices``: a search configuration's chosen candidate.
-    ``plans``: the plans the job's own runs built (name -> plan), run again here instead
-    of built again (``build`` is deterministic: the same plan)."""
-    from mpi4py import MPI
+class Counterfactuals:
+    """The counterfactual runs of a job's configurations, one configuration at a time: a
+    configuration's plan (the one its own run built, else built again from the real
+    device) is run on each step's device right after that run, so one plan is alive at a
+    time. Every rank calls ``run`` for the same names in the same order (collective)."""
 
-    from emulator.app.catalog import registry
-    from emulator.app.runs import build, run_built
+    def __init__(self, comm, cfg, spec, memory):
+        from emulator.app.catalog import registry
 
-    reg = registry(cfg.configs)
-    pairs = {m: reg.baseline_of(m) for m in ends}
-    pairs = {m: b for m, b in pairs.items() if b in ends}
-    needed = list(dict.fromkeys([*pairs, *pairs.values()]))
-    times = {m: [ends[m]] for m in needed}
-    plans = dict(plans or {})  # each configuration's plan, built once from the real device
-    clock = spec  # the device the previous step's runs were timed on
-    for removed in steps():
-        device = ablate(spec, removed)
-        if device == clock:  # this step removes nothing here (no modelled GEMM kernel): the
-            for m in needed:  # same device gives the same times (deterministic clock)
-                times[m].append(times[m][-1])
-            continue
-        clock = device
-        twin = dataclasses.replace(cfg, ablate=removed, causes=False, timing_only=True,
-                                   trace=None, record_wall=False, inject_fault=None)
-        ran: dict[str, float] = {}  # a tuner's pick is often a configuration of the job too
-        for m in needed:
-            name = choices.get(m, m)
-            if name not in ran:
-                if name not in plans:
-                    plans[name] = build(comm, twin, spec, name)
-                res = run_built(comm, twin, spec, plans[name], name, None, memory)
-                ran[name] = comm.allreduce(res.end, op=MPI.MAX)
-            times[m].append(ran[name])
-    return times
+        self.comm, self.cfg, self.spec, self.memory = comm, cfg, spec, memory
+        reg = registry(cfg.configs)
+        pairs = {m: reg.baseline_of(m) for m in cfg.modes}
+        pairs = {m: b for m, b in pairs.items() if b in cfg.modes}
+        # configurations with a baseline in the job, and those baselines
+        self.needed = list(dict.fromkeys([*pairs, *pairs.values()]))
+        self.twins: list = []  # per step: the run's options, None when the step leaves the
+        clock = spec  # device as the step before left it (no modelled GEMM kernel: the
+        for removed in steps():  # same device gives the same times, a deterministic clock)
+            device = ablate(spec, removed)
+            if device == clock:
+                self.twins.append(None)
+                continue
+            clock = device
+            self.twins.append(dataclasses.replace(
+                cfg, ablate=removed, causes=False, timing_only=True, trace=None,
+                record_wall=False, inject_fault=None))
+        self._times: dict[str, list[float | None]] = {}  # name -> its time per step
+
+    def run(self, name: str, plan=None) -> None:
+        """Time configuration ``name`` (not a search) on every step's device, with ``plan``
+        (``runs.build``'s, deterministic: the plan its own run ran) or one built now."""
+        from mpi4py import MPI
+
+        from emulator.app.runs import build, run_built
+
+        if name in self._times:  # a tuner's or heuristic's pick is often one of the job's
+            return
+        out: list[float | None] = []
+        for twin in self.twins:
+            if twin is None:
+                out.append(None)
+                continue
+            if plan is None:
+                plan = build(self.comm, twin, self.spec, name)
+            res = run_built(self.comm, twin, self.spec, plan, name, None, self.memory)
+            out.append(self.comm.allreduce(res.end, op=MPI.MAX))
+        self._times[name] = out
+
+    def times(self, ends: dict[str, float], choices: dict[str, str]) -> dict[str, list[float]]:
+        """Configuration -> its modelled time with nothing removed (``ends``) and then under
+        each cumulative step, for ``needed``; ``choices``: the configuration a search or
+        heuristic configuration was timed as (run by ``run`` under that name)."""
+        out = {}
+        for m in self.needed:
+            times = [ends[m]]
+            for t in self._times[choices.get(m, m)]:
+                times.append(times[-1] if t is None else t)
+            out[m] = times
+        return out
 
 
 def causes_of(mode: str, baseline: str, times: dict[str, list[float]]) -> dict:

@@ -343,8 +343,17 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     memory = DeviceMemory(comm)
     earlier = {}  # configuration -> its result in this job (a search reuses the times)
     plans = {} if cfg.causes else None  # configuration -> its plan (the causes rerun it)
+    if cfg.causes:
+        from emulator.app.causes import Counterfactuals
+
+        counterfactuals = Counterfactuals(comm, cfg, spec, memory)
+    chosen: dict[str, str] = {}  # a search or heuristic configuration -> what it ran as
     for mode in cfg.modes:
         res = earlier[mode] = run_mode(comm, cfg, spec, inputs, mode, memory, earlier, plans)
+        if res.choice and "candidates_s" in res.choice:
+            chosen[mode] = res.choice["chosen"]
+        if res.same_as:
+            chosen[mode] = res.same_as
         if cfg.timing_only:
             ok, err, frac, note = True, 0.0, 0.0, ""
         elif bad_input:
@@ -414,15 +423,14 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                 traced.append((mode, events))
             runs.append(run)
             progress(len(runs), len(cfg.modes), run)
-    if cfg.causes:  # every rank runs the counterfactuals
-        from emulator.app.causes import counterfactual_times
-
+        if cfg.causes:  # every rank: its counterfactual runs now, on the plan it built
+            if mode in counterfactuals.needed:
+                name = chosen.get(mode, mode)
+                counterfactuals.run(name, plans.get(name))
+            plans.clear()  # (one plan alive at a time)
+    if cfg.causes:
         ends = {m: comm.allreduce(r.end, op=MPI.MAX) for m, r in earlier.items()}
-        chosen = {m: r.choice["chosen"] for m, r in earlier.items()
-                  if r.choice and "candidates_s" in r.choice}
-        chosen.update({m: r.same_as for m, r in earlier.items() if r.same_as})
-        times_cf = counterfactual_times(comm, cfg, spec, ends, chosen, memory, plans)
-        plans = None
+        times_cf = counterfactuals.times(ends, chosen)
     memory.free()
     rss = comm.gather(peak_rss_mb(), root=0)
     pss = comm.gather(pss_mb(), root=0)
