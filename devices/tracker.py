@@ -28,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from devices.hbm import Segment, is_shared
-from devices.mpiutil import Backoff, one_node, progress
+from devices.mpiutil import Backoff, barrier, one_node, progress
 from devices.signals import TrackedRegion
 
 
@@ -138,7 +138,7 @@ class Tracker:
         self.win.Sync()
         self._time_base = 16 * n
         self._network_base = 8 * n
-        comm.Barrier()  # no peer signals before the counters are zeroed
+        barrier(comm)  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
                t_arrival: float | Sequence[float]) -> None:
@@ -151,10 +151,14 @@ class Tracker:
         n = len(slots)
         if n == 0:
             return
-        times = np.empty((n, 2), np.float64)  # (latest, -earliest) per slot: one MAX
-        times[:, 0] = t_arrival
-        # time 0: a local write's signal (its writer keeps its time), no data coming in
-        times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
+        # time 0 for every slot: a local write's signal (its writer keeps its time), no
+        # data coming in: MAX with (0, -inf) leaves the times as they are, so only the
+        # counts are sent
+        timed = not (np.isscalar(t_arrival) and t_arrival == 0)
+        if timed:
+            times = np.empty((n, 2), np.float64)  # (latest, -earliest) per slot: one MAX
+            times[:, 0] = t_arrival
+            times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
         counts = np.ascontiguousarray(elems, dtype=np.int64)  # (origin buffers stay
         # referenced until the flush: RMA to another node reads them only then)
         far = self.far[target]  # the network count first, so a reader that sees the count
@@ -162,10 +166,11 @@ class Tracker:
         if n == 1 or (disp[-1] - disp[0] == n - 1 and (np.diff(disp) == 1).all()):
             s = int(disp[0])  # a run of slots (local buffers: the GEMM and DMA threads
             # both signal): plain contiguous accumulates (no indexed datatype)
-            self.win.Accumulate([times, MPI.DOUBLE], target,
-                                target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
-                                op=MPI.MAX)
-            self.win.Flush(target)
+            if timed:
+                self.win.Accumulate([times, MPI.DOUBLE], target,
+                                    target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
+                                    op=MPI.MAX)
+                self.win.Flush(target)
             for base in ((self._network_base, 0) if far else (0,)):
                 self.win.Accumulate([counts, MPI.INT64_T], target,
                                     target=(base + 8 * s, n, MPI.INT64_T), op=MPI.SUM)
@@ -173,18 +178,21 @@ class Tracker:
             self.bell.ring(target)
             return
         t_type = MPI.DOUBLE.Create_indexed_block(
-            2, (2 * disp + self._time_base // 8).tolist()).Commit()
+            2, (2 * disp + self._time_base // 8).tolist()).Commit() if timed else None
         c_types = [MPI.INT64_T.Create_indexed_block(1, (disp + base // 8).tolist()).Commit()
                    for base in ((self._network_base, 0) if far else (0,))]
         try:
-            self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type), op=MPI.MAX)
-            self.win.Flush(target)
+            if timed:
+                self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type),
+                                    op=MPI.MAX)
+                self.win.Flush(target)
             for c_type in c_types:
                 self.win.Accumulate([counts, MPI.INT64_T], target, target=(0, 1, c_type),
                                     op=MPI.SUM)
                 self.win.Flush(target)
         finally:
-            t_type.Free()
+            if t_type is not None:
+                t_type.Free()
             for c_type in c_types:
                 c_type.Free()
         self.bell.ring(target)
