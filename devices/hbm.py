@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
-from devices.mpiutil import Allreduce, Backoff, allreduce, barrier, one_node
+from devices.mpiutil import Backoff, one_node
 from devices.regions import Region, region_elems, region_shape
 
 
@@ -106,7 +106,7 @@ class Segment:
         self.mem: memoryview | None = None
 
     def bind(self, size: int) -> tuple[MPI.Win, memoryview]:
-        size = allreduce(self.comm, int(size), MPI.MAX)  # one decision for every rank
+        size = self.comm.allreduce(int(size), MPI.MAX)  # one decision for every rank
         if size > self.size or self.win == MPI.WIN_NULL:
             self.free()
             info = MPI.Info.Create()
@@ -173,7 +173,7 @@ class Hbm:
         self.traffic = np.zeros((comm.size, len(self.streams), len(KINDS)), np.int64)
         self._cell = {(st, kind): (i, j) for i, st in enumerate(self.streams)
                       for j, kind in enumerate(KINDS)}  # (a lookup per count, not a search)
-        barrier(comm)  # no peer writes into this HBM before it is zeroed
+        comm.Barrier()  # no peer writes into this HBM before it is zeroed
 
     # ------------------------------------------------------------ accounting
     def count(self, target: int, stream: str, kind: str, nbytes: int) -> None:
@@ -184,7 +184,7 @@ class Hbm:
     def traffic_by_rank(self) -> np.ndarray:
         """Collective: every rank's HBM traffic (rank x stream x kind), summed over origins."""
         total = np.zeros_like(self.traffic)
-        Allreduce(self.comm, self.traffic, total, op=MPI.SUM)
+        self.comm.Allreduce(self.traffic, total, op=MPI.SUM)
         return total
 
     # ------------------------------------------------------------ addressing

@@ -28,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 from devices.hbm import Segment, is_shared
-from devices.mpiutil import Backoff, barrier, one_node, progress
+from devices.mpiutil import Backoff, one_node, progress
 from devices.signals import TrackedRegion
 
 
@@ -138,7 +138,7 @@ class Tracker:
         self.win.Sync()
         self._time_base = 16 * n
         self._network_base = 8 * n
-        barrier(comm)  # no peer signals before the counters are zeroed
+        comm.Barrier()  # no peer signals before the counters are zeroed
 
     def signal(self, target: int, slots: Sequence[int], elems: Sequence[int],
                t_arrival: float | Sequence[float]) -> None:

@@ -52,7 +52,6 @@ class Counterfactuals:
         (``runs.build``'s, deterministic: the plan its own run ran) or one built now."""
         from mpi4py import MPI
 
-        from devices.mpiutil import allreduce
         from emulator.app.runs import build, run_built
 
         if name in self._times:  # a tuner's or heuristic's pick is often one of the job's
@@ -65,7 +64,7 @@ class Counterfactuals:
             if plan is None:
                 plan = build(self.comm, twin, self.spec, name)
             res = run_built(self.comm, twin, self.spec, plan, name, None, self.memory)
-            out.append(allreduce(self.comm, res.end, MPI.MAX))
+            out.append(self.comm.allreduce(res.end, op=MPI.MAX))
         self._times[name] = out
 
     def times(self, ends: dict[str, float], choices: dict[str, str]) -> dict[str, list[float]]:

@@ -19,13 +19,15 @@ MPI progress then shows as "no answer" instead of hanging the reporter).
 
 from __future__ import annotations
 
+import functools
+import os
 import struct
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from devices.mpiutil import Backoff, longest_nap, one_node
+from devices.mpiutil import Backoff, one_node
 from devices.tracker import WatchdogTimeout
 from emulator.runtime.rank import RANK
 
@@ -131,12 +133,28 @@ def describe() -> str:
     return RANK.board.describe() if RANK.board is not None else ""
 
 
+@functools.lru_cache(maxsize=None)
+def _longest_nap(ranks: int) -> float:
+    """The longest sleep between a bounded barrier's tests: 1 ms for up to two ranks per
+    core, growing with the ranks per core to 5 ms. A barrier completes only as its ranks
+    test it (each round of the barrier waits for the next test of a sleeping rank), so
+    a kernel's or phase's barrier costs about its ranks' nap (an isolated run of 257
+    embedding kernels on 4 ranks spent 4.4 s in 5 ms naps); each test costs its rank a
+    wake-up, so with many ranks per core the naps grow and waiting ranks leave the
+    cores to the working ones."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(5e-3, max(1e-3, 0.5e-3 * ranks / cores))
+
+
 def wait_all(comm: MPI.Intracomm, what: str, limit_s: float, thread: str = "compute") -> None:
     """A barrier bounded by ``limit_s``: ``MPI_Ibarrier`` tested with back-off (from 20 us
-    to ``mpiutil.longest_nap``)."""
+    to ``_longest_nap``)."""
     post(thread, f"waiting at {what}", waiting=True)
     req = comm.Ibarrier()
-    backoff = Backoff(2e-5, longest_nap(comm.size), limit_s=limit_s)
+    backoff = Backoff(2e-5, _longest_nap(comm.size), limit_s=limit_s)
     while not req.Test():
         if backoff.expired:
             raise WatchdogTimeout(f"rank {comm.rank}: watchdog: waited {limit_s:g} s at {what} "
