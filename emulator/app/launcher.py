@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import math
 import os
 import shlex
 import shutil
@@ -162,20 +163,28 @@ class RankWatch(threading.Thread):
                 except OSError:
                     pass
 
+    GRACE_S = 2.0  # how long the watch goes on collecting exits after the first one
+
     def _run_pidfds(self) -> None:
-        """Wait on a pidfd per rank: the kernel says which rank exited first, so when the
-        first death takes the others with it (MPI noticing the lost peer) the watch still
-        names the rank that died from outside, not every rank it finds gone later."""
+        """Wait on a pidfd per rank: the kernel says which ranks exited, so when the first
+        death takes the others with it (MPI noticing the lost peer, which then stops its
+        rank without a marker) the watch names the ranks that died without a marker
+        within ``GRACE_S`` of the first, not every rank it finds gone later. (A rank's
+        peers can notice its closed connections before its own exit is complete, most
+        often on a loaded host: the window keeps the rank killed from outside among
+        those named.)"""
         import select
 
         fds: dict[int, tuple[int, int]] = {}  # fd -> (rank, pid)
         poller = select.poll()
         gone: list[tuple[int, int]] = []  # exited without a pidfd (before we opened one)
+        found: list[tuple[int, int]] = []  # exited without a marker
+        deadline = math.inf
         try:
             while True:
                 running = self.proc.poll() is None
                 for r, pid in self.ranks().items():
-                    if (r, pid) in fds.values() or (r, pid) in gone:
+                    if (r, pid) in fds.values() or (r, pid) in gone or (r, pid) in found:
                         continue
                     try:
                         fd = os.pidfd_open(pid)
@@ -185,16 +194,19 @@ class RankWatch(threading.Thread):
                     fds[fd] = (r, pid)
                     poller.register(fd, select.POLLIN)
                 ready = [fds[fd] for fd, _ in poller.poll(int(self.period_s * 1000))]
-                first = self._unexplained(gone + ready)
+                for rp in self._unexplained(gone + ready):
+                    if rp not in found:
+                        found.append(rp)
+                        deadline = min(deadline, time.monotonic() + self.GRACE_S)
                 gone.clear()
-                if first:
-                    self.dead = first
-                    self._stop_others(dict(fds.values()))
-                    return
                 for fd in [fd for fd, rp in fds.items() if rp in ready]:
                     poller.unregister(fd)
                     os.close(fd)
                     del fds[fd]
+                if found and (time.monotonic() >= deadline or not fds or not running):
+                    self.dead = sorted(found)
+                    self._stop_others(dict(fds.values()))
+                    return
                 if not running:
                     return
         finally:
