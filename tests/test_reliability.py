@@ -465,3 +465,24 @@ def test_modelled_times_do_not_depend_on_cores_or_pinning(tmp_path, timing_only)
     first = seen["unpinned"]
     for name, got in seen.items():
         assert got == first, f"{name} differs from unpinned"
+
+
+def _mpi_shm() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("mpich")} \
+        if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.parametrize("fault,hosts", [
+    ("kill@2", []), ("raise@1", []), ("drop-dma@1", []), ("kill@3", ["--hosts", "n0,n1",
+                                                                      "--same-machine"])],
+    ids=["sigkill", "exception", "numerics-fail", "sigkill-two-hosts"])
+def test_an_abnormal_end_leaves_no_shared_memory_behind(fault, hosts):
+    """MPI removes its /dev/shm files when it frees a window and at MPI_Finalize; a job
+    that ends by MPI_Abort (an exception, a numerics FAIL) or by a killed rank leaves
+    them, and the launcher removes those its ranks noted."""
+    before = _mpi_shm()
+    proc = run_cli(["run", "-n", "4", *hosts, "--mode", "t3", *SMALL, "--seed", "7121",
+                    "--inject-fault", fault], timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    _no_leftovers("7121")
+    assert not _mpi_shm() - before, sorted(_mpi_shm() - before)

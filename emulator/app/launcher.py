@@ -287,7 +287,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
     that dies without reporting (SIGKILL, a crash) and stops the others. Inside
     ``pool.pooled()`` the run goes to a pooled job of its size instead (``app.pool``)."""
     from emulator.app import pool
-    from emulator.runtime.process import pin_threads
+    from emulator.runtime.process import pin_threads, remove_shm
 
     pooled = pool.current(cfg)
     if pooled is not None:
@@ -335,6 +335,7 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         finally:
             if term is not None:
                 signal.signal(signal.SIGTERM, term)
+            remove_shm(pid_dir)  # what an abnormal end left in /dev/shm (a normal one: none)
         relay.join()
         relay.print_lost_aborts(Path(pid_dir))
         if watched:

@@ -271,8 +271,12 @@ class Pool:
         return rc or 1
 
     def _cleanup(self) -> None:
+        from emulator.runtime.process import remove_shm
+
         for r in getattr(self, "readers", ()):
             r.join(timeout=5)
+        if getattr(self, "pid_dir", ""):  # (the job is over: what it left in /dev/shm)
+            remove_shm(self.pid_dir)
         shutil.rmtree(getattr(self, "pid_dir", ""), ignore_errors=True)
         self.proc = None
         self.sinks = None

@@ -7,7 +7,8 @@ import time
 
 from emulator.app.config import RunConfig
 from emulator.app.files import write_json_atomic
-from emulator.runtime.process import abort, install_abort_handlers, mark_rank, pin_threads
+from emulator.runtime.process import (abort, install_abort_handlers, mark_rank, note_shm,
+                                      pin_threads)
 from emulator.runtime.rank import RANK
 
 pin_threads()
@@ -526,6 +527,7 @@ def _main(cfg: RunConfig) -> int:
     world, rank = comm.size, comm.rank
     mark_rank("pid")
     watchdog.open_board(comm)
+    note_shm()  # MPI's files for its channels within the node, and the board's window
     watchdog.post("compute", "setting up")
     if world == 1 < cfg.ranks and os.environ.get("T3EMU_UNDER_MPI") == "1":
         sys.stderr.write(f"t3emu: error: this task is an MPI job of one rank, not one of "

@@ -29,7 +29,7 @@ from emulator.model.clock import Event, RankClock
 from emulator.model.topology import Topology
 from emulator.model.cost import CostModel
 from emulator.runtime import faults, watchdog
-from emulator.runtime.process import abort
+from emulator.runtime.process import abort, note_shm
 
 STREAMS = ("gemm", "rs", "ag", "a2a")
 
@@ -123,6 +123,7 @@ def run_plan(comm: MPI.Intracomm, plan: Plan, spec: DeviceSpec, mode: str,
     tracker = Tracker(comm, plan.slots.total, plan.slots.name, memory and memory.tracker,
                       memory and memory.bell,  # (which peers' updates cross the network)
                       far=[topology.crosses_network(rank, r) for r in range(comm.size)])
+    note_shm()  # the windows' files (new when a window grew), for the launcher's clean-up
     if payload:  # inputs are resident before the operation
         for name, (array, row) in plan.inputs.items():
             data = inputs[name]

@@ -52,6 +52,51 @@ def mark_rank(what: str, content: str | None = None) -> None:
         pass
 
 
+_SHM_NOTED: set[str] = set()  # the files of this rank's "shm" marker
+
+
+def note_shm() -> None:
+    """For the launcher's clean-up (``T3EMU_PID_DIR``): the shared-memory files this rank
+    maps (MPI's windows and intra-node channels, ``/dev/shm/mpich_*``), added to its "shm"
+    marker when there are new ones. MPI removes them when it frees a window and at
+    ``MPI_Finalize``; a job that ends otherwise (``MPI_Abort``, a rank killed, the job
+    stopped) leaves them, and the launcher removes the ones still there once the job is
+    over (``remove_shm``)."""
+    if not os.environ.get("T3EMU_PID_DIR"):
+        return
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split(None, 5)[5].strip() for line in fh if " /dev/shm/" in line}
+    except (OSError, IndexError):
+        return
+    paths = {p for p in paths if p.startswith("/dev/shm/") and not p.endswith("(deleted)")}
+    if paths <= _SHM_NOTED:
+        return
+    _SHM_NOTED.update(paths)
+    mark_rank("shm", "\n".join(sorted(_SHM_NOTED)))
+
+
+def remove_shm(pid_dir) -> int:
+    """After a job: remove the shared-memory files its ranks noted (``note_shm``) that are
+    still there; how many."""
+    removed = 0
+    for marker in Path(pid_dir).glob("*.shm"):
+        try:
+            names = marker.read_text().splitlines()
+        except OSError:
+            continue
+        for name in names:
+            path = Path(name)
+            if path.parent != Path("/dev/shm"):
+                continue
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def abort(exc: BaseException, where: str = "") -> None:
     """Print this rank's failure and abort the whole MPI job (never returns)."""
     from mpi4py import MPI
