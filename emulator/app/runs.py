@@ -91,6 +91,10 @@ def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
         timed[name] = earlier.get(name) or run_mode(comm, cfg, spec, None, name, memory,
                                                     plans=plans)
         ends[name] = comm.allreduce(timed[name].end, op=MPI.MAX)
+        if plans is not None:  # keep the plan of the fastest so far only (one at a time)
+            lead = min(ends, key=lambda n: (ends[n], names.index(n)))
+            for other in [n for n in ends if n != lead]:
+                plans.pop(other, None)
     chosen = min(names, key=lambda n: (ends[n], names.index(n)))
     res = timed[chosen] if inputs is None else run_mode(comm, cfg, spec, inputs, chosen, memory,
                                                         plans=plans)
