@@ -282,6 +282,66 @@ def test_result_files_follow_the_umask(tmp_path, umask, mode):
 
 
 # ---------------------------------------------------------------- faults end the job
+# ------------------------------------------------ configuration files (plugins) at import
+BAD_PLUGINS = [
+    ("import sys\nsys.exit(0)\n", "called sys.exit(0) while loading"),
+    ("raise SystemExit(3)\n", "called sys.exit(3) while loading"),
+    ("import os\nos._exit(0)\n", "ended its process with exit code 0 while loading"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "was killed by signal 9"),
+    ("while True:\n    pass\n", "did not finish loading within 3 s"),
+    ("import time\ntime.sleep(600)\n", "did not finish loading within 3 s"),
+    ("raise ValueError('bad plugin')\n", "failed to load: ValueError: bad plugin"),
+]
+PLUGIN_COMMANDS = [
+    ["run", "-n", "2", "--timing-only", "--configs", "{plugin}"],
+    ["configs", "--configs", "{plugin}"],
+    ["sweep", str(ROOT / "tests" / "data" / "tiny.toml"), "--out", "{tmp}/o", "--timing-only",
+     "--configs", "{plugin}"],
+]
+
+
+@pytest.mark.parametrize("command", PLUGIN_COMMANDS, ids=["run", "configs", "sweep"])
+@pytest.mark.parametrize("body,said", BAD_PLUGINS, ids=[s.split(" while")[0][:28]
+                                                        for _, s in BAD_PLUGINS])
+def test_a_plugin_that_exits_or_hangs_at_import_is_refused_before_launch(
+        tmp_path, no_launch, command, body, said):
+    """A configuration file that ends its process, raises or never finishes at import: one
+    line and exit 2 within the load limit (T3EMU_PLUGIN_LOAD_S), no job started, nothing
+    written; never a silent exit 0 or a hang."""
+    env, marker = no_launch
+    env["T3EMU_PLUGIN_LOAD_S"] = "3"
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(body)
+    t0 = time.time()
+    proc = run_cli([a.replace("{plugin}", str(plugin)).replace("{tmp}", str(tmp_path))
+                    for a in command], timeout=60, env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("t3emu: error:"), proc.stderr
+    assert str(plugin) in lines[0] and said in lines[0], lines[0]
+    assert time.time() - t0 < 30
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("body", [
+    "import os\nif os.environ.get('PMI_RANK') == '1':\n    os._exit(0)\n",
+    "import os, time\nif os.environ.get('PMI_RANK') == '1':\n    time.sleep(600)\n",
+], ids=["exit-0-on-rank-1", "sleep-on-rank-1"])
+def test_a_plugin_that_exits_or_hangs_on_one_rank_ends_the_job(tmp_path, body):
+    """The same file loads in the command and misbehaves only inside the job: the rank is
+    named (exit without its marker, or the load limit on the rank), never exit 0 or a hang."""
+    plugin = tmp_path / "rank_plugin.py"
+    plugin.write_text(body)
+    env = conftest.test_env()
+    env["T3EMU_PLUGIN_LOAD_S"] = "5"
+    proc = run_cli(["run", "-n", "2", "--timing-only", *SMALL, "--seed", "7121",
+                    "--configs", str(plugin)], timeout=90, env=env)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert re.search(r"t3emu: rank 1 \(pid \d+\) died without reporting an error", proc.stderr), \
+        proc.stderr
+    _no_leftovers("7121")
+
+
 def _leftovers(token: str) -> list[str]:
     """Processes still running whose command line holds ``token``."""
     out = []

@@ -189,6 +189,10 @@ def run(ranks, collective, topology, algorithm, mode, m, n, k, dtype, device, sy
     given = {p: ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE
              for p in ("ranks", "device")}
     mpi = under_mpi()
+    if mpi:  # first: a rank that ends while loading a --configs file is then named
+        from emulator.runtime.process import mark_rank
+
+        mark_rank("pid")
     try:  # under mpiexec every rank checks the same options; memory is checked per node
         cfg = api.config(
             collective, ranks=ranks if given["ranks"] or not system else None, system=system,

@@ -263,8 +263,8 @@ def report_dead(watch: RankWatch, err) -> bool:
         return False
     who = ", ".join(f"rank {r} (pid {p})" for r, p in watch.dead)
     err.write(f"t3emu: {who} died without reporting an error (killed by a signal, e.g. "
-              f"kill -9 or the out-of-memory killer, or crashed); the launcher stopped the "
-              f"other ranks\n")
+              f"kill -9 or the out-of-memory killer, crashed, or ended by os._exit); the "
+              f"launcher stopped the other ranks\n")
     err.flush()
     return True
 

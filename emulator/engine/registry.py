@@ -313,9 +313,16 @@ class Registry:
         try:
             spec.loader.exec_module(module)
         except RegistryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a user's file: say which and why
             self.plugins.remove(str(p))
+            raise
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a user's file: say which and why
+            self.plugins.remove(str(p))
+            if isinstance(exc, SystemExit):  # sys.exit() at import: never a silent exit
+                raise RegistryError(f"configuration file {path!r} called sys.exit("
+                                    f"{exc.code!r}) while loading; a configuration file "
+                                    f"only registers entries") from None
             raise RegistryError(f"configuration file {path!r} failed to load: "
                                 f"{type(exc).__name__}: {exc}") from exc
 
