@@ -383,6 +383,13 @@ def _where(source: str, section: str, key: str) -> str:
     return f"{source}: [{section}] {key}"
 
 
+# Every number of a device or system file, in the key's own unit (GB/s, us, ns, MB, a
+# count, a fraction), lies in this range unless it is 0: the presets' lie from 0.5 to
+# 27,500; six orders of magnitude either side admit any GPU while refusing a typo's
+# 1e-300 (times of 300 digits) or 1e300 (overflows inside the ranks).
+PLAUSIBLE = (1e-6, 1e9)
+
+
 def checked_value(where: str, value: Any, typ: type, scale: float, may_be_zero: bool) -> Any:
     """A file's value of type ``typ`` in SI units (x ``scale``); impossible hardware (a
     negative, non-finite or, unless ``may_be_zero``, zero number) is refused."""
@@ -397,6 +404,10 @@ def checked_value(where: str, value: Any, typ: type, scale: float, may_be_zero: 
     if not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero):
         raise SpecError(f"{where} = {value!r} is impossible hardware; it must be "
                         f"{'>= 0' if may_be_zero else '> 0'}")
+    if value and not PLAUSIBLE[0] <= value <= PLAUSIBLE[1]:
+        raise SpecError(f"{where} = {value!r} is implausible hardware: a value other than "
+                        f"0 must lie from {PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g} in the key's "
+                        f"unit")
     return typ(value * scale) if typ is int else float(value) * scale
 
 

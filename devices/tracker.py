@@ -238,11 +238,12 @@ class Tracker:
              pending: Callable[[], Sequence[TrackedRegion]] | None = None) -> float:
         """Block until ``region`` is complete; return its modelled completion time.
 
-        On no completion within ``watchdog_s`` raise ``WatchdogTimeout`` listing
+        On no completion within ``watchdog_s`` without progress on any rank (``Backoff``'s
+        ``watchdog``) raise ``WatchdogTimeout`` listing
         which slots miss which updates (for ``pending()`` regions if given).
         """
         backoff = Backoff(2e-5, 0.05 if self.bell.works else 2e-3,  # a bell wakes it sooner
-                          limit_s=watchdog_s)
+                          limit_s=watchdog_s, watchdog=True)
         while not self.complete(region):
             if backoff.expired:
                 raise WatchdogTimeout(self.describe_missing(
@@ -256,7 +257,8 @@ class Tracker:
                          waiting_on: TrackedRegion) -> str:
         counts, _ = self.snapshot()  # (times: latest and -earliest per slot)
         lines = [f"rank {self.rank}: watchdog: no completion of {waiting_on.name} "
-                 f"({waiting_on.label}) within {watchdog_s:g} s; incomplete regions:"]
+                 f"({waiting_on.label}) within {watchdog_s:g} s without progress on any rank; "
+                 f"incomplete regions:"]
         shown = 0
         for reg in regions:
             missing = [(int(s), int(counts[s]), int(t)) for s, t in zip(reg.slots, reg.thresholds)

@@ -18,6 +18,8 @@ CLI's exit 2), a failed job ``RunError`` (exit 1) with the job's output.
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import sys
 import json
@@ -303,7 +305,7 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
     scenario or option."""
     from emulator.app.config import MAX_WATCHDOG_S
     from emulator.app.files import check_output_dir
-    from emulator.app.scenario import load_scenario
+    from emulator.app.scenario import ScenarioError, load_scenario
     from emulator.app.sweep import load_results, run_sweep
     from emulator.model.ablation import AblationError, check
 
@@ -324,8 +326,16 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
     out = Path(out)
     configs = _names(configs, "--configs")
     sc = load_scenario(scenario, configs)
+    made = not out.exists()
     check_output_dir(out, "--out", len(sc.points) * (2 << 20))
-    rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes, _settings(set))
+    try:
+        rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes,
+                       _settings(set))
+    except (ConfigError, ScenarioError):
+        if made:  # a refusal leaves no directory behind
+            with contextlib.suppress(OSError):
+                out.rmdir()  # (only if empty)
+        raise
     return SweepResult(load_results(out), out, rc)
 
 

@@ -5,8 +5,10 @@ sum of its operations' modelled times (each operation run here, on its own)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -590,3 +592,81 @@ def test_a_tampered_or_damaged_cache_entry_is_run_again(toy):
     assert "damaged or tampered with: run again" in proc.stderr
     again = json.loads(out.read_text())
     assert again["designs"] == first["designs"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (a file system that really fills); skipped where mount is not
+    allowed (not root)."""
+    d = tmp_path / "tmpfs"
+    d.mkdir()
+    got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
+                         capture_output=True, text=True)
+    if got.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {got.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _fill(d: Path, leave: int) -> None:
+    """Fill ``d``'s file system, then free ``leave`` bytes again."""
+    import shutil
+
+    fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    free = shutil.disk_usage(d).free
+    with open(d / "filler", "r+b") as fh:
+        fh.truncate(max(os.path.getsize(d / "filler") - (leave - free), 0))
+
+
+def test_a_full_disk_refuses_model_outputs_before_any_job(toy, small_tmpfs, no_launch):
+    """`t3emu model --json` into a full file system: one line, exit 2, no job, and the
+    previous estimate untouched."""
+    env, marker = no_launch
+    out = small_tmpfs / "estimate.json"
+    out.write_text('{"previous": true}')
+    _fill(small_tmpfs, 0)
+    for opt, path in (("--json", out), ("--figure", small_tmpfs / "f.png")):
+        proc = subprocess.run([sys.executable, "-m", "emulator.app.cli", "model",
+                               str(toy / "toy.toml"), "--system", "mi210x4", opt, str(path),
+                               "--cache", str(toy / "cache-unused")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, env=env,
+                              stdin=subprocess.DEVNULL)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and opt in lines[0] and "free" in lines[0], proc.stderr
+    assert not marker.exists()
+    assert json.loads(out.read_text()) == {"previous": True}
+
+
+def test_a_disk_that_fills_during_the_write_keeps_the_previous_file(small_tmpfs):
+    """The writes of every results file (JSON: estimates, scenario estimates, sweeps, runs;
+    the figures) on a file system that fills midway: the write fails, the previous file is
+    intact and no temporary file is left."""
+    from emulator.app.files import save_atomic, write_json_atomic
+
+    out, fig = small_tmpfs / "estimates.json", small_tmpfs / "model.png"
+    out.write_text('{"previous": true}')
+    fig.write_bytes(b"old figure")
+    _fill(small_tmpfs, 64 << 10)
+    with pytest.raises(OSError):
+        write_json_atomic(out, {"rows": ["x" * 1000] * 500})  # about 500 KB
+
+    def draw(tmp):
+        with open(tmp, "wb") as fh:
+            for _ in range(200):
+                fh.write(b"\1" * 4096)  # 800 KB of picture
+    with pytest.raises(OSError):
+        save_atomic(fig, draw)
+    assert json.loads(out.read_text()) == {"previous": True}
+    assert fig.read_bytes() == b"old figure"
+    assert sorted(p.name for p in small_tmpfs.iterdir()) == ["estimates.json", "filler",
+                                                            "model.png"]

@@ -194,7 +194,19 @@ BAD_DEVICE_FILES = [
     ("no links", _set("interconnect", "links", 0), "links"),
     ("unknown topology", _set("interconnect", "topology", "torus"), "torus"),
     ("update cheaper than a write", _set("memory", "nmc_update_cost", 0.5), "nmc_update_cost"),
+    ("HBM of 1e-300 GB/s", _set("memory", "hbm_gb_per_s", 1e-300), "implausible"),
+    ("HBM of 1e300 GB/s", _set("memory", "hbm_gb_per_s", 1e300), "implausible"),
+    ("a clock of 1e12 GHz", _set("compute", "clock_ghz", 1e12), "clock_ghz"),
 ]
+
+
+@pytest.mark.parametrize("value", ["1e-300", "1e300"])
+def test_an_absurd_set_value_is_refused_before_launch(no_launch, value):
+    env, marker = no_launch
+    proc = run_cli(["run", "--device", "h800", "--set", f"gpu.memory.hbm_gb_per_s={value}"],
+                   timeout=60, env=env)
+    _assert_refused(proc, "--device", "implausible")
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("edit,word", [(e, w) for _, e, w in BAD_DEVICE_FILES],
@@ -228,6 +240,22 @@ sublayers = ["OP"]
     proc = run_cli(["sweep", str(sc), "--out", str(tmp_path / "out")], timeout=60, env=env)
     _assert_refused(proc, "-n/--ranks", "16")
     assert "TP16" in proc.stderr and not marker.exists()
+
+
+def test_a_sweep_refusal_leaves_nothing_behind(tmp_path, no_launch):
+    """A refusal found while the sweep checks its points (here a point the memory cannot
+    hold) leaves no points/, logs/ or --out directory it made."""
+    env, marker = no_launch
+    sc = tmp_path / "huge.toml"
+    sc.write_text((ROOT / "tests" / "data" / "tiny.toml").read_text()
+                  .replace("hidden = 512", "hidden = 1048576", 1))
+    out = tmp_path / "out"
+    proc = run_cli(["sweep", str(sc), "--out", str(out)], timeout=60, env=env)
+    assert proc.returncode == 2 and "memory" in proc.stderr, proc.stderr
+    assert not out.exists() and not marker.exists()
+    out.mkdir()  # a directory of the user's: kept, with nothing added
+    proc = run_cli(["sweep", str(sc), "--out", str(out)], timeout=60, env=env)
+    assert proc.returncode == 2 and list(out.iterdir()) == []
 
 
 def test_sweep_refuses_an_unwritable_out_dir(tmp_path, no_launch):
@@ -445,6 +473,84 @@ def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):
     assert stalled and "2" in stalled.group(1).split(", "), err
     assert re.search(r"rank 2: compute: .*stalled by an injected fault", err), err
     assert ended - _fault_time(err) < 3 + 12
+    _no_leftovers(seed)
+
+
+def test_a_rank_frozen_while_it_waits_is_named():
+    """SIGSTOP of a rank that posted a wait: its heartbeat stops, the board names it
+    FROZEN (a waiting rank is otherwise never among the likely stalled ones)."""
+    proc = run_cli(["run", "-n", "4", "--mode", "t3", *SMALL, "--seed", "7122",
+                    "--watchdog-s", "3", "--inject-fault", "freeze@2"], timeout=90)
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert "3 s without progress on any rank" in err, err
+    stalled = re.search(r"the likely stalled ones\): ([\d, ]+)\n", err)
+    assert stalled and stalled.group(1).split(", ") == ["2"], err
+    assert re.search(r"rank 2: compute: waiting at results of t3 .*FROZEN: no heartbeat", err), err
+    assert "needs a larger --watchdog-s" in err
+    _no_leftovers("7122")
+
+
+@pytest.mark.parametrize("timing_only", [False, True])
+def test_a_slow_start_is_not_a_stall(timing_only):
+    """A rank that computes for 6 s before its first run while its peers wait (a slow
+    start-up on a loaded host): with --watchdog-s 2 the run passes, since CPU time of a
+    busy thread is progress (before, the peers' first barrier gave up after 2 s)."""
+    proc = run_cli(["run", "-n", "4", "--mode", "t3", *SMALL, "--seed", "7123",
+                    "--watchdog-s", "2", "--inject-fault", "busy@1",
+                    *(["--timing-only"] if timing_only else [])], timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "6 s of computation" in proc.stderr and "watchdog" not in proc.stderr
+    assert ("numerics timing-only" if timing_only else "numerics pass") in proc.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["run"], ["sweep", "tests/data/tiny.toml", "--out", "{tmp}/o"],
+    ["model", "gpt3-175b", "--system", "h800-x8"], ["nccl-tests", "h800-x8"],
+    ["bench", "--quick"]], ids=["run", "sweep", "model", "nccl-tests", "bench"])
+def test_every_command_that_launches_ranks_takes_watchdog_s(tmp_path, no_launch, command):
+    env, marker = no_launch
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    assert "--watchdog-s" in run_cli([*args[:1], "--help"], timeout=60, env=env).stdout
+    for bad in ("0", "inf", "-1"):
+        proc = run_cli([*args, "--watchdog-s", bad], timeout=60, env=env)
+        _assert_refused(proc, "--watchdog-s", bad.replace("inf", "inf"))
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args,option", [
+    (["-b", "0"], "-b/--min-bytes"), (["-n", "-1"], "--ranks"), (["-n", "0"], "--ranks"),
+    (["-n", "16"], "-n/--ranks"), (["-b", "1K", "--json", "/proc/no-such/x.json"], "--json"),
+])
+def test_nccl_tests_bad_input_refused_before_launch(no_launch, args, option):
+    env, marker = no_launch
+    proc = run_cli(["nccl-tests", "h800-x8", *args], timeout=60, env=env)
+    _assert_refused(proc, option, "")
+    assert not marker.exists()
+
+
+def test_a_killed_mpiexec_is_named_not_a_rank():
+    seed = "7124"
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.app.cli", "run", "-n", "4",
+                             "--mode", "t3", *SMALL, "--seed", seed, "--inject-fault",
+                             "stall@1", "--watchdog-s", "600"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=conftest.test_env(),
+                            cwd=ROOT, start_new_session=True, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    hydra = []
+    while time.time() < deadline and not hydra:
+        time.sleep(0.5)
+        hydra = [int(c.split()[0]) for c in subprocess.run(
+            ["pgrep", "-af", f"mpiexec.*--seed {seed}"], capture_output=True,
+            text=True).stdout.splitlines() if "pgrep" not in c]
+    assert hydra
+    time.sleep(3)  # the job is up, rank 1 stalled
+    for pid in hydra:
+        os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert re.search(r"t3emu: mpiexec \(pid \d+\) was killed by SIGKILL", err), err
+    assert "died without reporting" not in err, err
     _no_leftovers(seed)
 
 

@@ -388,3 +388,68 @@ def test_a_failing_point_stays_failed_and_reports_leave_it_out(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert all(r["numerics"] == "fail" for p in doc["points"] for r in p["runs"]
                if r["mode"] == "no-collective")
+
+
+DAMAGES = {
+    "truncated": lambda text: text[:300],
+    "not JSON": lambda text: "xx",
+    "a list": lambda text: "[1, 2]",
+    "runs not a list": lambda text: json.dumps({**json.loads(text), "points": [
+        {**json.loads(text)["points"][0], "runs": "x"}]}),
+    "a run without mode": lambda text: json.dumps({**json.loads(text), "points": [
+        {**json.loads(text)["points"][0],
+         "runs": [{k: v for k, v in r.items() if k != "mode"}
+                  for r in json.loads(text)["points"][0]["runs"]]}]}),
+    "a non-numeric time": lambda text: json.dumps({**json.loads(text), "points": [
+        {**json.loads(text)["points"][0],
+         "runs": [{**r, "modelled_time_s": "fast"}
+                  for r in json.loads(text)["points"][0]["runs"]]}]}),
+    "a point without its shape": lambda text: json.dumps({**json.loads(text), "points": [
+        {k: v for k, v in json.loads(text)["points"][0].items() if k != "m"}]}),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny") / "sweep"
+    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_report_of_damaged_results_is_one_line(tiny_sweep, tmp_path, damage):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_sweep, out)
+    path = out / "results.json"
+    path.write_text(DAMAGES[damage](path.read_text()))
+    proc = run_cli(["report", str(out), "--no-figures"], timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in proc.stderr, \
+        proc.stderr
+
+
+def test_resume_rebuilds_damaged_results_and_reruns_a_damaged_point(tiny_sweep, tmp_path):
+    """A damaged results.json is rebuilt from the point files; a damaged point file runs
+    again; the results are the first sweep's, field by field."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_sweep, out)
+    (out / "results.json").write_text("xx")
+    point = sorted((out / "points").glob("*.json"))[3]
+    point.write_text('{"config": 1')
+    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "is rebuilt from the point files" in proc.stderr
+    assert f"{point} is damaged; its point runs again" in proc.stderr
+    assert "1 run now" in proc.stderr and "Traceback" not in proc.stderr
+
+    def runs(doc):
+        return {(p["key"], r["mode"]): (r["modelled_time_s"], r["phases"])
+                for p in doc["points"] for r in p["runs"]}
+    assert runs(json.loads((out / "results.json").read_text())) == runs(
+        json.loads((tiny_sweep / "results.json").read_text()))

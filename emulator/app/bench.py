@@ -108,7 +108,7 @@ def _gemm_job(m: int, n: int, k: int, reps: int) -> dict:
     return out
 
 
-def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
+def _overhead_job(m: int, n: int, k: int, reps: int, watchdog_s: float = 60.0) -> dict | None:
     """Under MPI: fused t3 AR runs of the emulator vs bare numpy + MPI collectives."""
     import numpy as np
     from mpi4py import MPI
@@ -126,7 +126,7 @@ def _overhead_job(m: int, n: int, k: int, reps: int) -> dict | None:
     if m % world:
         raise BenchError(f"overhead bench: M={m} must divide among {world} ranks")
     cfg = RunConfig(ranks=world, collective="ar", mode="t3", m=m, n=n, k=k,
-                    dtype="fp32").validate()
+                    dtype="fp32", watchdog_s=watchdog_s).validate()
     watchdog.open_board(comm)
     spec = cfg.load_spec()
     warm_kernels(comm, cfg.watchdog_s, cfg.operation.producer)
@@ -180,12 +180,12 @@ def job_main(argv: list[str]) -> int:
     from emulator.runtime.process import install_abort_handlers, pin_threads
 
     pin_threads()
-    kind, args = argv[0], [int(x) for x in argv[1:]]
+    kind, args = argv[0], [int(x) for x in argv[1:5]]
     if kind == "gemm":
         print(json.dumps(_gemm_job(*args)), flush=True)
         return 0
     install_abort_handlers()
-    doc = _overhead_job(*args)
+    doc = _overhead_job(*args, *map(float, argv[5:6]))
     if doc is not None:
         print(json.dumps(doc), flush=True)
     return 0
@@ -272,7 +272,8 @@ class _MemoryWatch(threading.Thread):
         return None if self.before is None else self.before - self.lowest
 
 
-def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, float, float | None]:
+def _t3emu_run(args: list[str], tmp: Path, what: str,
+               watchdog_s: float = 60.0) -> tuple[dict, float, float, float | None]:
     """``t3emu run ARGS --json`` as a user runs it: (its JSON, launch time, wall s, the
     host memory it took at its peak in MB)."""
     path = tmp / f"run-{len(list(tmp.iterdir()))}.json"
@@ -280,8 +281,8 @@ def _t3emu_run(args: list[str], tmp: Path, what: str) -> tuple[dict, float, floa
     watch.start()
     launched = time.time()
     try:
-        _, wall = _run([sys.executable, "-m", "emulator.app.cli", "run", *args, "--json", str(path)],
-                       what)
+        _, wall = _run([sys.executable, "-m", "emulator.app.cli", "run", *args, "--json", str(path),
+                        "--watchdog-s", repr(watchdog_s)], what)
     finally:
         used = watch.used_mb()
     return json.loads(path.read_text()), launched, wall, used
@@ -314,7 +315,8 @@ def machine() -> dict:
             "mpi": MPI.Get_library_version().splitlines()[0].strip()}
 
 
-def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> dict:
+def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print,
+              watchdog_s: float = 60.0) -> dict:
     """Run the chosen parts; return the results document (figures at the top level)."""
     from emulator.runtime import numba_cache
     from emulator.runtime.process import pin_threads
@@ -339,8 +341,8 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 f"{res['fp32']['ratio']:.3f}); fp16 ratio {res['fp16']['ratio']:.3f}")
         if "overhead" in parts:
             shape = (512, 512, 256) if quick else (2048, 2048, 1024)
-            res = _mpi_job(4, ["overhead", *map(str, shape), "2" if quick else "7"],
-                           "overhead bench")
+            res = _mpi_job(4, ["overhead", *map(str, shape), "2" if quick else "7",
+                               repr(watchdog_s)], "overhead bench")
             det["overhead"] = res
             doc["overhead_vs_bare_ratio"] = res["ratio"]
             log(f"overhead: t3 {res['median_s']['t3']:.3f} s vs bare "
@@ -350,7 +352,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
                 for ranks in ((2, 4) if quick else (8, 32)):
                     run, launched, wall, _ = _t3emu_run(
                         ["-n", str(ranks), "--m", "1024", "--n", "1024", "--k", "256",
-                         "--mode", "t3", *extra], tmp, f"startup with {ranks} ranks")
+                         "--mode", "t3", *extra], tmp, f"startup with {ranks} ranks", watchdog_s)
                     first = [t for t in run["first_gemm_stage_unix"] if t is not None]
                     key = f"startup_{kind}s_{ranks}"
                     doc[key] = max(first) - launched
@@ -365,7 +367,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
         for ranks in counts:
             run, _, wall, used = _t3emu_run(
                 ["-n", str(ranks), "--timing-only", "--mode", "sequential,t3"], tmp,
-                f"timing-only AR with {ranks} ranks")
+                f"timing-only AR with {ranks} ranks", watchdog_s)
             rss = run["peak_rss_mb_per_rank"]
             pss = [x for x in run.get("pss_mb_per_rank") or [] if x is not None]
             entry = {"ranks": ranks, "wall_s": wall, "rss_mb_per_rank_max": max(rss),
@@ -385,7 +387,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
             for mn in ((256, 512) if quick else (1024, 2048, 4096)):
                 run, _, wall, used = _t3emu_run(
                     ["-n", "4", "--m", str(mn), "--n", str(mn), "--k", "1024", "--dtype", "fp32",
-                     "--mode", "sequential,t3"], tmp, f"numeric AR with M=N={mn}")
+                     "--mode", "sequential,t3"], tmp, f"numeric AR with M=N={mn}", watchdog_s)
                 entry = {"m": mn, "n": mn, "k": 1024, "ranks": 4, "wall_s": wall,
                          "mode_wall_s": {r["mode"]: r["wall_time_s"] for r in run["runs"]},
                          "rss_mb_per_rank_max": max(run["peak_rss_mb_per_rank"]),
@@ -400,7 +402,8 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print) -> 
             for how, off in (("separate", "1"), ("pooled", "0")):
                 out = tmp / f"sweep-{how}"
                 _, walls[how] = _run([sys.executable, "-m", "emulator.app.cli", "sweep",
-                                      scenario, "--timing-only", "--out", str(out)],
+                                      scenario, "--timing-only", "--out", str(out),
+                                      "--watchdog-s", repr(watchdog_s)],
                                      f"sweep {scenario} ({how} jobs)",
                                      env={"T3EMU_NO_POOL": off})
                 pts = json.loads((out / "results.json").read_text())["points"]

@@ -34,6 +34,24 @@ def _what_ifs(command):
              "gpus_per_node, intra.KEY, network.KEY; see docs/what-ifs.md).")(command)
 
 
+def _watchdog(command):
+    """``--watchdog-s``, for every command that launches ranks."""
+    return click.option(
+        "--watchdog-s", type=float, default=_DEFAULT.watchdog_s, show_default=True,
+        help="Abort a job when a rank has waited on a peer and no rank has made progress "
+             "(a post, or CPU time of a busy thread) for this many wall seconds; raise it "
+             "for a slow host.")(command)
+
+
+def _check_watchdog(value: float) -> None:
+    """One line and exit 2 for a --watchdog-s out of range (before any job)."""
+    from emulator.app.config import MAX_WATCHDOG_S
+
+    if not 0 < value <= MAX_WATCHDOG_S:  # also nan and inf
+        _fail_usage(ConfigError("--watchdog-s", value,
+                                f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}"))
+
+
 def _overrides(items: tuple[str, ...]) -> tuple:
     """``--set`` items as (key, value) pairs; a malformed one is a usage error naming it."""
     from devices.overrides import parse
@@ -149,8 +167,7 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
 @click.option("--seed", type=int, default=_DEFAULT.seed, show_default=True)
 @click.option("--values", type=str, default=_DEFAULT.values, show_default=True,
               help=f"Input values: {' or '.join(VALUES)} (int gives bit-exact fp32 checks).")
-@click.option("--watchdog-s", type=float, default=_DEFAULT.watchdog_s, show_default=True,
-              help="Abort the job if a wait sees no completion for this long (wall seconds).")
+@_watchdog
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the results as JSON here.")
 @click.option("--timing-only", is_flag=True,
@@ -227,8 +244,7 @@ def _names(text: str) -> tuple[str, ...]:
                    "the same directory to resume.")
 @click.option("--timing-only", is_flag=True,
               help="Timing-only runs (same modelled times, no numerics): paper scale in minutes.")
-@click.option("--watchdog-s", type=float, default=_DEFAULT.watchdog_s, show_default=True,
-              help="Per-run watchdog (wall seconds without progress before a job is aborted).")
+@_watchdog
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="A Python file that registers configurations of one's own, which the "
                    "scenario's modes may name (repeatable; resume with the same files).")
@@ -314,10 +330,11 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
               help="With --scenario: write DIR/estimates.json (for `t3emu validate`).")
 @click.option("--list", "list_", is_flag=True,
               help="List the shipped models, designs and scenarios.")
+@_watchdog
 @_what_ifs
 def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, sp, split_heads,
           attention, designs, seq, batch, dtype, json_path, cache_dir, no_cache, figure_path, scenario,
-          out_dir, list_, overrides) -> None:
+          out_dir, list_, watchdog_s, overrides) -> None:
     """Estimate what each design buys a whole model (SPEC: a shipped model's name or a model
     TOML file): its layers' GEMMs and collectives emulated on one tensor-parallel group,
     the rest composed (docs/models.md)."""
@@ -348,9 +365,10 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
         for sc in scenarios.SCENARIOS.values():
             click.echo(f"  {sc.name:14s} {len(sc.runs):2d} estimates: {sc.help}")
         return
+    _check_watchdog(watchdog_s)
     cache = None if no_cache else Path(cache_dir) if cache_dir else est.default_cache()
     if scenario:
-        _model_scenario(scenario, spec, out_dir, cache, click.get_current_context())
+        _model_scenario(scenario, spec, out_dir, cache, click.get_current_context(), watchdog_s)
         return
     if out_dir:
         _fail_usage(click.UsageError("--out goes with --scenario (one estimate: --json)"))
@@ -375,7 +393,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
     try:
-        doc = est.estimate(setting, cache)
+        doc = est.estimate(setting, cache, watchdog_s=watchdog_s)
     except ConfigError as exc:  # an operation of the model the emulator refuses
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
@@ -396,7 +414,7 @@ _ESTIMATE_OPTIONS = ("system", "device", "topology", "phase", "tp", "pp", "dp", 
                      "json_path", "figure_path", "overrides")
 
 
-def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
+def _model_scenario(name, spec, out_dir, cache, ctx, watchdog_s: float) -> None:
     """``t3emu model --scenario NAME``: every estimate of a paper's setting."""
     from pathlib import Path
 
@@ -428,7 +446,7 @@ def _model_scenario(name, spec, out_dir, cache, ctx) -> None:
         sys.exit(2)
     try:
         doc = scenarios.run(name, Path(out_dir) if out_dir else None, cache,
-                            lambda msg: click.echo(msg, err=True), checked)
+                            lambda msg: click.echo(msg, err=True), checked, watchdog_s)
     except (ConfigError, RunError) as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2 if isinstance(exc, ConfigError) else 1)
@@ -459,10 +477,16 @@ def report(out_dir, timeline, timeline_modes, no_figures) -> None:
         else None
     try:
         doc = load(Path(out_dir))
-        click.echo(text_report(doc))
-        if not no_figures:
-            for path in figures(doc, Path(out_dir), timeline, modes):
-                click.echo(f"figure: {path}")
+        try:
+            click.echo(text_report(doc))
+            if not no_figures:
+                for path in figures(doc, Path(out_dir), timeline, modes):
+                    click.echo(f"figure: {path}")
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:  # a field missing or
+            # of another type than a sweep writes: the file, not the report, is at fault
+            raise ScenarioError(f"{Path(out_dir) / 'results.json'} is damaged or written by "
+                                f"another version of t3emu ({type(exc).__name__}: {exc}); "
+                                f"rerun the sweep into its directory") from None
     except ScenarioError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)
@@ -513,12 +537,14 @@ def validate(results, results2x, out_dir) -> None:
               help="Scenario the sweep part runs timing-only.")
 @click.option("--quick", is_flag=True,
               help="Toy sizes: checks the bench runs, its figures mean nothing.")
-def bench(json_path, only, scenario, quick) -> None:
+@_watchdog
+def bench(json_path, only, scenario, quick, watchdog_s) -> None:
     """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate."""
     from emulator.app.bench import PARTS, BenchError, run_bench, table
     from emulator.app.files import OutputError, check_output_file, write_json_atomic
     from emulator.app.scenario import ScenarioError, load_scenario
 
+    _check_watchdog(watchdog_s)
     parts = PARTS if only == "all" else tuple(p.strip() for p in only.split(","))
     bad = [p for p in parts if p not in PARTS]
     if bad or not parts:
@@ -532,7 +558,8 @@ def bench(json_path, only, scenario, quick) -> None:
     except (OutputError, ScenarioError) as exc:
         _fail_usage(exc)
     try:
-        doc = run_bench(parts, quick, scenario, log=lambda msg: click.echo(msg, err=True))
+        doc = run_bench(parts, quick, scenario, log=lambda msg: click.echo(msg, err=True),
+                        watchdog_s=watchdog_s)
     except BenchError as exc:
         click.echo(f"t3emu: bench error: {exc}", err=True)
         sys.exit(1)
@@ -589,22 +616,24 @@ def _bytes(text: str) -> int:
 @click.option("-e", "--max-bytes", "hi", default="1G", show_default=True, help="Largest size.")
 @click.option("-f", "--factor", default=4, show_default=True, type=click.IntRange(2, 1024),
               help="Size multiplier between rows.")
-@click.option("-n", "--ranks", type=int, default=None,
+@click.option("-n", "--ranks", type=click.IntRange(1, 4096), default=None,
               help="GPUs (default: the whole system; a system of any size: 8).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a key of the system or its GPU for this table (as t3emu run).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows as JSON.")
-def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path) -> None:
+@_watchdog
+def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path,
+               watchdog_s) -> None:
     """The library collective of SYSTEM over sizes, as nccl-tests prints it: each row an
     emulated timing-only run of the library's schedule (its algorithm, protocol and
     channels from NCCL's or RCCL's tuning model, whose prediction is the last column)."""
-    import json
-
     from devices.spec import SpecError
     from devices.system import load_system, system_size
     from emulator.app import nccl_tests as nt
+    from emulator.app.files import OutputError, check_output_file, write_json_atomic
 
+    _check_watchdog(watchdog_s)
     sets = _overrides(overrides)
     try:
         spec = load_system(system, sets)
@@ -614,21 +643,31 @@ def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path) 
         _fail_usage(ValueError(f"system {system!r} names no collective library ([interconnect] "
                                f"library in its GPU file): its collectives are T3's own "
                                f"ring kernels, not a library's"))
-    ranks = ranks or system_size(spec) or 8
+    ranks = ranks if ranks is not None else system_size(spec) or 8
     lo_b, hi_b = _bytes(lo), _bytes(hi)
+    if lo_b < 1:
+        _fail_usage(ConfigError("-b/--min-bytes", lo, "a size of at least 1 byte"))
     if lo_b > hi_b:
         _fail_usage(ValueError(f"--min-bytes {lo} is larger than --max-bytes {hi}"))
     try:
         for s in nt.sizes(lo_b, hi_b, factor):
             nt.shape(s, ranks)
-    except ValueError as exc:
+        if json_path:
+            check_output_file(json_path, "--json", 1 << 20)
+        api_config = dict(system=system, ranks=ranks, set=dict(sets), timing_only=True,
+                          watchdog_s=watchdog_s, modes="sequential")
+        from emulator import api
+
+        op = nt.COLLECTIVES[collective][0]
+        for s in {nt.sizes(lo_b, hi_b, factor)[0], nt.sizes(lo_b, hi_b, factor)[-1]}:
+            api.config(op, **api_config, **nt.dims(s, ranks, collective))  # as each row's run
+    except (ValueError, OutputError) as exc:
         _fail_usage(exc)
     rows = nt.table(system, collective, ranks, nt.sizes(lo_b, hi_b, factor),
-                    tuple(sets), echo=click.echo)
+                    tuple(sets), echo=click.echo, watchdog_s=watchdog_s)
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"system": system, "collective": collective, "ranks": ranks,
-                       "rows": rows}, f, indent=1)
+        write_json_atomic(json_path, {"system": system, "collective": collective,
+                                      "ranks": ranks, "rows": rows}, indent=1)
 
 
 def _library(ic) -> str:

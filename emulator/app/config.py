@@ -22,6 +22,9 @@ FAULTS = {
     "raise-dma": "an exception in the DMA engine thread",
     "kill": "SIGKILL of the rank's own process in a GEMM stage",
     "stall": "the rank stops making progress in a GEMM stage",
+    "busy": "the rank computes for 6 s (CPU time, no post) before its first run: a slow start, "
+            "not a stall",
+    "freeze": "the rank stops itself (SIGSTOP) while it waits at the first results barrier",
     "drop-dma": "the first DMA transfer carrying data is not written (its signal still is)",
     "double-dma": "the first DMA update is applied twice",
     "nan-input": "a NaN in the rank's input A",

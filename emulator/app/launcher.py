@@ -341,6 +341,18 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         if watched:
             watch.join()
             rc = _ranks_rc(Path(pid_dir), rc, cfg.ranks)
+        killed = proc.returncode < 0 and not all(  # (a SIGPIPE after every rank ended: no)
+            (Path(pid_dir) / f"{r}.end").exists() for r in range(cfg.ranks))
+        if killed:  # no rank of this host outlives it
+            watch.dead = []
+            watch._stop_others(watch.ranks())
+    if killed:  # mpiexec itself was killed: its ranks went with it; they are not the cause
+        sig = -proc.returncode
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else f"signal {sig}"
+        err.write(f"t3emu: mpiexec (pid {proc.pid}) was killed by {name} from outside (kill, "
+                  f"the out-of-memory killer); the job ended with it\n")
+        err.flush()
+        return 1
     if report_dead(watch, err):
         return rc or 1
     return rc

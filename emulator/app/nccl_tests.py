@@ -38,6 +38,13 @@ def shape(size: int, ranks: int) -> tuple[int, int]:
     return elems // cols, cols
 
 
+def dims(size: int, ranks: int, collective: str) -> dict:
+    """The run's M, N, K for a buffer of ``size`` bytes."""
+    rows, cols = shape(size, ranks)
+    return (dict(m=rows, n=128, k=cols) if COLLECTIVES[collective][2]
+            else dict(m=rows, n=cols, k=16))
+
+
 def sizes(lo: int, hi: int, factor: int) -> list[int]:
     out, s = [], lo
     while s <= hi:
@@ -46,15 +53,15 @@ def sizes(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
-def measure(system: str, collective: str, size: int, ranks: int, overrides=()) -> dict:
+def measure(system: str, collective: str, size: int, ranks: int, overrides=(),
+            watchdog_s: float = 60.0) -> dict:
     """One row: the emulator's modelled time of the library collective of ``size`` bytes."""
     from emulator import api
 
-    op, phase, cols_are_k = COLLECTIVES[collective]
-    rows, cols = shape(size, ranks)
-    dims = dict(m=rows, n=128, k=cols) if cols_are_k else dict(m=rows, n=cols, k=16)
-    res = api.run(op, system=system, ranks=ranks, modes="sequential", timing_only=True,
-                  set=dict(overrides), **dims)
+    op, phase, _ = COLLECTIVES[collective]
+    res = api.run(op, **dims(size, ranks, collective), system=system, ranks=ranks,
+                  modes="sequential", timing_only=True, set=dict(overrides),
+                  watchdog_s=watchdog_s)
     run = res["sequential"].raw
     bw = run["bandwidth"][phase]
     lib = next(iter(run["library"].values()))
@@ -86,10 +93,10 @@ def row(r: dict) -> str:
 
 
 def table(system: str, collective: str, ranks: int, size_list: list[int], overrides=(),
-          echo: Callable[[str], None] = print) -> list[dict]:
+          echo: Callable[[str], None] = print, watchdog_s: float = 60.0) -> list[dict]:
     rows = []
     for size in size_list:
-        r = measure(system, collective, size, ranks, overrides)
+        r = measure(system, collective, size, ranks, overrides, watchdog_s)
         if not rows:
             for line in header(system, collective, ranks, r["library"]):
                 echo(line)

@@ -60,7 +60,9 @@ def load(out: Path) -> dict:
     path = Path(out) / "results.json"
     if not path.is_file():
         raise ScenarioError(f"{path} not found: run `t3emu sweep SCENARIO --out {out}` first")
-    doc = json.loads(path.read_text())
+    from emulator.app.sweep import read_results
+
+    doc = read_results(path)
     if not doc.get("points"):
         raise ScenarioError(f"{path} holds no finished point yet")
     from emulator.app.sweep import without_failing

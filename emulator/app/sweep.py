@@ -15,6 +15,7 @@ whose point JSON was written before the interruption, and runs the rest.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -98,6 +99,20 @@ def _record(p: Point, doc: dict) -> dict:
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
 
 
+def _point_file(path: Path) -> dict | None:
+    """A point's JSON left by an earlier run, or None when it is damaged (not JSON, not a
+    run's document): the point then runs again, and the sweep says so."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        doc = None
+    if (not isinstance(doc, dict) or not isinstance(doc.get("config"), dict)
+            or results_problem({"points": [{"key": "", "runs": doc.get("runs")}]})):
+        click.echo(f"t3emu: {path} is damaged; its point runs again", err=True)
+        return None
+    return doc
+
+
 def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     """A point JSON left by an earlier run of the same point (same shape, modes, kind)."""
     c = doc.get("config", {})
@@ -147,10 +162,45 @@ def load_results(out: Path) -> dict | None:
     path = out / "results.json"
     if not path.exists():
         return None
+    return read_results(path)
+
+
+def read_results(path: Path) -> dict:
+    """A sweep's ``results.json``, its structure checked: a file that is not JSON, or whose
+    points and runs are not what a sweep writes (edited, truncated by hand, another tool's)
+    raises ScenarioError naming the file and what is wrong."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:  # cannot happen with atomic writes unless edited
-        raise ScenarioError(f"{path} is not valid JSON ({exc}); move it away to start over")
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # atomic writes: only if edited
+        raise ScenarioError(f"{path} is not valid JSON ({exc}); rerun the sweep into its "
+                            f"directory (finished point files are kept)")
+    problem = results_problem(doc)
+    if problem:
+        raise ScenarioError(f"{path} is damaged: {problem}; rerun the sweep into its "
+                            f"directory (finished point files are kept)")
+    return doc
+
+
+def results_problem(doc) -> str:
+    """What is wrong with a results document's structure ("" if nothing)."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    points = doc.get("points", [])
+    if not isinstance(points, list):
+        return "'points' is not a list"
+    for i, pt in enumerate(points):
+        if not isinstance(pt, dict) or not isinstance(pt.get("key"), str):
+            return f"point {i} is not an object with a 'key'"
+        runs = pt.get("runs")
+        if not isinstance(runs, list):
+            return f"point {pt['key']!r} has no list of 'runs'"
+        for r in runs:
+            if not isinstance(r, dict) or not isinstance(r.get("mode"), str):
+                return f"a run of point {pt['key']!r} is not an object with a 'mode'"
+            t = r.get("modelled_time_s")
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+                return f"run {r['mode']!r} of point {pt['key']!r} has a non-numeric time"
+    return ""
 
 
 def failing_runs(doc: dict) -> list[tuple[str, str]]:
@@ -198,27 +248,13 @@ def _progress(todo: list, tty: bool):
                              width=24)
 
 
-def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
-              configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
-              causes: bool = False, overrides: tuple = ()) -> int:
-    """Run the scenario's missing points; return 0 if every point finished and passed.
-    ``configs``: configuration files to register in every point's job (``--configs``)."""
-    header = _header(sc, timing_only, configs, ablate, causes, overrides)
-    prior = load_results(out)
-    done: dict[str, dict] = {}
-    if prior is not None:
-        for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes",
-                    "configs", "ablate", "causes", "set"):
-            if prior.get(key, _OLD.get(key)) != header.get(key):
-                raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
-                                    f"{header.get(key)!r}; use another --out directory")
-        done = {pt["key"]: pt for pt in prior["points"] if not _failed_point(pt)}  # a
-        # point whose numerics failed stays failed until a rerun passes: it runs again
-    (out / "points").mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(parents=True, exist_ok=True)
-
-    def ordered() -> list[dict]:
-        return [done[p.key] for p in sc.points if p.key in done]
+def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: float,
+            configs, ablate, causes, overrides) -> list:
+    """The points still to run, each with its configuration, every one checked (options,
+    device, memory) before the first job; a point file finished just before an
+    interruption joins ``done`` instead."""
+    from emulator.app.files import OutputError
+    from emulator.app.launcher import preflight
 
     todo = []
     for p in sc.points:
@@ -228,19 +264,54 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
                            overrides)
         path = Path(cfg.json)
         if path.exists():  # finished just before an interruption: keep it
-            doc = json.loads(path.read_text())
-            if _matches(p, cfg, doc) and not _failed_point(doc):
+            doc = _point_file(path)
+            if doc is not None and _matches(p, cfg, doc) and not _failed_point(doc):
                 done[p.key] = _record(p, doc)
                 continue
         todo.append((p, cfg))
-    from emulator.app.launcher import preflight
-    from emulator.app.files import OutputError
-
-    for p, cfg in todo:  # every point's options, device, memory: before the first job
+    for p, cfg in todo:
         try:
             preflight(cfg, cfg.ranks)
         except (ConfigError, OutputError) as exc:
             raise ScenarioError(f"{sc.path}: point {p.label()}: {exc}") from None
+    return todo
+
+
+def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
+              configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
+              causes: bool = False, overrides: tuple = ()) -> int:
+    """Run the scenario's missing points; return 0 if every point finished and passed.
+    ``configs``: configuration files to register in every point's job (``--configs``)."""
+    header = _header(sc, timing_only, configs, ablate, causes, overrides)
+    try:
+        prior = load_results(out)
+    except ScenarioError as exc:  # rebuilt from the point files, the sweep's own record
+        click.echo(f"t3emu: {exc}; it is rebuilt from the point files", err=True)
+        prior = None
+    done: dict[str, dict] = {}
+    if prior is not None:
+        for key in ("scenario", "timing_only", "collective", "topology", "dtype", "modes",
+                    "configs", "ablate", "causes", "set"):
+            if prior.get(key, _OLD.get(key)) != header.get(key):
+                raise ScenarioError(f"{out} holds a sweep with {key} = {prior.get(key)!r}, not "
+                                    f"{header.get(key)!r}; use another --out directory")
+        done = {pt["key"]: pt for pt in prior.get("points", []) if not _failed_point(pt)}
+        # (a point whose numerics failed stays failed until a rerun passes: it runs again)
+    made = [d for d in (out / "points", out / "logs") if not d.exists()]
+    for d in made:
+        d.mkdir(parents=True)
+    try:
+        todo = _to_run(sc, out, done, timing_only, watchdog_s, configs, ablate, causes,
+                       overrides)
+    except BaseException:  # a refusal leaves nothing it made behind
+        for d in made:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # (only if still empty)
+        raise
+
+    def ordered() -> list[dict]:
+        return [done[p.key] for p in sc.points if p.key in done]
+
     save(out, header, ordered())
     kind = "timing-only" if timing_only else "numeric"
     runs = sum(len(p.modes) for p in sc.points)

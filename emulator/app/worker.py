@@ -251,6 +251,19 @@ def pss_mb() -> float | None:
     return None
 
 
+def _own_memory() -> int:
+    """Bytes of this process's own (anonymous) memory now: what its start-up took of the
+    host's available memory (Linux RssAnon; 0 if unknown)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _memory_refused(comm, cfg: RunConfig, device) -> bool:
     """The per-node memory check (a launch by the CLI also checked this host before)."""
     import os
@@ -261,9 +274,11 @@ def _memory_refused(comm, cfg: RunConfig, device) -> bool:
 
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     msg = ""
+    own = node.allreduce(_own_memory())  # the job's ranks are not other load: count them in
     if node.rank == 0 and not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
         try:
-            cfg.check_memory(device, node.size, available_memory())
+            free = available_memory()
+            cfg.check_memory(device, node.size, None if free is None else free + own)
         except ConfigError as exc:
             msg = f"t3emu: error: {exc} (rank {comm.rank}'s node)"
     node.Free()
@@ -313,8 +328,10 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
                            if "expert_skew" in cfg.param_specs() else 0.0)
     inputs = ref = tol = sep = None
     bad_input = ""
+    faults.busy(cfg.fault, rank)
     if not cfg.timing_only:
         warm_kernels(comm, cfg.watchdog_s, cfg.operation.producer)
+        watchdog.post("compute", "making the inputs")
         own = chunks[rank][1] - chunks[rank][0]
         op = cfg.operation
         if op.inputs is not None:  # an operation with inputs of its own (embedding tables)
@@ -363,6 +380,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         else:
             faults.in_result(cfg.fault, rank, res.result)
             ok, err, frac, note = check_against(res.result, ref, tol)
+        faults.freeze(cfg.fault, rank, f"results of {mode}")
         watchdog.wait_all(comm, f"results of {mode}", cfg.watchdog_s)
         all_ok = comm.allreduce(ok, MPI.LAND)
         any_fail = any_fail or not all_ok

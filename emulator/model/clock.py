@@ -297,11 +297,16 @@ class ProgramOrder:
                         raise RuntimeError(f"{self.name}: operation {index} ({what}) "
                                            f"reserved twice")
                     left = deadline - time.monotonic()
+                    if left <= 0:  # past it: only a stall if no rank made progress
+                        from devices.mpiutil import still_progressing  # (in a rank: loaded)
+
+                        if (more := still_progressing(self.watchdog_s)) > 0:
+                            deadline, left = time.monotonic() + more, more
                     if left <= 0:
                         raise ProgramOrderTimeout(
                             f"{self.name}: {what} (program-order op {index}) waited "
-                            f"{self.watchdog_s:g} s for op {self._next} to reserve its "
-                            f"resources")
+                            f"{self.watchdog_s:g} s (without progress on any rank) for op "
+                            f"{self._next} to reserve its resources")
                     self._cv.wait(min(left, 0.5))
             finally:
                 self._wanted[index] -= 1

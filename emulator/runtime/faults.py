@@ -33,6 +33,25 @@ def in_stage(kind: str, where: str, rank: int) -> None:
             time.sleep(1.0)
 
 
+def busy(fault: tuple[str, int] | None, rank: int) -> None:
+    """The "busy" fault: 6 s of computation without a post (as a slow start-up on a loaded
+    host); the watchdog must see the CPU time as progress."""
+    if fault == ("busy", rank):
+        announce(rank, "6 s of computation")
+        end, x = time.monotonic() + 6.0, 0
+        while time.monotonic() < end:
+            x = (x * 31 + 7) % 1000003
+
+
+def freeze(fault: tuple[str, int] | None, rank: int, what: str) -> None:
+    """The "freeze" fault: this rank posts a wait at ``what`` and stops its own process
+    (SIGSTOP, as a debugger or a job-control stop does); only its frozen heartbeat tells."""
+    if fault == ("freeze", rank):
+        announce(rank, f"SIGSTOP while waiting at {what}")
+        watchdog.post("compute", f"waiting at {what}", waiting=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
 def in_inputs(fault: tuple[str, int], rank: int, a) -> None:
     """Faults of the input data, written into this rank's A before the run."""
     import numpy as np

@@ -331,11 +331,13 @@ class Job:
 class Runner:
     """Runs (or reads from the cache) one operation in some configurations."""
 
-    def __init__(self, setting: Setting, cache: Path | None, progress=None):
+    def __init__(self, setting: Setting, cache: Path | None, progress=None,
+                 watchdog_s: float = 60.0):
         from devices.spec import load_device
         from devices.system import load_system
 
         self.s, self.cache = setting, cache
+        self.watchdog_s = watchdog_s  # each job's --watchdog-s (wall time: no result depends on it)
         self.progress = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self._code = code_hash()
         s = setting  # the hardware the operations run on, as loaded (a user's file's
@@ -348,7 +350,7 @@ class Runner:
         return dict(operation=job.op, **self.s.platform, ranks=job.ranks,
                     modes=list(job.modes), m=job.m, n=job.n, k=job.k, dtype=self.s.dtype,
                     timing_only=True, set=dict(self.s.cut(job.group)),
-                    params=dict(job.params))
+                    params=dict(job.params), watchdog_s=self.watchdog_s)
 
     def path(self, job: Job) -> Path | None:
         """The cache entry of ``job`` (None without a cache)."""
@@ -732,7 +734,8 @@ def iteration(s: Setting, f: float, b: float, head_f: float, head_b: float, p2p:
     return out
 
 
-def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
+def estimate(s: Setting, cache: Path | None = None, progress=None,
+             watchdog_s: float = 60.0) -> dict:
     """Measure (or read from the cache) and compose; the result document."""
     from devices.spec import load_device
     from devices.system import load_system
@@ -740,7 +743,7 @@ def estimate(s: Setting, cache: Path | None = None, progress=None) -> dict:
     spec = (load_device(s.device, s.parsed_overrides) if s.device
             else load_system(s.system, s.parsed_overrides))
     fwd, bwd, head = items(s)
-    run = Runner(s, cache, progress)
+    run = Runner(s, cache, progress, watchdog_s)
     meas = measure(s, fwd + bwd + head, run)
     doc = compose(s, meas, spec)
     doc["setting"] = {"model": s.model.name, "system": s.where, "phase": s.phase,

@@ -130,7 +130,7 @@ def settings(name: str, precheck: bool = True) -> list:
 
 
 def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
-        checked: list | None = None) -> dict:
+        checked: list | None = None, watchdog_s: float = 60.0) -> dict:
     """Make every estimate of a scenario (``checked``: its ``settings``, if already made);
     write ``out_dir/estimates.json``; the document."""
     from emulator.workload import estimate as est
@@ -142,11 +142,11 @@ def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
     all_settings = checked if checked is not None else settings(name)
     with pooled():
         if cache is not None:
-            prefill(all_settings, cache, progress)
+            prefill(all_settings, cache, progress, watchdog_s)
         for i, s in enumerate(all_settings, 1):
             t0 = time.monotonic()
             say(f"== [{i}/{len(all_settings)}] {s.model.name}, {s.phase}, {s.where}")
-            doc = est.estimate(s, cache, progress)
+            doc = est.estimate(s, cache, progress, watchdog_s)
             doc["wall_s"] = time.monotonic() - t0
             docs.append(doc)
     out = {"scenario": name, "command": command(name), "estimates": docs}
@@ -157,7 +157,7 @@ def run(name: str, out_dir: Path | None, cache: Path | None, progress=None,
     return out
 
 
-def prefill(all_settings: list, cache: Path, progress=None) -> None:
+def prefill(all_settings: list, cache: Path, progress=None, watchdog_s: float = 60.0) -> None:
     """Run every distinct operation the estimates need and the cache lacks, ordered by
     job size so that each size's pooled job starts once (the estimates then read them
     all from the cache)."""
@@ -165,7 +165,7 @@ def prefill(all_settings: list, cache: Path, progress=None) -> None:
 
     jobs = {}
     for s in all_settings:
-        run = est.Runner(s, cache, progress)
+        run = est.Runner(s, cache, progress, watchdog_s)
         fwd, bwd, head = est.items(s)
         for _, job in est.runs(s, fwd + bwd + head):
             path = run.path(job)

@@ -66,11 +66,15 @@ def read_sweep(path: Path) -> dict:
     if not f.is_file():
         raise ValidationError(f"{path}: no results.json (run `t3emu sweep SCENARIO --out "
                               f"{path}` first)")
+    from emulator.app.sweep import read_results
+
     try:
-        doc = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
+        doc = read_results(f)
+    except OSError as exc:
         raise ValidationError(f"{path}: results.json cannot be read ({exc})") from None
-    name = doc.get("scenario") if isinstance(doc, dict) else None
+    except ScenarioError as exc:
+        raise ValidationError(str(exc)) from None
+    name = doc.get("scenario")
     if name not in SCENARIOS:
         raise ValidationError(f"{path}: scenario {name!r} is not one of the papers' "
                               f"({', '.join(SCENARIOS)})")
