@@ -179,6 +179,7 @@ class RankWatch(threading.Thread):
         poller = select.poll()
         gone: list[tuple[int, int]] = []  # exited without a pidfd (before we opened one)
         found: list[tuple[int, int]] = []  # exited without a marker
+        first: list[tuple[int, int]] = []  # the first of them, seen together
         deadline = math.inf
         try:
             while True:
@@ -198,13 +199,15 @@ class RankWatch(threading.Thread):
                     if rp not in found:
                         found.append(rp)
                         deadline = min(deadline, time.monotonic() + self.GRACE_S)
+                if found and not first:
+                    first = list(found)
                 gone.clear()
                 for fd in [fd for fd, rp in fds.items() if rp in ready]:
                     poller.unregister(fd)
                     os.close(fd)
                     del fds[fd]
                 if found and (time.monotonic() >= deadline or not fds or not running):
-                    self.dead = sorted(found)
+                    self.dead = self._culprits(first, found)
                     self._stop_others(dict(fds.values()))
                     return
                 if not running:
@@ -213,14 +216,30 @@ class RankWatch(threading.Thread):
             for fd in fds:
                 os.close(fd)
 
+    def _culprits(self, first: list[tuple[int, int]],
+                  found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Of the ranks that exited without a marker, those that died from outside: the
+        first seen, and the later ones under another Hydra proxy. A proxy whose rank died
+        by a signal kills its other ranks (SIGUSR1, then SIGKILL, whatever the auto-cleanup
+        setting): those are the consequence. A rank's peers on another host can notice its
+        closed connections and die before its own exit is seen, so a later death under
+        another proxy is kept."""
+        def proxy(rp: tuple[int, int]) -> str:
+            try:
+                return (self.pid_dir / f"{rp[0]}.ppid").read_text()
+            except OSError:
+                return f"?{rp[0]}"  # unknown: its own
+        seen = {proxy(rp) for rp in first}
+        return sorted(rp for rp in found if rp in first or proxy(rp) not in seen)
+
     def _unexplained(self, exited: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Of ranks that exited, those that left no marker (an abort of the job ends the
         others legitimately: none then)."""
         if any(self.pid_dir.glob("*.abort")):
             return []
         return sorted((r, pid) for r, pid in exited
-                      if not (self.pid_dir / f"{r}.end").exists()
-                      and not (self.pid_dir / f"{r}.abort").exists())
+                      if not any((self.pid_dir / f"{r}.{m}").exists()
+                                 for m in ("end", "abort", "peerlost")))
 
 
 class StderrRelay(threading.Thread):
