@@ -476,6 +476,16 @@ def test_a_stalled_rank_is_named_with_the_tracker_state(mode, timing_only):
     _no_leftovers(seed)
 
 
+def test_a_clean_run_ends_without_a_signal_from_hydra():
+    """Every rank ends through MPI_Finalize: Hydra reports no rank ended by a signal (a
+    Python handler for SIGUSR1 once replaced MPICH's and let Hydra's notice kill the
+    ranks still finishing)."""
+    proc = run_cli(["run", "-n", "8", "--timing-only", "--mode", "sequential", *SMALL],
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "TERMINATED WITH THE EXIT STRING" not in proc.stderr, proc.stderr
+
+
 def test_a_rank_frozen_while_it_waits_is_named():
     """SIGSTOP of a rank that posted a wait: its heartbeat stops, the board names it
     FROZEN (a waiting rank is otherwise never among the likely stalled ones)."""

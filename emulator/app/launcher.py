@@ -239,7 +239,7 @@ class RankWatch(threading.Thread):
             return []
         return sorted((r, pid) for r, pid in exited
                       if not any((self.pid_dir / f"{r}.{m}").exists()
-                                 for m in ("end", "abort", "peerlost")))
+                                 for m in ("end", "abort")))
 
 
 class StderrRelay(threading.Thread):

@@ -43,7 +43,6 @@ def mark_rank(what: str, content: str | None = None) -> None:
 
     rank = MPI.COMM_WORLD.rank
     if what == "pid":
-        _note_lost_peers()
         mark_rank("ppid", str(os.getppid()))  # its Hydra proxy, for the launcher's watch
     name = str(rank) if what == "pid" else f"{rank}.{what}"
     tmp = os.path.join(pid_dir, f".{name}.tmp")
@@ -53,24 +52,6 @@ def mark_rank(what: str, content: str | None = None) -> None:
         os.replace(tmp, os.path.join(pid_dir, name))
     except OSError:
         pass
-
-
-def _note_lost_peers() -> None:
-    """Hydra, run with its auto-cleanup off (the launcher's watch stops the job instead),
-    tells the ranks that a peer died by SIGUSR1, whose default action ends a rank without
-    its marker: the watch would then name every rank, not the one killed. A rank records
-    the notice ("peerlost" marker) and goes on until the watch, having named the dead
-    rank, stops it."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def noted(signum, frame) -> None:
-        mark_rank("peerlost", "SIGUSR1 from Hydra: a peer died")
-
-    signal.signal(signal.SIGUSR1, noted)
 
 
 _SHM_NOTED: set[str] = set()  # the files of this rank's "shm" marker
