@@ -773,6 +773,46 @@ def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
                    + ("  <- the heuristic's pick" if i == 0 else ""))
 
 
+@main.group(invoke_without_command=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="probe.json",
+              show_default=True, help="The JSON file of the measurements.")
+@click.option("--backend", type=click.Choice(["auto", "torch", "numpy"]), default="auto",
+              show_default=True,
+              help="auto: PyTorch on its GPU if it finds one (CUDA or ROCm), else numpy on "
+                   "the host (toy sizes: the plumbing, not a GPU's figures).")
+@click.option("--quick", is_flag=True, help="Toy sizes (the numpy backend always runs them).")
+@click.option("--warmup", type=click.IntRange(0, 100), default=3, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--budget-s", type=click.FloatRange(1, 86400), default=280.0, show_default=True,
+              help="Wall seconds after which the cases left are recorded as skipped.")
+@click.pass_context
+def probe(ctx, out_path, backend, quick, warmup, repeats, budget_s) -> None:
+    """Microbenchmarks on the real GPU this machine has (GEMMs of the papers' shapes, HBM and
+    L2 rates, latency alone and loaded, a GEMM beside a copy, atomics, GEMV, embedding-bag),
+    written to one JSON file; `t3emu probe compare` sets them beside the model
+    (docs/validation/hardware.md)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from emulator.app.files import OutputError, check_output_file
+    from emulator.probe import backends, cases
+    from emulator.probe.run import probe as run_probe
+    from pathlib import Path
+
+    try:
+        check_output_file(out_path, "--out", 16 << 20)
+        be = backends.find(backend)
+    except (OutputError, backends.Skip) as exc:
+        _fail_usage(exc if isinstance(exc, OutputError) else ValueError(f"--backend {backend}: {exc}"))
+    quick = quick or be.name == "numpy"
+    click.echo(f"t3emu probe: {be.info()['name']} ({be.name}{', toy sizes' if quick else ''})",
+               err=True)
+    doc = run_probe(be, cases.build(quick), Path(out_path), warmup, repeats, budget_s,
+                    log=lambda msg: click.echo(msg, err=True))
+    done = sum("median_s" in c for c in doc["cases"])
+    click.echo(f"probe: {done} of {len(doc['cases'])} cases measured in {doc['wall_s']:.0f} s; "
+               f"{out_path}")
+
+
 @main.command()
 def devices() -> None:
     """List GPU presets (--device) and system presets (--system) with their key figures, and
