@@ -228,6 +228,8 @@ def test_the_readmes_commands_name_real_options():
             continue
         command = main.commands.get(args[0])
         assert command is not None, f"t3emu {args[0]}: no such command"
+        if getattr(command, "commands", None) and len(args) > 1 and args[1] in command.commands:
+            command, args = command.commands[args[1]], args[1:]  # a group's subcommand
         known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
         for i, tok in enumerate(args[1:], 1):
             if tok.startswith("-"):

@@ -813,6 +813,90 @@ def probe(ctx, out_path, backend, quick, warmup, repeats, budget_s) -> None:
                f"{out_path}")
 
 
+def _probe_doc(path: str) -> dict:
+    """A probe file, checked (one line and exit 2 if it is not one)."""
+    import json
+
+    try:
+        doc = json.loads(open(path).read())
+        if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list) or \
+                doc.get("probe_version") is None:
+            raise ValueError("not a `t3emu probe` file (no probe_version or cases)")
+    except (OSError, ValueError) as exc:
+        _fail_usage(ConfigError("FILE", path, str(exc)))
+    return doc
+
+
+@probe.command("compare")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--device", "preset", required=True,
+              help="The GPU preset whose model predicts every case (e.g. h100-sxm).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              default="docs/validation/hardware.md", show_default=True, help="The page.")
+def probe_compare(file, preset, out_path) -> None:
+    """Every case of a probe FILE beside the model of a preset: the page (measured and
+    modelled, the error per case and per mechanism) and its figure (log-log)."""
+    from pathlib import Path
+
+    from devices.spec import SpecError, load_device
+    from emulator.app.files import OutputError, check_output_file, write_text_atomic
+    from emulator.probe import compare as cmp
+
+    doc = _probe_doc(file)
+    try:
+        load_device(preset)
+        check_output_file(out_path, "--out", 4 << 20)
+    except (SpecError, OutputError) as exc:
+        _fail_usage(exc if isinstance(exc, OutputError) else ConfigError("--device", preset,
+                                                                          str(exc)))
+    rows = cmp.compare(doc, preset)
+    out = Path(out_path)
+    fig_name = out.stem + ".png"
+    fig = cmp.figure(rows, out.parent / "figures" / fig_name if out.parent.name == "validation"
+                     else out.with_suffix(".png"),
+                     f"{doc.get('gpu', {}).get('name', '?')} against {preset}")
+    rel = None if fig is None else str(Path(fig).relative_to(out.parent)) \
+        if Path(fig).is_relative_to(out.parent) else fig
+    write_text_atomic(out, cmp.page(doc, preset, rows, file, rel))
+    for mech, st in cmp.by_mechanism(rows).items():
+        ef = f"{st['error_factor']:.3f}" if st["error_factor"] else "-"
+        click.echo(f"{mech:16s} {st['predicted']:3d} of {st['cases']:3d} predicted; "
+                   f"geomean error factor {ef}")
+    click.echo(f"page: {out}" + (f"; figure: {fig}" if fig else ""))
+
+
+@probe.command("preset")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--base", required=True, help="The preset standing in for the probed GPU "
+              "(its file is copied; the measured values replace its own).")
+@click.option("--name", default=None, help="The new preset's name (default: BASE-probed).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True,
+              help="The preset TOML to write (use it as --device FILE).")
+def probe_preset(file, base, name, out_path) -> None:
+    """A GPU preset from a probe FILE: sustained HBM and L2 rates, latency, the GEMM main
+    loop's efficiency, the copy engine's set-up, each citing the case that set it."""
+    from pathlib import Path
+
+    from devices.spec import SpecError, load_device
+    from emulator.app.files import OutputError, check_output_file
+    from emulator.probe.preset import write
+
+    doc = _probe_doc(file)
+    try:
+        load_device(base)
+        check_output_file(out_path, "--out", 1 << 20)
+    except (SpecError, OutputError) as exc:
+        _fail_usage(exc if isinstance(exc, OutputError) else ConfigError("--base", base,
+                                                                          str(exc)))
+    try:
+        values = write(doc, base, file, name or f"{base}-probed", Path(out_path))
+    except SpecError as exc:  # a measured value the checks refuse (a host's probe, say)
+        _fail_usage(ConfigError("FILE", file, f"the preset it gives is refused: {exc}"))
+    for key, value in values.items():
+        click.echo(f"{key} = {value}")
+    click.echo(f"preset: {out_path}")
+
+
 @main.command()
 def devices() -> None:
     """List GPU presets (--device) and system presets (--system) with their key figures, and
