@@ -827,6 +827,22 @@ def _probe_doc(path: str) -> dict:
     return doc
 
 
+def _probe_inputs(file: str, option: str, preset: str, out_path: str, room: int) -> dict:
+    """The probe file, the preset and the output checked before anything is computed."""
+    from devices.spec import SpecError, load_device
+    from emulator.app.files import OutputError, check_output_file
+
+    doc = _probe_doc(file)
+    try:
+        load_device(preset)
+        check_output_file(out_path, "--out", room)
+    except OutputError as exc:
+        _fail_usage(exc)
+    except SpecError as exc:
+        _fail_usage(ConfigError(option, preset, str(exc)))
+    return doc
+
+
 @probe.command("compare")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--device", "preset", required=True,
@@ -838,17 +854,10 @@ def probe_compare(file, preset, out_path) -> None:
     modelled, the error per case and per mechanism) and its figure (log-log)."""
     from pathlib import Path
 
-    from devices.spec import SpecError, load_device
-    from emulator.app.files import OutputError, check_output_file, write_text_atomic
+    from emulator.app.files import write_text_atomic
     from emulator.probe import compare as cmp
 
-    doc = _probe_doc(file)
-    try:
-        load_device(preset)
-        check_output_file(out_path, "--out", 4 << 20)
-    except (SpecError, OutputError) as exc:
-        _fail_usage(exc if isinstance(exc, OutputError) else ConfigError("--device", preset,
-                                                                          str(exc)))
+    doc = _probe_inputs(file, "--device", preset, out_path, 4 << 20)
     rows = cmp.compare(doc, preset)
     out = Path(out_path)
     fig_name = out.stem + ".png"
@@ -877,17 +886,10 @@ def probe_preset(file, base, name, out_path) -> None:
     loop's efficiency, the copy engine's set-up, each citing the case that set it."""
     from pathlib import Path
 
-    from devices.spec import SpecError, load_device
-    from emulator.app.files import OutputError, check_output_file
+    from devices.spec import SpecError
     from emulator.probe.preset import write
 
-    doc = _probe_doc(file)
-    try:
-        load_device(base)
-        check_output_file(out_path, "--out", 1 << 20)
-    except (SpecError, OutputError) as exc:
-        _fail_usage(exc if isinstance(exc, OutputError) else ConfigError("--base", base,
-                                                                          str(exc)))
+    doc = _probe_inputs(file, "--base", base, out_path, 1 << 20)
     try:
         values = write(doc, base, file, name or f"{base}-probed", Path(out_path))
     except SpecError as exc:  # a measured value the checks refuse (a host's probe, say)
