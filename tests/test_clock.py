@@ -111,6 +111,7 @@ def test_program_order_makes_timing_independent_of_host_scheduling():
 
 def test_program_order_times_out_with_a_message():
     order = ProgramOrder("rank 0 program order", 0.2)
-    with pytest.raises(ProgramOrderTimeout, match="waited 0.2 s for op 0"):
+    with pytest.raises(ProgramOrderTimeout,
+                       match=r"waited 0.2 s \(without progress on any rank\) for op 0"):
         with order.turn(1, "DMA entry x"):
             pass
