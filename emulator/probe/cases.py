@@ -51,9 +51,9 @@ def _fused_shapes() -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
 
     gemv, emb = [], []
     for p in load_scenario("fused-ops-paper").points:
-        if p.collective.startswith("emb"):
-            emb.append((p.m, p.k, p.n))
-        elif p.collective.startswith("gemv"):  # an M x K matrix times a vector (N = 1)
+        if "tables" in dict(p.params):  # the embedding operator's points (M = batch, N = D,
+            emb.append((p.m, p.k, p.n))  # K = pooling)
+        elif p.n == 1:  # a GEMV: an M x K matrix times a vector
             gemv.append((p.m, p.k))
     return list(dict.fromkeys(gemv)), list(dict.fromkeys(emb))
 
