@@ -126,6 +126,7 @@ class RankWatch(threading.Thread):
         super().__init__(name="t3emu-rank-watch", daemon=True)
         self.pid_dir, self.proc, self.period_s = Path(pid_dir), proc, period_s
         self.dead: list[tuple[int, int]] = []  # (rank, pid) of ranks that died from outside
+        self.ended_mpiexec = False  # the watch killed mpiexec (it outlived its stopped ranks)
 
     def ranks(self) -> dict[int, int]:
         out = {}
@@ -164,6 +165,18 @@ class RankWatch(threading.Thread):
                     pass
 
     GRACE_S = 2.0  # how long the watch goes on collecting exits after the first one
+    ABORT_S = 15.0  # how long a rank's MPI_Abort may take to end the job before the watch does
+    END_S = 5.0  # how long mpiexec may take to end once the watch stopped the ranks
+
+    def _end_mpiexec(self) -> None:
+        """mpiexec (and its proxies) once the ranks are stopped: it normally exits by
+        itself; if it has not within ``END_S``, it is killed, so the launcher never waits
+        on a job whose ranks are gone."""
+        try:
+            self.proc.wait(timeout=self.END_S)
+        except subprocess.TimeoutExpired:
+            self.ended_mpiexec = True
+            self.proc.kill()
 
     def _run_pidfds(self) -> None:
         """Wait on a pidfd per rank: the kernel says which ranks exited, so when the first
@@ -181,6 +194,7 @@ class RankWatch(threading.Thread):
         found: list[tuple[int, int]] = []  # exited without a marker
         first: list[tuple[int, int]] = []  # the first of them, seen together
         deadline = math.inf
+        aborted = None  # when a rank's abort marker was first seen
         try:
             while True:
                 running = self.proc.poll() is None
@@ -209,8 +223,15 @@ class RankWatch(threading.Thread):
                 if found and (time.monotonic() >= deadline or not fds or not running):
                     self.dead = self._culprits(first, found)
                     self._stop_others(dict(fds.values()))
+                    self._end_mpiexec()
                     return
                 if not running:
+                    return
+                if aborted is None and any(self.pid_dir.glob("*.abort")):
+                    aborted = time.monotonic()
+                if aborted is not None and time.monotonic() - aborted > self.ABORT_S:
+                    self._stop_others(self.ranks())  # an abort that did not end the job
+                    self._end_mpiexec()
                     return
         finally:
             for fd in fds:
@@ -360,8 +381,8 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
         if watched:
             watch.join()
             rc = _ranks_rc(Path(pid_dir), rc, cfg.ranks)
-        killed = proc.returncode < 0 and not all(  # (a SIGPIPE after every rank ended: no)
-            (Path(pid_dir) / f"{r}.end").exists() for r in range(cfg.ranks))
+        killed = proc.returncode < 0 and not watch.ended_mpiexec and not all(  # (a SIGPIPE
+            (Path(pid_dir) / f"{r}.end").exists() for r in range(cfg.ranks))  # after the end)
         if killed:  # no rank of this host outlives it
             watch.dead = []
             watch._stop_others(watch.ranks())
