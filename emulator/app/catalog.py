@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from pathlib import Path
 
 from emulator.engine.registry import REGISTRY, Registry
 
@@ -16,6 +17,8 @@ def registry(configs: Iterable[str] = ()) -> Registry:
 
     for path in configs:
         path = configs_path(path)
+        if str(Path(path).resolve()) in REGISTRY.plugins:  # loaded: a run's every call after
+            continue  # the first (no check, no timer thread)
         if _check_alone(path):
             REGISTRY.load(path)
         else:  # a rank of an MPI job: the same limit, on a timer
@@ -39,7 +42,6 @@ def _check_alone(path: str) -> bool:
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from emulator.app.launcher import under_mpi
     from emulator.engine.registry import RegistryError

@@ -649,22 +649,22 @@ def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path,
         _fail_usage(ConfigError("-b/--min-bytes", lo, "a size of at least 1 byte"))
     if lo_b > hi_b:
         _fail_usage(ValueError(f"--min-bytes {lo} is larger than --max-bytes {hi}"))
+    from emulator import api
+
+    sizes = nt.sizes(lo_b, hi_b, factor)
     try:
-        for s in nt.sizes(lo_b, hi_b, factor):
+        for s in sizes:
             nt.shape(s, ranks)
         if json_path:
             check_output_file(json_path, "--json", 1 << 20)
-        api_config = dict(system=system, ranks=ranks, set=dict(sets), timing_only=True,
-                          watchdog_s=watchdog_s, modes="sequential")
-        from emulator import api
-
-        op = nt.COLLECTIVES[collective][0]
-        for s in {nt.sizes(lo_b, hi_b, factor)[0], nt.sizes(lo_b, hi_b, factor)[-1]}:
-            api.config(op, **api_config, **nt.dims(s, ranks, collective))  # as each row's run
+        for s in {sizes[0], sizes[-1]}:  # as each row's run checks itself
+            api.config(nt.COLLECTIVES[collective][0], system=system, ranks=ranks,
+                       set=dict(sets), timing_only=True, watchdog_s=watchdog_s,
+                       modes="sequential", **nt.dims(s, ranks, collective))
     except (ValueError, OutputError) as exc:
         _fail_usage(exc)
-    rows = nt.table(system, collective, ranks, nt.sizes(lo_b, hi_b, factor),
-                    tuple(sets), echo=click.echo, watchdog_s=watchdog_s)
+    rows = nt.table(system, collective, ranks, sizes, tuple(sets), echo=click.echo,
+                    watchdog_s=watchdog_s)
     if json_path:
         write_json_atomic(json_path, {"system": system, "collective": collective,
                                       "ranks": ranks, "rows": rows}, indent=1)
@@ -860,12 +860,11 @@ def probe_compare(file, preset, out_path) -> None:
     doc = _probe_inputs(file, "--device", preset, out_path, 4 << 20)
     rows = cmp.compare(doc, preset)
     out = Path(out_path)
-    fig_name = out.stem + ".png"
-    fig = cmp.figure(rows, out.parent / "figures" / fig_name if out.parent.name == "validation"
-                     else out.with_suffix(".png"),
+    # the validation pages keep their figures in figures/; elsewhere beside the page
+    fig = cmp.figure(rows, (out.parent / "figures" / f"{out.stem}.png"
+                            if out.parent.name == "validation" else out.with_suffix(".png")),
                      f"{doc.get('gpu', {}).get('name', '?')} against {preset}")
-    rel = None if fig is None else str(Path(fig).relative_to(out.parent)) \
-        if Path(fig).is_relative_to(out.parent) else fig
+    rel = None if fig is None else os.path.relpath(fig, out.parent)
     write_text_atomic(out, cmp.page(doc, preset, rows, file, rel))
     for mech, st in cmp.by_mechanism(rows).items():
         ef = f"{st['error_factor']:.3f}" if st["error_factor"] else "-"
