@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from devices.spec import load_device
 from tests.conftest import run_cli
 
 MECHANISMS = {"gemm", "hbm-copy-kernel", "hbm-copy-engine", "l2-reread", "latency",
@@ -94,8 +95,14 @@ def _recorded():
          "rereads": 50, "median_s": 50 * (16 << 20) / 8.0e12},
         {"id": "latency/268435456", "mechanism": "latency", "bytes": 256 << 20,
          "hops": 1000, "median_s": 1000 * 600e-9},
+        {"id": "loaded-latency/268435456/1", "mechanism": "loaded-latency",
+         "bytes": 256 << 20, "hops": 1000, "load": 1.0, "stream_bytes": 1 << 30,
+         "median_s": 1000 * 900e-9},
         {"id": "interference/engine/1", "mechanism": "interference", "median_s": 1e-3,
          "slowdown": 1.2, "copy_slowdown": 1.5},
+        {"id": "embedding-bag/4096/8", "mechanism": "embedding-bag", "dtype": "fp32",
+         "batch": 4096, "pooling": 10, "dim": 256, "rows": 1 << 20, "ctas_per_sm": 8,
+         "median_s": 2e-5},
     ]
     for c in cases:
         c.setdefault("spread", 0.01)
@@ -114,6 +121,15 @@ def test_compare_computes_errors_by_the_model_s_own_code():
     assert rows["gemm/bf16/4096x6144x12288"]["error"] == pytest.approx(0.0, abs=1e-12)
     assert rows["gemm/bf16/8192x8192x8192"]["error"] == pytest.approx(1 / 1.25 - 1)
     assert rows["interference/engine/1"]["modelled_s"] is None  # measured, not predicted
+    # loaded latency, by hand: a streaming copy of 1 GiB keeps the DRAM queue full (C
+    # channels x D requests x A bytes) for the whole chase, so each dependent load waits
+    # for the queue to drain at the HBM's rate before its own latency
+    spec = load_device("h100-sxm")
+    q = spec.dram.channels_for(spec.hbm_bw) * spec.dram.queue_depth * spec.dram.access_bytes
+    assert rows["loaded-latency/268435456/1"]["modelled_s"] == pytest.approx(
+        1000 * (spec.mem_latency_s + q / spec.hbm_bw))
+    # 8 CTAs per SM on a preset that holds 2 persistent WGs per SM: modelled at 2, and said
+    assert "at most 2 WGs per SM" in rows["embedding-bag/4096/8"]["note"]
     mech = by_mechanism(list(rows.values()))
     assert mech["gemm"]["error_factor"] == pytest.approx(math.exp(math.log(1.25) / 2))
     text = page(doc, "h800", list(rows.values()), "h100.json", None)

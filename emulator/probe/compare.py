@@ -12,12 +12,20 @@ Each prediction is the code ``t3emu run`` runs, not a formula of its own:
 - ``latency``: the preset's unloaded DRAM latency per dependent load;
 - ``atomics``: the HBM bytes of the scatter (values, row ids, the writes), the writes at
   the preset's op-and-store cost for the atomic adds (``CostModel.update_cost_bytes``);
-- ``gemv``, ``embedding-bag``: a one-rank timing-only run of ``gemv+ar`` / ``emb+a2a``
-  (``emulator.api.run``), its producer phase.
+- ``loaded-latency``: the streaming copy kernel as the engine runs a CU kernel's local
+  copy (``transfers.cu_send`` on a one-GPU ``RankClock``), then the queue a dependent load
+  finds behind it while it streams (``Dram.queued``), added to the unloaded latency as a
+  latency-bound kernel's stage adds it (``launch.py``: ``delay = queued / rate``). The
+  model's CU copy offers its reads at once whatever its CTAs, so every intensity fills the
+  queue: the measured intensities test that;
+- ``gemv``: a one-rank timing-only run of ``gemv+ar`` (``emulator.api.run``), its GEMV
+  phase; ``embedding-bag``: a one-rank run of the persistent ``fused`` kernel of
+  ``emb+a2a`` with the probe's CTAs per SM as its occupancy (``occupancy`` = CTAs per SM /
+  the preset's resident WGs per CU, at most 1: the note says where the preset caps it).
 
-Loaded latency and interference are run-level mechanisms (a queue state, a concurrent
-kernel): the page lists them measured, without a prediction, until the contention model
-is anchored on independent measurements.
+Interference (a GEMM beside a copy on one GPU) is a run of two kernels on one GPU, which no
+configuration of the emulator is yet: the page lists it measured, without a prediction,
+until the contention model is anchored on independent measurements.
 """
 
 from __future__ import annotations
@@ -26,8 +34,6 @@ import math
 from pathlib import Path
 
 NOT_PREDICTED = {
-    "loaded-latency": "the loaded latency depends on the DRAM queue a run builds; no "
-                      "standalone prediction",
     "interference": "the slowdown of a GEMM beside a copy comes from runs of both on one "
                     "GPU; no standalone prediction yet (the contention model is not yet anchored)",
 }
@@ -61,6 +67,8 @@ def predict(case: dict, spec, preset: str) -> float | None:
         return case["bytes"] * case["rereads"] / spec.l2_bw
     if mech == "latency":
         return case["hops"] * spec.mem_latency_s if spec.mem_latency_s else None
+    if mech == "loaded-latency":
+        return _loaded_latency(case, spec)
     if mech == "atomics":
         from emulator.model.cost import CostModel
 
@@ -80,10 +88,52 @@ def predict(case: dict, spec, preset: str) -> float | None:
                           dtype=case["dtype"], modes="sequential", timing_only=True)
             return res.runs["sequential"].phases["gemm"]
         res = api.run("emb+a2a", device=preset, ranks=1, m=case["batch"], n=case["dim"],
-                      k=case["pooling"], dtype="fp32", modes="sequential", timing_only=True,
-                      params={"tables": 1, "fixed_lookups": 1})
-        return res.runs["sequential"].phases["embedding"]
+                      k=case["pooling"], dtype="fp32", modes="fused", timing_only=True,
+                      params={"tables": 1, "fixed_lookups": 1,
+                              "occupancy": occupancy(case, spec)})
+        return sum(res.runs["fused"].phases.values())
     return None
+
+
+def model_note(case: dict, spec) -> str:
+    """What the model assumes of a case that its measurement may contradict."""
+    if case["mechanism"] == "embedding-bag":
+        most = spec.max_wgs_per_cu or spec.wgs_per_cu
+        if case["ctas_per_sm"] > most:
+            return (f"the preset holds at most {most} WGs per SM: modelled at "
+                    f"{most} (occupancy 1)")
+    if case["mechanism"] == "loaded-latency":
+        return "the model's copy kernel fills the DRAM queue at every intensity"
+    return ""
+
+
+def occupancy(case: dict, spec) -> float:
+    """The fused kernel's occupancy for an embedding-bag case's CTAs per SM: its share of
+    the preset's resident WGs per CU (at most all of them)."""
+    return min(1.0, case["ctas_per_sm"] / (spec.max_wgs_per_cu or spec.wgs_per_cu))
+
+
+def _loaded_latency(case: dict, spec) -> float | None:
+    """A pointer chase of ``hops`` dependent loads while a copy kernel streams
+    ``stream_bytes`` on the same GPU (module docstring)."""
+    from emulator.model import transfers
+    from emulator.model.clock import RankClock
+    from emulator.model.cost import CostModel
+    from emulator.model.topology import Topology
+
+    if not spec.mem_latency_s:
+        return None
+    clock = RankClock(0, spec.hbm_bw, Topology(spec.interconnect, 1), spec.dma_engines,
+                      10.0, record=False, dram=spec.dram)
+    # the probe repeats the copy for the whole chase, so the chase finds the queue as one
+    # copy leaves it on average over its period; the DRAM model remembers its last 4096
+    # bursts (``Dram._queued``), so one copy is at most 1024 of them (a period that keeps
+    # the queue full but for its last queue's worth of bytes, as a longer one does)
+    nbytes = min(float(case["stream_bytes"]), 1024 * clock.hbm.burst_bytes)
+    end = transfers.cu_send(clock, CostModel(spec, "fp32"), clock.cu, 0.0, 0, 1, nbytes,
+                            "store", "probe stream")[0]
+    queued = clock.hbm.queued(0.0, end)
+    return case["hops"] * (spec.mem_latency_s + queued / clock.hbm.rate)
 
 
 def compare(doc: dict, preset: str) -> list[dict]:
@@ -107,6 +157,8 @@ def compare(doc: dict, preset: str) -> list[dict]:
                     row["modelled_s"] = predict(c, spec, preset)
                 except Exception as exc:  # noqa: BLE001 - a case the preset cannot run
                     row["modelled_s"], row["note"] = None, f"{type(exc).__name__}: {exc}"
+            if row.get("modelled_s") and not row["note"]:
+                row["note"] = model_note(c, spec)
             if row.get("modelled_s"):
                 row["error"] = row["modelled_s"] / row["measured_s"] - 1.0
         rows.append(row)
