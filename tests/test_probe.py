@@ -99,7 +99,12 @@ def _recorded():
          "bytes": 256 << 20, "hops": 1000, "load": 1.0, "stream_bytes": 1 << 30,
          "median_s": 1000 * 900e-9},
         {"id": "interference/engine/1", "mechanism": "interference", "median_s": 1e-3,
-         "slowdown": 1.2, "copy_slowdown": 1.5},
+         "copy": "engine", "bytes": 1, "ctas": 0, "dtype": "bf16", "m": 8192, "n": 8192,
+         "k": 8192, "slowdown": 1.2, "copy_slowdown": 1.5},
+        {"id": "interference/engine-input/8192x512x4096", "mechanism": "interference",
+         "median_s": 1e-4, "copy": "engine", "bytes": 8192 * 4096 * 2, "ctas": 0,
+         "dtype": "bf16", "m": 8192, "n": 512, "k": 4096, "slowdown": 1.3,
+         "copy_slowdown": 1.1},
         {"id": "embedding-bag/4096/8", "mechanism": "embedding-bag", "dtype": "fp32",
          "batch": 4096, "pooling": 10, "dim": 256, "rows": 1 << 20, "ctas_per_sm": 8,
          "median_s": 2e-5},
@@ -128,6 +133,19 @@ def test_compare_computes_errors_by_the_model_s_own_code():
     q = spec.dram.channels_for(spec.hbm_bw) * spec.dram.queue_depth * spec.dram.access_bytes
     assert rows["loaded-latency/268435456/1"]["modelled_s"] == pytest.approx(
         1000 * (spec.mem_latency_s + q / spec.hbm_bw))
+    # a GEMM beside a copy engine's copy of its own input: the one-rank ficco-cil run, its
+    # GEMM's time together, and both sides' slowdowns against its runs of each alone
+    from emulator import api
+
+    ph = api.run("a2a+gemm", device="h100-sxm", ranks=1, m=8192, n=512, k=4096, dtype="bf16",
+                 modes="ficco-cil", timing_only=True).runs["ficco-cil"].phases
+    row = rows["interference/engine-input/8192x512x4096"]
+    assert row["modelled_s"] == ph["cil-shard.kernel"]
+    assert row["modelled_slowdown"] == ph["cil-shard.kernel"] / ph["shard-gemm"]
+    assert row["modelled_copy_slowdown"] == ph["cil-shard.executors"] / ph["shard-comm"]
+    # the GEMM of N = 512 reads as many HBM bytes per flop as the copy moves: the copy
+    # engine's HBM traffic slows it in the model (by the share of the HBM it takes)
+    assert row["modelled_slowdown"] > 1.2
     # 8 CTAs per SM on a preset that holds 2 persistent WGs per SM: modelled at 2, and said
     assert "at most 2 WGs per SM" in rows["embedding-bag/4096/8"]["note"]
     mech = by_mechanism(list(rows.values()))
@@ -135,6 +153,16 @@ def test_compare_computes_errors_by_the_model_s_own_code():
     text = page(doc, "h800", list(rows.values()), "h100.json", None)
     assert "only NVLink differs" in text  # an H100 against the H800 preset says what differs
     assert "slowdown 1.200, copy 1.500" in text
+    assert "slowdown 1.300, copy 1.100 (modelled " in text  # measured and modelled, side by side
+
+
+def test_a_case_the_gpu_cannot_hold_is_sized_before_it_runs():
+    from emulator.probe.cases import build, footprint_bytes
+
+    gemm = {"mechanism": "gemm", "dtype": "bf16", "m": 1607680, "n": 57344, "k": 8192}
+    assert footprint_bytes(gemm) == (1607680 * 8192 + 8192 * 57344 + 1607680 * 57344) * 2
+    assert footprint_bytes(gemm) > 141e9  # beyond an H200: the backend skips it, saying so
+    assert all(footprint_bytes(c) > 0 for c in build())
 
 
 def test_a_preset_from_measurements_reproduces_its_calibration_cases(tmp_path):

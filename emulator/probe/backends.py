@@ -256,6 +256,15 @@ class TorchBackend:
     # ------------------------------------------------------------------ the cases
     def measure(self, case: dict, warmup: int, repeats: int) -> dict:
         torch, mech = self.torch, case["mechanism"]
+        if self.gpu:  # a case this GPU cannot hold is skipped, not failed in
+            from emulator.probe.cases import footprint_bytes
+
+            torch.cuda.empty_cache()
+            free = torch.cuda.mem_get_info(self.device)[0]
+            need = footprint_bytes(case)
+            if need > 0.9 * free:
+                raise Skip(f"needs {need / 2**30:.1f} GiB of GPU memory; "
+                           f"{free / 2**30:.1f} GiB free")
         if mech == "gemm":
             a = self._randn((case["m"], case["k"]), case["dtype"])
             b = self._randn((case["k"], case["n"]), case["dtype"])

@@ -23,9 +23,16 @@ Each prediction is the code ``t3emu run`` runs, not a formula of its own:
   ``emb+a2a`` with the probe's CTAs per SM as its occupancy (``occupancy`` = CTAs per SM /
   the preset's resident WGs per CU, at most 1: the note says where the preset caps it).
 
-Interference (a GEMM beside a copy on one GPU) is a run of two kernels on one GPU, which no
-configuration of the emulator is yet: the page lists it measured, without a prediction,
-until the contention model is anchored on independent measurements.
+- ``interference`` of a GEMM beside a copy engine's copy of its own input (M x K): the
+  one-rank ``ficco-cil`` run of ``a2a+gemm`` at the case's shape, FiCCO's shard-based
+  contention runs: the GEMM and the copy each alone, then together (its
+  ``cil-shard.kernel`` window is the GEMM's time together; the page also sets the
+  modelled slowdowns of both sides beside the measured ones).
+
+A GEMM beside a copy of other sizes, or beside a copy kernel on a given number of CTAs, is
+two kernels on one GPU that no configuration of the emulator runs yet: the page lists those
+measured, without a prediction, until the contention model is anchored on independent
+measurements.
 """
 
 from __future__ import annotations
@@ -33,17 +40,51 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-NOT_PREDICTED = {
-    "interference": "the slowdown of a GEMM beside a copy comes from runs of both on one "
-                    "GPU; no standalone prediction yet (the contention model is not yet anchored)",
+from emulator.probe.cases import E  # bytes per element
+
+NOT_PREDICTED = {  # (cases of a mechanism that no run of the emulator predicts)
+    "interference": "a GEMM beside a copy that is not a copy engine's copy of its own input "
+                    "is no run of the emulator yet (ficco-cil runs that one)",
 }
 ORDER = ("gemm", "hbm-copy-kernel", "hbm-copy-engine", "l2-reread", "latency",
          "loaded-latency", "interference", "atomics", "gemv", "embedding-bag")
-E = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def predicted(case: dict) -> bool:
+    """Whether the model predicts ``case`` (``NOT_PREDICTED`` gives the reason if not)."""
+    if case["mechanism"] != "interference":
+        return case["mechanism"] not in NOT_PREDICTED
+    return case["copy"] == "engine" and case["bytes"] == case["m"] * case["k"] * E[case["dtype"]]
 
 
 def predict(case: dict, spec, preset: str) -> float | None:
     """The model's time of ``case`` on ``spec`` (None: no standalone prediction)."""
+    return prediction(case, spec, preset).get("modelled_s")
+
+
+def prediction(case: dict, spec, preset: str) -> dict:
+    """``modelled_s`` (None: no standalone prediction) and, for a case run beside another,
+    ``modelled_slowdown`` and ``modelled_copy_slowdown``."""
+    if case["mechanism"] == "interference":
+        return _interference(case, preset) if predicted(case) else {"modelled_s": None}
+    return {"modelled_s": _predict(case, spec, preset)}
+
+
+def _interference(case: dict, preset: str) -> dict:
+    """A GEMM beside a copy engine's copy of its input: the one-rank ``ficco-cil`` run."""
+    from collectives.ficco import CIL_RUNS
+    from emulator import api
+
+    kind, gemm, copy = CIL_RUNS[-1]  # shard-based: the whole input copied by one engine
+    res = api.run("a2a+gemm", device=preset, ranks=1, m=case["m"], n=case["n"], k=case["k"],
+                  dtype=case["dtype"], modes="ficco-cil", timing_only=True)
+    ph = res.runs["ficco-cil"].phases
+    together = ph[f"cil-{kind}.kernel"]
+    return {"modelled_s": together, "modelled_slowdown": together / ph[gemm],
+            "modelled_copy_slowdown": ph[f"cil-{kind}.executors"] / ph[copy]}
+
+
+def _predict(case: dict, spec, preset: str) -> float | None:
     from emulator.model.dram import Dram
 
     mech = case["mechanism"]
@@ -149,12 +190,12 @@ def compare(doc: dict, preset: str) -> list[dict]:
             if k in c:
                 row[k] = c[k]
         if row["measured_s"] is not None:
-            if c["mechanism"] in NOT_PREDICTED:
+            if not predicted(c):
                 row["note"] = NOT_PREDICTED[c["mechanism"]]
                 row["modelled_s"] = None
             else:
                 try:
-                    row["modelled_s"] = predict(c, spec, preset)
+                    row.update(prediction(c, spec, preset))
                 except Exception as exc:  # noqa: BLE001 - a case the preset cannot run
                     row["modelled_s"], row["note"] = None, f"{type(exc).__name__}: {exc}"
             if row.get("modelled_s") and not row["note"]:
@@ -248,6 +289,9 @@ def page(doc: dict, preset: str, rows: list[dict], source: str, figure: str | No
         if "slowdown" in r:
             note = (f"slowdown {r['slowdown']:.3f}" + (f", copy {r['copy_slowdown']:.3f}"
                                                        if "copy_slowdown" in r else "")
+                    + (f" (modelled {r['modelled_slowdown']:.3f}, copy "
+                       f"{r['modelled_copy_slowdown']:.3f})" if "modelled_slowdown" in r
+                       else "")
                     + (f"; {note}" if note else ""))
         out.append(f"| `{r['id']}` | {meas} | {spread} | {mod} | {err} | {note} |")
     return "\n".join(out) + "\n"
