@@ -299,10 +299,11 @@ def run(operation: str = "ar", *, echo: bool = False, **options) -> RunResult:
 def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
           set: Mapping[str, Any] | None = None, causes: bool = False,  # noqa: A002
           ablate: Iterable[str] = (), configs: Iterable[str] = (),
-          watchdog_s: float = 60.0) -> SweepResult:
+          watchdog_s: float = 60.0, mixed: bool = False) -> SweepResult:
     """Run (or resume) a scenario (a shipped name or a .toml path) into ``out`` as
     ``t3emu sweep`` does; returns every finished point. Raises ScenarioError for a bad
-    scenario or option."""
+    scenario or option, and for points in ``out`` made by other code or files unless
+    ``mixed`` (``--mixed``: kept, each marked with what made it)."""
     from emulator.app.config import MAX_WATCHDOG_S
     from emulator.app.files import check_output_dir
     from emulator.app.scenario import ScenarioError, load_scenario
@@ -312,6 +313,7 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
     _typed(watchdog_s, "--watchdog-s", float, "seconds (a number)")
     _typed(timing_only, "--timing-only", bool, "True or False")
     _typed(causes, "--causes", bool, "True or False")
+    _typed(mixed, "--mixed", bool, "True or False")
     if not 0 < watchdog_s <= MAX_WATCHDOG_S:
         raise ConfigError("--watchdog-s", watchdog_s,
                           f"seconds, more than 0 and at most {MAX_WATCHDOG_S:g}")
@@ -330,7 +332,7 @@ def sweep(scenario: str, out: str | Path, *, timing_only: bool = False,
     check_output_dir(out, "--out", len(sc.points) * (2 << 20))
     try:
         rc = run_sweep(sc, out, timing_only, watchdog_s, configs, ablate, causes,
-                       _settings(set))
+                       _settings(set), mixed)
     except (ConfigError, ScenarioError):
         if made:  # a refusal leaves no directory behind
             with contextlib.suppress(OSError):

@@ -128,6 +128,15 @@ def test_a_toy_model_s_training_iteration_is_the_hand_composed_sum(toy):
                   "--json", str(out), "--cache", str(toy / "cache"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
+    # what made it: the code, the model file by its own name, the system by its package path
+    from emulator.app import provenance
+
+    pv = doc["provenance"]
+    assert pv["code"] == provenance.code_hash()
+    assert {(f["role"], f["name"]) for f in pv["files"]} == {
+        ("model", "toy.toml"), ("system", "devices/presets/systems/a100-sxm-x8.toml"),
+        ("device", "devices/presets/a100-sxm.toml")}
+    assert str(toy) not in json.dumps(doc)
     T, rows, H, e = 128, 16, 512, 2
     fwd_ops = [("ag+gemm", 128, 192, 512), ("gemm+rs", 128, 512, 64),
                ("ag+gemm", 128, 256, 512), ("gemm+rs", 128, 512, 256)]

@@ -250,7 +250,12 @@ def _names(text: str) -> tuple[str, ...]:
                    "scenario's modes may name (repeatable; resume with the same files).")
 @_what_ifs
 @_counterfactuals
-def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate, causes) -> None:
+@click.option("--mixed", is_flag=True,
+              help="Resume with points made by other code or files (another version, "
+                   "commit or preset) kept, each marked with what made it, instead of "
+                   "refusing them.")
+def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate, causes,
+          mixed) -> None:
     """Run every point of SCENARIO (a .toml path, or a shipped scenario's name: example,
     t3-paper, t3-2x-cu, flux-paper, fused-ops-paper, ficco-paper) in its configurations."""
     from pathlib import Path
@@ -263,7 +268,7 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
     try:
         rc = run_sweep(scenario, out, timing_only=timing_only, watchdog_s=watchdog_s,
                        configs=configs, ablate=_names(ablate), causes=causes,
-                       set=_overrides(overrides)).exit_code
+                       set=_overrides(overrides), mixed=mixed).exit_code
     except (ConfigError, ScenarioError, OutputError) as exc:
         _fail_usage(exc)
     except KeyboardInterrupt:

@@ -99,6 +99,11 @@ class Point:
     overrides: tuple[tuple[str, object], ...] = ()  # --set KEY=VALUE of its runs ([set])
 
     @property
+    def device_name(self) -> str:
+        """The GPU preset's name, or a GPU file's stem (a result names no path)."""
+        return Path(self.device).stem if self.device.endswith(".toml") else self.device
+
+    @property
     def system_name(self) -> str:
         """The system preset's name, or a system file's stem."""
         return Path(self.system).stem if self.system.endswith(".toml") else self.system
@@ -119,7 +124,7 @@ class Point:
         if self.system:
             return (f"{self.model}/{self.sublayer}/m{self.m}/tp{self.tp}/{self.system_name}"
                     + (f"/{self.params_text}" if self.params else "") + what)
-        return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device}" + what
+        return f"{self.model}/{self.sublayer}/tp{self.tp}/{self.device_name}" + what
 
     def label(self) -> str:
         what = f" {self.set_text}" if self.overrides else ""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from emulator.app import provenance
 from emulator.app.config import ConfigError, RunConfig
 from emulator.app.files import write_json_atomic, write_text_atomic
 from emulator.app.scenario import Point, Scenario, ScenarioError
@@ -38,7 +39,8 @@ CSV_COLUMNS = ("model", "sublayer", "direction", "tp", "m", "n", "k", "device", 
                "dram_bytes_total", *(f"dram_{c}" for c in CATEGORIES), "numerics",
                "max_abs_error", "wall_time_s", "ect_s", "overlap_efficiency", "system",
                "speedups_vs_baselines", "search_chosen", "params", "max_rank_skew", "baseline",
-               "speedup", *(f"cause_{c}_s" for c in (*ORDER, "overlap")), "set")
+               "speedup", *(f"cause_{c}_s" for c in (*ORDER, "overlap")), "set",
+               "t3emu_version", "commit", "code_hash")
 RUN_KEYS = ("mode", "modelled_time_s", "speedup_vs_sequential", "phases", "phase_windows_s",
             "rank_phases_s", "dram_bytes", "numerics", "max_abs_error", "arbitration",
             "wall_time_s", "stage_profile", "gemm_alone_s", "ect_s", "overlap_efficiency",
@@ -79,23 +81,38 @@ def point_config(sc: Scenario, p: Point, out: Path, timing_only: bool,
 
 def _header(sc: Scenario, timing_only: bool, configs: tuple[str, ...] = (),
             ablate: tuple[str, ...] = (), causes: bool = False, overrides: tuple = ()) -> dict:
-    head = {"scenario": sc.name, "description": sc.description, "scenario_file": sc.path,
-            "timing_only": timing_only, "device": sc.device, "collective": sc.collective,
+    head = {"scenario": sc.name, "description": sc.description,
+            "scenario_file": provenance.display_name(sc.path),
+            "timing_only": timing_only, "device": _named(sc.device),
+            "collective": sc.collective,
             "topology": sc.topology, "dtype": sc.dtype, "modes": list(sc.modes),
             "ablate": list(ablate), "causes": causes, "set": [list(o) for o in overrides]}
-    if configs:  # configurations of one's own the modes may name (absolute paths)
-        head["configs"] = [str(Path(c).resolve()) for c in configs]
+    if configs:  # configurations of one's own the modes may name
+        head["configs"] = [provenance.display_name(c) for c in configs]
+    # what made the points: version, commit, code hash, and every file they read
+    files = [("scenario", sc.path)] + [("configs", c) for c in configs]
+    for p in sc.points:
+        files.append(("system", provenance.preset_file(p.system, "system")) if p.system
+                     else ("device", provenance.preset_file(p.device, "device")))
+    head["provenance"] = provenance.record(files)
     return head
+
+
+def _named(devices: str) -> str:
+    """A scenario's device(s) as results name them: presets by name, files by their stem."""
+    return ",".join(Path(d).stem if d.endswith(".toml") else d for d in devices.split(","))
 
 
 def _record(p: Point, doc: dict) -> dict:
     return {"key": p.key, "model": p.model, "sublayer": p.sublayer, "direction": p.direction,
-            "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device, "layers": p.layers,
+            "tp": p.tp, "m": p.m, "n": p.n, "k": p.k, "device": p.device_name,
+            "layers": p.layers,
             "collective": p.collective, "topology": p.topology, "system": p.system_name,
             "params": dict(p.params), "set": dict(doc["config"].get("overrides") or ()),
             "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
             "lower_bounds_s": doc["lower_bounds_s"],
             "gemm_kernel": doc.get("gemm_kernel"),  # the kernel the point's GEMMs ran
+            "provenance": doc.get("provenance"),  # the code and files that made it
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}
 
 
@@ -119,7 +136,10 @@ def _matches(p: Point, cfg: RunConfig, doc: dict) -> bool:
     keys = ("ranks", "collective", "topology", "mode", "m", "n", "k", "dtype", "timing_only",
             "system", "causes") + (() if cfg.system else ("device",))  # a system's job is
     # launched without --device (the system names its GPU)
-    return (all(c.get(k) == getattr(cfg, k) for k in keys)
+    def want(k):  # (a file the run read is shown as ``provenance.shown`` shows it)
+        v = getattr(cfg, k)
+        return provenance.shown(v) if k in provenance.PATH_KEYS and isinstance(v, str) else v
+    return (all(c.get(k) == want(k) for k in keys)
             and tuple(c.get("ablate", ())) == cfg.ablate
             and [tuple(x) for x in c.get("params", ())] == list(cfg.params)
             and [tuple(x) for x in c.get("overrides", ())] == list(cfg.overrides)
@@ -154,8 +174,19 @@ def csv_text(header: dict, points: list[dict]) -> str:
                         r.get("baseline") or "",
                         "" if r.get("speedup") is None else repr(r["speedup"]),
                         *(repr(parts[c]) if c in parts else "" for c in (*ORDER, "overlap")),
-                        describe(tuple((pt.get("set") or {}).items()))])
+                        describe(tuple((pt.get("set") or {}).items())),
+                        *_made_by(pt, header)])
     return buf.getvalue()
+
+
+def _made_by(pt: dict, header: dict) -> tuple[str, str, str]:
+    """A CSV row's version, commit (+ "-dirty" from a modified checkout) and code hash: its
+    point's own, else the sweep's."""
+    pv = pt.get("provenance") or header.get("provenance") or {}
+    commit = pv.get("commit") or ""
+    if commit and pv.get("clean") is False:
+        commit += "-dirty"
+    return pv.get("t3emu", ""), commit, pv.get("code", "")
 
 
 def load_results(out: Path) -> dict | None:
@@ -249,7 +280,7 @@ def _progress(todo: list, tty: bool):
 
 
 def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: float,
-            configs, ablate, causes, overrides) -> list:
+            configs, ablate, causes, overrides, mixed: bool = False) -> list:
     """The points still to run, each with its configuration, every one checked (options,
     device, memory) before the first job; a point file finished just before an
     interruption joins ``done`` instead."""
@@ -257,6 +288,7 @@ def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: 
     from emulator.app.launcher import preflight
 
     todo = []
+    code = provenance.code_hash()
     for p in sc.points:
         if p.key in done:
             continue
@@ -266,6 +298,11 @@ def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: 
         if path.exists():  # finished just before an interruption: keep it
             doc = _point_file(path)
             if doc is not None and _matches(p, cfg, doc) and not _failed_point(doc):
+                made_by = (doc.get("provenance") or {}).get("code")
+                if made_by != code and not mixed:
+                    raise ScenarioError(
+                        f"{path} was made by other code (code {made_by}, this is {code}); "
+                        f"use another --out directory, or --mixed to keep it, marked")
                 done[p.key] = _record(p, doc)
                 continue
         todo.append((p, cfg))
@@ -279,9 +316,11 @@ def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: 
 
 def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
               configs: tuple[str, ...] = (), ablate: tuple[str, ...] = (),
-              causes: bool = False, overrides: tuple = ()) -> int:
+              causes: bool = False, overrides: tuple = (), mixed: bool = False) -> int:
     """Run the scenario's missing points; return 0 if every point finished and passed.
-    ``configs``: configuration files to register in every point's job (``--configs``)."""
+    ``configs``: configuration files to register in every point's job (``--configs``).
+    ``mixed``: keep points made by other code or files (``provenance.mismatch``) instead
+    of refusing them; the results then say ``mixed_provenance`` and each point its own."""
     header = _header(sc, timing_only, configs, ablate, causes, overrides)
     try:
         prior = load_results(out)
@@ -297,12 +336,20 @@ def run_sweep(sc: Scenario, out: Path, timing_only: bool, watchdog_s: float,
                                     f"{header.get(key)!r}; use another --out directory")
         done = {pt["key"]: pt for pt in prior.get("points", []) if not _failed_point(pt)}
         # (a point whose numerics failed stays failed until a rerun passes: it runs again)
+        differs = provenance.mismatch(prior.get("provenance"), header["provenance"]) \
+            if done else ""
+        if differs and not mixed:
+            raise ScenarioError(f"{out} holds points made by other code or files ({differs}); "
+                                f"use another --out directory, or --mixed to keep them, "
+                                f"each marked with what made it")
+        if differs or prior.get("mixed_provenance"):
+            header["mixed_provenance"] = True
     made = [d for d in (out / "points", out / "logs") if not d.exists()]
     for d in made:
         d.mkdir(parents=True)
     try:
         todo = _to_run(sc, out, done, timing_only, watchdog_s, configs, ablate, causes,
-                       overrides)
+                       overrides, mixed)
     except BaseException:  # a refusal leaves nothing it made behind
         for d in made:
             with contextlib.suppress(OSError):

@@ -486,11 +486,15 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         for run in runs:
             if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
                 run["causes"] = causes_of(run["mode"], run["baseline"], times_cf)
+    from emulator.app import provenance
+
     doc = {
         "header": header(cfg, spec, world),
         "config": cfg.to_dict(),
         "world_size": world,
         "device": spec.to_dict(),
+        # the version, commit, code hash and the files it read (``app/provenance.py``)
+        "provenance": provenance.of_run(cfg, spec),
         "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         # the fraction of elements in which one rank's contribution exceeds the numerics
@@ -505,6 +509,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "first_gemm_stage_unix": first_stage,
         "created_unix": time.time(),
     }
+    provenance.relative_paths(doc)
     return doc, traced
 
 

@@ -755,4 +755,13 @@ def estimate(s: Setting, cache: Path | None = None, progress=None,
                       "batch": s.model.batch, "layers": getattr(s.model, "layers", 1),
                       "kind": s.model.kind, "set": list(s.overrides),
                       "tp_group_set": list(s.group), "alone_set": list(s.alone_job[1])}
+    from emulator.app import provenance
+
+    # what made it: the version, commit, code hash, the model, system and GPU files
+    doc["provenance"] = provenance.record([
+        ("model", getattr(s.model, "source", None)),
+        ("system", provenance.preset_file(s.system, "system") if s.system else None),
+        ("device", provenance.spec_path(getattr(spec, "source", "")))])
+    if isinstance(doc["setting"]["system"], str):
+        doc["setting"]["system"] = provenance.shown(doc["setting"]["system"])
     return doc
