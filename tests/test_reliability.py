@@ -598,6 +598,76 @@ def test_ctrl_c_or_sigterm_ends_a_run_and_its_ranks(how):
     _no_leftovers(seed)
 
 
+CTRL_C_MODEL = """\
+name = "toy"
+kind = "transformer"
+[transformer]
+hidden = 512
+heads = 8
+ffn = "gelu"
+ffn_hidden = 2048
+layers = 3
+vocab = 1000
+[run]
+seq = 64
+batch = 2
+"""
+
+
+@pytest.mark.parametrize("moment", [0.0, 1.0, 3.0], ids=["at-start", "after-1s", "after-3s"])
+@pytest.mark.parametrize("command", ["run", "sweep", "model"])
+def test_ctrl_c_exits_130_with_one_line(command, moment, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group: the launcher, mpiexec and the
+    ranks) at several moments of a run, a sweep and a model estimate: exit 130, one line
+    saying so, no rank's traceback or MPI_Abort, no process left."""
+    seed = {"run": "7111", "sweep": "7112", "model": "7113"}[command]
+    model = tmp_path / "toy.toml"
+    model.write_text(CTRL_C_MODEL)
+    args = {"run": ["run", "-n", "4", *SMALL, "--m", "2048", "--n", "1024", "--k", "1024",
+                    "--seed", seed],
+            "sweep": ["sweep", str(ROOT / "tests" / "data" / "tiny.toml"), "--out",
+                      str(tmp_path / "s")],
+            "model": ["model", str(model), "--system", "a100-sxm-x8", "--designs", "flux",
+                      "--no-cache"]}[command]
+    proc = subprocess.Popen([sys.executable, "-m", "emulator.app.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=conftest.test_env(), cwd=ROOT, start_new_session=True,
+                            stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(0.5 + moment)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    said = [line for line in err.splitlines() if "interrupted" in line]
+    assert proc.returncode == 130, err
+    assert len(said) == 1 and err.rstrip().endswith(said[0]), err
+    for noise in ("Traceback", "MPI_Abort", "[t3emu rank", "BAD TERMINATION", "died without"):
+        assert noise not in err + out, err
+    for _ in range(50):  # nothing of the job is left in its session
+        if not _in_session(proc.pid):
+            break
+        time.sleep(0.1)
+    assert not _in_session(proc.pid)
+
+
+def _in_session(sid: int) -> list[str]:
+    """Processes still running in session ``sid``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+                out.append(cmd)
+    return out
+
+
 # ---------------------------------------------------------------- no wrong PASS
 @pytest.mark.parametrize("fault,note", [
     ("drop-dma@1", "elements beyond tolerance"),

@@ -9,9 +9,25 @@ commands, so ``--help`` is instant and needs no MPI.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
-import click
+
+def _interrupted_early(signum, frame) -> None:
+    """Ctrl-C while the command line loads (``_Cli.main`` then installs the handler of the
+    whole run): one line (none from a rank of a job: its launcher says it), exit 130."""
+    if not any(k.startswith(("PMI_", "PMIX_", "OMPI_")) for k in os.environ):
+        sys.stderr.write("t3emu: interrupted\n")
+        sys.stderr.flush()
+    os._exit(130)
+
+
+if (threading.current_thread() is threading.main_thread()  # first: before the imports,
+        and os.path.basename(sys.argv[0]) in ("t3emu", "cli.py")):  # in the program only
+    signal.signal(signal.SIGINT, _interrupted_early)
+
+import click  # noqa: E402
 
 from collectives import ALGORITHMS, TOPOLOGIES
 from emulator.app.catalog import registry
@@ -90,8 +106,15 @@ class _Cli(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):
+        from emulator.runtime.process import Interrupted, on_interrupt
+
+        before = signal.getsignal(signal.SIGINT)
+        on_interrupt(rank=under_mpi())  # Ctrl-C: one line from the launcher, exit 130
         try:
             rc = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Interrupted:
+            click.echo("t3emu: interrupted", err=True)
+            sys.exit(130)
         except click.exceptions.NoArgsIsHelpError as exc:  # bare `t3emu`: the help
             click.echo(exc.ctx.get_help())
             sys.exit(exc.exit_code)
@@ -102,6 +125,9 @@ class _Cli(click.Group):
         except click.exceptions.Abort:
             click.echo("t3emu: interrupted", err=True)
             sys.exit(130)
+        finally:  # (a caller in this process, as the tests' runner, gets its own back)
+            if threading.current_thread() is threading.main_thread() and before is not None:
+                signal.signal(signal.SIGINT, before)
         sys.exit(rc if isinstance(rc, int) else 0)
 
 
@@ -263,6 +289,7 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
     from emulator.api import sweep as run_sweep
     from emulator.app.files import OutputError
     from emulator.app.scenario import ScenarioError
+    from emulator.runtime.process import Interrupted
 
     out = Path(out_dir)
     try:
@@ -271,8 +298,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
                        set=_overrides(overrides), mixed=mixed).exit_code
     except (ConfigError, ScenarioError, OutputError) as exc:
         _fail_usage(exc)
-    except KeyboardInterrupt:
-        click.echo(f"\nt3emu: sweep interrupted; finished points are in {out}; rerun the same "
+    except (KeyboardInterrupt, Interrupted):
+        click.echo(f"t3emu: sweep interrupted; finished points are in {out}; rerun the same "
                    f"command to resume", err=True)
         sys.exit(130)
     sys.exit(rc)

@@ -297,6 +297,16 @@ def print_lost_aborts(pid_dir: Path, seen, sink) -> None:
             sink.flush()
 
 
+class _Discard:
+    """A sink for a job's output once its end is the caller's to tell."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 def report_dead(watch: RankWatch, err) -> bool:
     """Name the ranks that died from outside (``watch.dead``) on ``err``; whether any did."""
     if not watch.dead:
@@ -364,7 +374,9 @@ def launch(cfg: RunConfig, stdout=None, stderr=None) -> int:
                 out.flush()
             rc = proc.wait()
         except BaseException:  # Ctrl-C reaches mpiexec too (a SIGTERM, e.g. from timeout or
-            # a batch system, only this process): give it time to stop its ranks
+            # a batch system, only this process): give it time to stop its ranks, and say
+            # nothing of their ends (the caller says why the job ended, once)
+            relay.sink = _Discard()
             try:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)

@@ -120,6 +120,8 @@ class _Reader(threading.Thread):
                 _, seq, rc = line.split()
                 self.events.put(("done", int(seq), int(rc)))
                 continue
+            if self.pool.quiet:  # stopped by the caller, who says why
+                continue
             try:  # a run's stderr while one runs (a caller's stream may be closed since)
                 sink = self.pool.sinks[1] if self.pool.sinks else sys.__stderr__
                 sink.write(line)
@@ -139,6 +141,7 @@ class Pool:
         self.proc: subprocess.Popen | None = None
         self.seq = 0
         self.sinks: list | None = None  # the current run's stdout and stderr
+        self.quiet = False  # the job's output dropped (Ctrl-C: the caller says it once)
 
     @staticmethod
     def key_of(cfg: RunConfig) -> tuple:
@@ -158,6 +161,7 @@ class Pool:
             mpiexec.append("-disable-auto-cleanup")
         argv = [*mpiexec, *host_args(cfg), "-n", str(cfg.ranks), sys.executable, "-m",
                 "mpi4py", "-m", "emulator.app.pool_rank"]
+        self.quiet = False
         self.pid_dir = tempfile.mkdtemp(prefix="t3emu-pool-")
         env["T3EMU_PID_DIR"] = self.pid_dir
         self.events: queue.Queue = queue.Queue()
@@ -211,6 +215,7 @@ class Pool:
             self.sinks = None
             return rc
         except BaseException:  # Ctrl-C (it reached mpiexec too), SIGTERM: stop the job
+            self.quiet = True
             self.close(stop=True)
             raise
         finally:

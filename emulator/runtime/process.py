@@ -7,6 +7,7 @@ at once instead of leaving peers waiting in a collective or an RMA epoch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -179,3 +180,31 @@ def warm_kernels(comm, watchdog_s: float, producer: str) -> None:
             loop_kernels.warm_up()
     finally:
         node.Free()
+
+
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) in the launching process: raised by ``on_interrupt``'s handler
+    instead of ``KeyboardInterrupt`` so no library catches it on the way (click would
+    print a blank line); the command line turns it into one line and exit 130."""
+
+
+def on_interrupt(rank: bool) -> None:
+    """SIGINT's handler for this process (main thread only): a rank of a job leaves at once
+    and quietly (exit 130: its launcher, which the terminal interrupted too, says it once
+    and stops the job; a rank's traceback or MPI_Abort would only repeat it per rank);
+    the launching process raises ``Interrupted``."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum, frame):
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(130)
+
+    def interrupted(signum, frame):
+        raise Interrupted()
+
+    signal.signal(signal.SIGINT, leave if rank else interrupted)
