@@ -623,7 +623,7 @@ def test_ctrl_c_exits_130_with_one_line(command, moment, tmp_path):
     seed = {"run": "7111", "sweep": "7112", "model": "7113"}[command]
     model = tmp_path / "toy.toml"
     model.write_text(CTRL_C_MODEL)
-    args = {"run": ["run", "-n", "4", *SMALL, "--m", "2048", "--n", "1024", "--k", "1024",
+    args = {"run": ["run", "-n", "4", *SMALL, "--m", "4096", "--n", "2048", "--k", "2048",
                     "--seed", seed],
             "sweep": ["sweep", str(ROOT / "tests" / "data" / "tiny.toml"), "--out",
                       str(tmp_path / "s")],
