@@ -6,7 +6,8 @@ from a file of one's own. Data against numpy + MPI's collectives; events checked
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_mpi_script
+from devices.spec import load_device
+from tests.conftest import ROOT, run_cli, run_mpi_script
 
 PLUGIN = str(ROOT / "run" / "configs" / "pull_ag_gemm.py")
 DEVICE = str(ROOT / "tests" / "data" / "four-dma.toml")
@@ -85,3 +86,22 @@ def test_a_plugin_configuration_pulls_with_per_wg_gates_on_several_engines(emula
     for a, b in zip(doc["runs"], timing["runs"], strict=True):  # the same model, no payload
         for key in ("modelled_time_s", "rank_phases_s", "dram_bytes_per_rank"):
             assert a[key] == b[key], (a["mode"], key)
+
+
+def test_the_example_plugin_on_a_ring_is_refused_before_launch_naming_its_topologies(
+        no_launch):
+    """It pulls from every peer: on a ring of 4 (neighbours only) it is refused in one line
+    before any process starts, naming the topologies it runs on; a ring of 3 links every
+    pair, so it runs there."""
+    env, marker = no_launch
+    proc = run_cli(["run", "-n", "4", "--configs", PLUGIN, "--collective", "ag+gemm",
+                    "--mode", "pull-ag-gemm", "--m", "256", "--n", "256", "--k", "64"],
+                   timeout=120, env=env)
+    assert proc.returncode == 2 and not marker.exists(), proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "full-mesh, switch or pcie" in lines[0] \
+        and "ring of 4 GPUs does not" in lines[0], proc.stderr
+    from emulator.app.catalog import registry
+
+    spec = load_device(DEVICE)
+    assert registry((PLUGIN,)).refusal("pull-ag-gemm", spec, "fp16", 3) == ""

@@ -736,3 +736,35 @@ def test_an_abnormal_end_leaves_no_shared_memory_behind(fault, hosts):
     assert proc.returncode != 0, proc.stdout + proc.stderr
     _no_leftovers("7121")
     assert not _mpi_shm() - before, sorted(_mpi_shm() - before)
+
+
+def test_a_launcher_that_is_not_on_this_machine_is_one_line(tmp_path):
+    """T3EMU_MPIEXEC naming a launcher this machine lacks (srun without Slurm): one line,
+    exit 2, before anything starts or is written, for run and sweep."""
+    env = conftest.test_env()
+    env["T3EMU_MPIEXEC"] = "no-such-launcher --mpi=pmi2"
+    for args in (["run", "-n", "2", *SMALL],
+                 ["sweep", str(ROOT / "tests" / "data" / "tiny.toml"), "--out",
+                  str(tmp_path / "s")]):
+        proc = run_cli(args, timeout=120, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert "T3EMU_MPIEXEC='no-such-launcher --mpi=pmi2' names no command" in lines[0]
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "model"])
+def test_json_dash_writes_the_document_on_standard_output(command, tmp_path):
+    """--json -: the document alone on stdout (what people read goes to stderr); no file
+    named '-'."""
+    model = tmp_path / "toy.toml"
+    model.write_text(CTRL_C_MODEL)
+    args = {"run": ["run", "-n", "2", *SMALL, "--timing-only"],
+            "model": ["model", str(model), "--system", "a100-sxm-x8", "--designs", "flux",
+                      "--no-cache"]}[command]
+    proc = run_cli([*args, "--json", "-"], timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["provenance"]["code"]
+    assert not (tmp_path / "-").exists()
+    assert ("modelled" in proc.stderr) if command == "run" else ("flux" in proc.stderr)

@@ -195,7 +195,8 @@ def _params(items: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
               help=f"Input values: {' or '.join(VALUES)} (int gives bit-exact fp32 checks).")
 @_watchdog
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the results as JSON here.")
+              help="Write the results as JSON here (-: on standard output, the summary then "
+                   "on standard error).")
 @click.option("--timing-only", is_flag=True,
               help="Run the same schedule, maps, tracker and DMA protocol without payloads "
                    "(no numerics check): paper-scale shapes in seconds, same modelled times.")
@@ -347,7 +348,8 @@ def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate
 @click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16",
               show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the estimate as JSON here.")
+              help="Write the estimate as JSON here (-: on standard output, the text then on "
+                   "standard error).")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
               help="Where the emulated operations' results are kept (default: "
                    "$XDG_CACHE_HOME/t3emu/ops or ~/.cache/t3emu/ops).")
@@ -414,7 +416,7 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
                               seq=seq, batch=batch, dtype=dtype, overrides=sets, ep=ep,
                               split_heads=split_heads, attention=attention)
         for opt, path in (("--json", json_path), ("--figure", figure_path)):
-            if path:
+            if path and path != "-":  # (--json -: standard output)
                 if not Path(path).resolve().parent.is_dir():
                     raise ValueError(f"{opt} {path}: its directory does not exist")
                 check_output_file(path, opt, 1 << 20)  # writable, with room: before any job
@@ -432,8 +434,12 @@ def model(spec, system, device, topology, phase, tp, pp, dp, ep, microbatches, s
     except RunError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(1)
-    click.echo(text(doc))
-    if json_path:
+    click.echo(text(doc), err=json_path == "-")  # (--json -: the document alone on stdout)
+    if json_path == "-":
+        import json
+
+        click.echo(json.dumps(doc, indent=1))
+    elif json_path:
         write_json_atomic(json_path, doc, indent=1)  # a failed write keeps the old file
         click.echo(f"json: {json_path}")
     if figure_path:

@@ -49,15 +49,31 @@ def find_mpiexec() -> str:
     else the mpiexec next to this Python (the mpich wheel), else PATH."""
     override = os.environ.get("T3EMU_MPIEXEC")
     if override:
+        try:
+            first = shlex.split(override)[0]
+        except (ValueError, IndexError):
+            raise LauncherError(f"the MPI launcher T3EMU_MPIEXEC={override!r} is not a "
+                                f"command") from None
+        if not shutil.which(first):
+            raise LauncherError(f"the MPI launcher T3EMU_MPIEXEC={override!r} names no "
+                                f"command on this machine ({first!r} is not on PATH); unset "
+                                f"it to use the mpich wheel's mpiexec, or name the launcher "
+                                f"this machine has")
         return override
     local = _wheel_mpiexec()
     if os.path.exists(local):
         return local
     found = shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
-        raise click.ClickException("no mpiexec found: install the 'mpich' wheel or set "
-                                   "T3EMU_MPIEXEC to your MPI launcher")
+        raise LauncherError("no mpiexec found: install the 'mpich' wheel or set "
+                            "T3EMU_MPIEXEC to your MPI launcher")
     return found
+
+
+class LauncherError(click.ClickException):
+    """No MPI launcher to start the job with: a setting to fix before launch (exit 2)."""
+
+    exit_code = 2
 
 
 def ranks_on_this_host(cfg: RunConfig) -> int:
@@ -98,7 +114,9 @@ def preflight(cfg: RunConfig, ranks_here: int) -> RunConfig:
     cfg = cfg.runnable(spec)
     if not os.environ.get("T3EMU_SKIP_MEMORY_CHECK"):
         cfg.check_memory(spec, ranks_here, available_memory())
-    if cfg.json:
+    if not under_mpi():  # a launcher to start the job with (LauncherError: none)
+        find_mpiexec()
+    if cfg.json and cfg.json != "-":  # (-: standard output)
         check_output_file(cfg.json, "--json", 16 << 20)
     if cfg.trace:
         check_output_file(cfg.trace, "--trace", 64 << 20)

@@ -171,8 +171,8 @@ PATH_KEYS = ("json", "trace", "device", "system")  # a run's options that may na
 def shown(value: str) -> str:
     """An option's value as a result shows it: a preset's name as it is, a file's path as
     ``display_name`` gives it."""
-    return display_name(value) if "/" in value or value.endswith((".toml", ".json")) \
-        else value
+    return display_name(value) if value != "-" and (
+        "/" in value or value.endswith((".toml", ".json"))) else value
 
 
 def relative_paths(doc: dict) -> None:

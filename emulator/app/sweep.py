@@ -285,7 +285,7 @@ def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: 
     device, memory) before the first job; a point file finished just before an
     interruption joins ``done`` instead."""
     from emulator.app.files import OutputError
-    from emulator.app.launcher import preflight
+    from emulator.app.launcher import LauncherError, preflight
 
     todo = []
     code = provenance.code_hash()
@@ -311,6 +311,8 @@ def _to_run(sc: Scenario, out: Path, done: dict, timing_only: bool, watchdog_s: 
             preflight(cfg, cfg.ranks)
         except (ConfigError, OutputError) as exc:
             raise ScenarioError(f"{sc.path}: point {p.label()}: {exc}") from None
+        except LauncherError as exc:  # (not the point's: every point's)
+            raise ScenarioError(exc.message) from None
     return todo
 
 

@@ -581,14 +581,23 @@ def _main(cfg: RunConfig) -> int:
                          f"transfer carrying data)\n")
     if rank != 0:
         return 1 if doc is None else 0
-    print(summary_table(doc), flush=True)
-    if cfg.json:
+    if cfg.json == "-":  # the document on stdout, what people read on stderr
+        sys.stderr.write(summary_table(doc) + "\n")
+        sys.stderr.flush()
+        import json
+
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.flush()
+    else:
+        print(summary_table(doc), flush=True)
+    if cfg.json and cfg.json != "-":
         write_json_atomic(cfg.json, doc)
     if cfg.trace:
         from emulator.app.trace import chrome_trace
 
         write_json_atomic(cfg.trace, chrome_trace(traced, doc), indent=None)
-        print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev)", flush=True)
+        print(f"trace: {cfg.trace} (open in https://ui.perfetto.dev)", flush=True,
+              file=sys.stderr if cfg.json == "-" else sys.stdout)
     failed = [r for r in doc["runs"] if r["numerics"] == "fail"]
     if failed:
         sys.stderr.write(f"t3emu: numerics FAIL in {', '.join(r['mode'] for r in failed)}: "

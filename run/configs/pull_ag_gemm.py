@@ -57,6 +57,23 @@ def build(p: Problem, op: Operation, algorithm: str) -> Plan:
     return Plan(layout, inputs, [phase], slots, result, arbitration="round-robin")
 
 
+def refuses(spec, ranks: int) -> str:
+    """Why a job of ``ranks`` GPUs cannot run it ("": it can): it pulls from every peer, so
+    every GPU needs a route to every other (a ring links neighbours only)."""
+    from emulator.model.topology import NoRoute, Topology
+
+    topo = Topology(spec.interconnect, ranks)
+    try:
+        for dst in range(1, ranks):
+            topo.route(0, dst)
+    except NoRoute:
+        return (f"it pulls from every peer, so it runs where every GPU reaches every other "
+                f"(--topology full-mesh, switch or pcie, or a system of them); this "
+                f"{spec.interconnect.topology} of {ranks} GPUs does not")
+    return ""
+
+
 REGISTRY.add_configuration(Configuration(
     "pull-ag-gemm", "AG by DMA pulls on every engine, a gate per GEMM WG (example plugin)",
-    "example", build, applies=lambda op: op.name == "ag+gemm", color="#bcbd22"))
+    "example", build, applies=lambda op: op.name == "ag+gemm", color="#bcbd22",
+    refuses=refuses))
