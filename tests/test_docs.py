@@ -187,6 +187,8 @@ def _readme_commands() -> list[list[str]]:
             cur += " " + s
         elif s.startswith("t3emu ") and line.startswith("    "):
             cur = s
+        elif line.startswith("$ t3emu "):  # a shown output's command (``doc_examples``)
+            cur = line[2:].strip()
         else:
             continue
         if cur.endswith("\\"):
