@@ -156,10 +156,26 @@ def sybil():
     return Sybil(parsers=[CodeBlockParser(language=LANGUAGE, evaluator=check)])
 
 
+# the docs whose ``python`` blocks are doctests of the API (``>>>``: run as shown, in a
+# directory of their own); other docs' Python blocks are listings, not run
+DOCTESTS = ("docs/api.md",)
+
+
+def python_sybil():
+    import doctest
+
+    from sybil import Sybil
+    from sybil.parsers.markdown import PythonCodeBlockParser
+
+    return Sybil(parsers=[PythonCodeBlockParser(
+        doctest_optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)])
+
+
 def examples() -> list:
     """Every shown output of the docs (sybil's examples)."""
-    s = sybil()
-    return [ex for path in files() for ex in s.parse(path).examples()]
+    s, py = sybil(), python_sybil()
+    out = [ex for path in files() for ex in s.parse(path).examples()]
+    return out + [ex for name in DOCTESTS for ex in py.parse(ROOT / name).examples()]
 
 
 def update(paths: list[Path]) -> None:

@@ -11,7 +11,8 @@ EXAMPLES = doc_examples.examples()
 
 def test_the_docs_show_outputs_to_check():
     shown = {ex.path.rsplit("/", 1)[-1] for ex in EXAMPLES}
-    assert {"README.md", "ficco.md", "flux.md", "fused-ops.md", "what-ifs.md"} <= shown
+    assert {"README.md", "ficco.md", "flux.md", "fused-ops.md", "what-ifs.md",
+            "api.md"} <= shown
 
 
 def test_a_changed_figure_is_found_and_an_abridged_line_is_not():
@@ -28,5 +29,6 @@ def test_a_changed_figure_is_found_and_an_abridged_line_is_not():
 
 @pytest.mark.parametrize("example", EXAMPLES,
                          ids=[f"{ex.path.rsplit('/', 1)[-1]}:{ex.line}" for ex in EXAMPLES])
-def test_a_shown_output_is_what_the_command_prints(example):
+def test_a_shown_output_is_what_the_command_prints(example, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (an API example writes where it runs)
     example.evaluate()
