@@ -36,13 +36,51 @@ def test_bad_usage_exits_2_with_one_line(args, option):
 def test_devices_lists_presets():
     proc = run_cli(["devices"], timeout=60)
     assert proc.returncode == 0 and "t3-sim" in proc.stdout and "t3-sim-2x-cu" in proc.stdout
-    # every GPU's four data movers with their fraction and source (a100-sxm's copy engine)
-    for name in ("SM stores", "copy engine", "NIC put", "library"):
-        assert proc.stdout.count(name) >= len(list_presets()), name
-    assert "0.9 of the link's peak; 2 us set-up per copy or flag write [p2pBandwidthLatency" \
-        in proc.stdout
-    assert proc.stdout.count("us per kernel, before it starts on the GPU [") == len(list_presets())
-    assert "3.55 us per kernel, before it starts on the GPU [Accel-Sim SM80_A100" in proc.stdout
+    # --details: every GPU's four data movers with their fraction and source (a100-sxm's
+    # copy engine), its GEMM kernels and launch
+    import json
+
+    proc = run_cli(["devices", "--details", "--json"], timeout=60)
+    doc = json.loads(proc.stdout)
+    movers = {(m["gpu"], m["part"]): m for m in doc["movers"]}
+    for name in list_presets():
+        for part in ("SM stores", "copy engine", "NIC put", "library", "GEMM", "launch"):
+            assert (name, part) in movers, (name, part)
+    copy = movers[("a100-sxm", "copy engine")]
+    assert copy["what"] == "0.9 of the link's peak; 2 us set-up per copy or flag write"
+    assert copy["source"].startswith("p2pBandwidthLatency")
+    launch = movers[("a100-sxm", "launch")]
+    assert launch["what"] == "3.55 us per kernel, before it starts on the GPU"
+    assert launch["source"].startswith("Accel-Sim SM80_A100")
+
+
+def test_tables_fit_the_terminal_and_give_the_same_rows_in_every_form():
+    """devices and configs: the table fits $COLUMNS (no word cut); CSV, JSON and Markdown
+    hold the same rows."""
+    import csv
+    import io
+    import json
+    import os
+
+    env = dict(os.environ, COLUMNS="100")
+    from tests.conftest import test_env
+
+    env = {**test_env(), "COLUMNS": "100"}
+    table = run_cli(["devices"], timeout=60, env=env).stdout
+    assert max(len(line) for line in table.splitlines()) <= 100, table
+    doc = json.loads(run_cli(["devices", "--format", "json"], timeout=60, env=env).stdout)
+    names = [g["name"] for g in doc["gpus"]]
+    assert names == list_presets()
+    rows = run_cli(["devices", "--format", "csv"], timeout=60, env=env).stdout
+    first = rows.split("\n# systems")[0].split("\n", 1)[1]
+    assert [r["name"] for r in csv.DictReader(io.StringIO(first))] == names
+    md = run_cli(["devices", "--format", "markdown"], timeout=60, env=env).stdout
+    assert all(f"| {n} " in md for n in names)
+    cfg = json.loads(run_cli(["configs", "--json"], timeout=60, env=env).stdout)
+    assert {"operations", "configurations", "params"} <= set(cfg)
+    assert any(c["name"] == "t3" and "gemm+rs" in c["operations"] for c in cfg["configurations"])
+    text = run_cli(["configs"], timeout=60, env=env).stdout
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 def test_every_preset_states_its_launch_cost_with_a_source():

@@ -94,7 +94,7 @@ def test_the_installed_tool_is_complete(installed):
     assert "t3emu, version" in _t3emu(installed, "--version")
     devices = _t3emu(installed, "devices")
     for name in ("t3-sim", "a100-sxm", "mi300x", "a100-sxm-2x8", "mi210-torus128"):
-        assert f"  {name} " in devices, devices
+        assert f"\n{name} " in devices, devices
     out = _t3emu(installed, "run", "--system", "a100-sxm-x8", "--collective", "gemm+rs",
                  "--m", "1024", "--n", "512", "--k", "256", "--mode", "sequential,flux-rs-w",
                  "--timing-only")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import tomllib
 
+import re
+
 import pytest
 
 from tests.conftest import ROOT, run_cli, run_pooled
@@ -79,7 +81,7 @@ def test_every_preset_loads_and_devices_lists_them():
     proc = run_cli(["devices"], timeout=60)
     assert proc.returncode == 0, proc.stderr
     for path in list(PRESETS.glob("*.toml")) + list((PRESETS / "systems").glob("*.toml")):
-        assert f"  {path.stem} " in proc.stdout, path.stem
+        assert re.search(rf"^{re.escape(path.stem)} ", proc.stdout, re.M), path.stem
     for name in NEW_SYSTEMS:
         assert (PRESETS / "systems" / f"{name}.toml").exists()
     from devices.system import load_system, system_size

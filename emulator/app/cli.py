@@ -607,32 +607,75 @@ def bench(json_path, only, scenario, quick, watchdog_s) -> None:
         click.echo(f"json: {json_path}")
 
 
+def _table_format(f):
+    """``--format`` (and ``--json``, its json form) of a command that prints tables."""
+    f = click.option("--json", "as_json", is_flag=True,
+                     help="The rows as JSON (the same as --format json).")(f)
+    return click.option("--format", "fmt", type=click.Choice(["table", "csv", "json",
+                                                              "markdown"]),
+                        default="table", show_default=True,
+                        help="table: fitted to the terminal's width; csv, json, markdown: "
+                             "the same rows for a spreadsheet, a script or a page.")(f)
+
+
+LABELS = {"cus": "CUs", "clock_ghz": "GHz", "fp16_tflops": "fp16 TFLOP/s",
+          "hbm_gb_per_s": "HBM GB/s", "hbm_datasheet_gb_per_s": "datasheet GB/s",
+          "l2_mb": "L2 MB", "dma_engines": "DMA", "launch_us": "launch us",
+          "link_gb_per_s": "link GB/s/dir", "link_latency_ns": "link ns"}
+
+
+def _emit(tables: list[tuple[str, str, list[dict], list[str]]], fmt: str) -> None:
+    """Print (key, title, rows, columns) tables in ``fmt`` (json: one object by key)."""
+    import json
+
+    from emulator.app.tables import render
+
+    if fmt == "json":
+        click.echo(json.dumps({key: [{c: r.get(c) for c in cols} for r in rows]
+                              for key, _, rows, cols in tables}, indent=1))
+        return
+    for i, (key, title, rows, cols) in enumerate(tables):
+        if fmt == "csv":  # one CSV per table, each after a "# key" line
+            click.echo(f"# {key}")
+        elif fmt == "markdown":
+            click.echo(f"{'' if i == 0 else chr(10)}### {title}{chr(10)}")
+        else:
+            click.echo(f"{'' if i == 0 else chr(10)}{title}")
+        click.echo(render(rows, cols, fmt, labels=LABELS))
+
+
 @main.command()
 @click.option("--configs", "configs", type=click.Path(dir_okay=False), multiple=True,
               help="Also list the configurations these files register.")
-def configs(configs) -> None:
-    """List operations and configurations (the registry)."""
+@_table_format
+def configs(configs, fmt, as_json) -> None:
+    """List operations and configurations (the registry), with the parameters each takes."""
     from emulator.engine.registry import RegistryError
 
+    fmt = "json" if as_json else fmt
     try:
         reg = registry(configs)
     except RegistryError as exc:
         _fail_usage(exc)
-    click.echo("operations:")
+    ops, cfgs, params = [], [], []
     for op in reg.operations.values():
-        alias = f" (alias {', '.join(op.aliases)})" if op.aliases else ""
-        click.echo(f"  {op.name:<10}{alias:<18} {op.help}; algorithms: "
-                   f"{', '.join(op.algorithms)}; {op.design}; {op.dims}; default "
-                   f"M={op.shape[0]} N={op.shape[1]} K={op.shape[2]}")
-        for pname, prm in op.params.items():
-            click.echo(f"  {'':<28} --param {pname}= (default {prm.default:g}): {prm.help}")
-    click.echo("configurations:")
+        ops.append({"name": op.name, "aliases": ", ".join(op.aliases), "help": op.help,
+                    "algorithms": ", ".join(op.algorithms), "design": op.design,
+                    "dims": op.dims,
+                    "default": f"M={op.shape[0]} N={op.shape[1]} K={op.shape[2]}"})
+        params += [{"of": op.name, "param": n, "default": f"{prm.default:g}", "help": prm.help}
+                   for n, prm in op.params.items()]
     for name, c in reg.configurations.items():
-        ops = [op.name for op in reg.operations.values() if c.applies(op)]
-        algos = f"; algorithm {' or '.join(c.algorithms)}" if c.algorithms else ""
-        click.echo(f"  {name:<14} [{c.design}] {c.help}; operations: {', '.join(ops)}{algos}")
-        for pname, prm in c.params.items():
-            click.echo(f"  {'':<14} --param {pname}= (default {prm.default:g}): {prm.help}")
+        cfgs.append({"name": name, "design": c.design, "help": c.help,
+                     "operations": ", ".join(op.name for op in reg.operations.values()
+                                             if c.applies(op)),
+                     "algorithms": " or ".join(c.algorithms)})
+        params += [{"of": name, "param": n, "default": f"{prm.default:g}", "help": prm.help}
+                   for n, prm in c.params.items()]
+    _emit([("operations", "operations:", ops, list(ops[0])),
+           ("configurations", "configurations:", cfgs, list(cfgs[0])),
+           ("params", "parameters (--param NAME=VALUE):", params,
+            ["of", "param", "default", "help"])], fmt)
 
 
 def _bytes(text: str) -> int:
@@ -735,6 +778,21 @@ def _executors(spec) -> list[str]:
     ]
     return [f"{name:<12} {what} [{ex.sources.get(key) or 'no source given'}]"
             for name, what, key in rows]
+
+
+def _movers(spec) -> list[dict]:
+    """A GPU's data movers, GEMM kernels and launch: what each is and its source."""
+    out = []
+    for line in _executors(spec) + [_gemm_line(spec)]:
+        head, _, rest = line.partition(" ")
+        what, _, src = rest.strip().rpartition(" [")
+        name = {"SM": "SM stores", "copy": "copy engine", "NIC": "NIC put"}.get(head, head)
+        if head in ("SM", "copy", "NIC"):
+            what = what.split(None, 1)[1] if " " in what else what
+        out.append({"part": name, "what": what.strip(), "source": src.rstrip("]")})
+    out.append({"part": "launch", "what": f"{spec.launch_s * 1e6:g} us per kernel, before it "
+                f"starts on the GPU", "source": spec.launch_source or "no source given"})
+    return out
 
 
 def _gemm_line(spec) -> str:
@@ -937,45 +995,60 @@ def probe_preset(file, base, name, out_path) -> None:
 
 
 @main.command()
-def devices() -> None:
-    """List GPU presets (--device) and system presets (--system) with their key figures, and
-    each GPU's data movers (SM stores, copy engine, NIC put, library kernel): the share of
-    the port's peak each achieves, its fixed costs and their sources."""
+@_table_format
+@click.option("--details", is_flag=True,
+              help="Also each GPU's data movers, GEMM kernels and launch, with sources.")
+def devices(fmt, as_json, details) -> None:
+    """List GPU presets (--device) and system presets (--system) with their key figures;
+    --details adds each GPU's data movers (SM stores, copy engine, NIC put, library kernel:
+    the share of the port's peak each achieves, its fixed costs), its GEMM kernels and its
+    launch, each with its source."""
     from devices.spec import list_presets, load_device
     from devices.system import list_systems, load_system
     from emulator.model.topology import Topology
 
-    click.echo("GPUs (--device NAME or FILE):")
+    fmt = "json" if as_json else fmt
+    gpus, movers, systems = [], [], []
     for name in list_presets():
         spec = load_device(name)
         ic = spec.interconnect
-        click.echo(f"  {name:<14} {spec.cus} CUs @ {spec.clock_hz / 1e9:g} GHz, "
-                   f"{spec.peak_flops('fp16') / 1e12:.1f} TFLOP/s fp16, "
-                   f"HBM {spec.hbm_bw / 1e9:.0f} GB/s"
-                   + (f" sustained (datasheet {spec.hbm_datasheet / 1e9:g})"
-                      if spec.hbm_bw < spec.hbm_datasheet else "")
-                   + f", L2 {spec.l2_bytes >> 20} MB, "
-                   f"{spec.dma_engines} DMA, launch {spec.launch_s * 1e6:g} us; "
-                   f"{ic.links} x {ic.link_bw / 1e9:g} GB/s/dir links ({ic.topology})")
-        click.echo(f"  {'':<14} {spec.description}")
-        for line in _executors(spec):
-            click.echo(f"  {'':<14} {line}")
-        click.echo(f"  {'':<14} {_gemm_line(spec)}")
-        click.echo(f"  {'':<14} {'launch':<12} {spec.launch_s * 1e6:g} us per kernel, before it "
-                   f"starts on the GPU [{spec.launch_source or 'no source given'}]")
-    click.echo("systems (--system NAME or FILE):")
+        gpus.append({
+            "name": name, "cus": spec.cus, "clock_ghz": round(spec.clock_hz / 1e9, 4),
+            "fp16_tflops": round(spec.peak_flops("fp16") / 1e12, 1),
+            "hbm_gb_per_s": round(spec.hbm_bw / 1e9),
+            "hbm_datasheet_gb_per_s": round(spec.hbm_datasheet / 1e9),
+            "l2_mb": spec.l2_bytes >> 20, "dma_engines": spec.dma_engines,
+            "launch_us": round(spec.launch_s * 1e6, 3), "links": ic.links,
+            "link_gb_per_s": round(ic.link_bw / 1e9, 3), "topology": ic.topology,
+            "description": spec.description})
+        if details or fmt == "json":
+            movers += [{"gpu": name, **m} for m in _movers(spec)]
     for name in list_systems():
         spec = load_system(name)
         ic = spec.interconnect
         size = ic.gpus_per_node * ic.nodes
         topo = Topology(ic, size or 8)
-        net = (f"; {ic.nics_per_node} NICs/node x {ic.nic_bw / 1e9:g} GB/s/dir "
-               f"({ic.network}, {ic.nic_latency_s * 1e9:g} ns)" if ic.network else "")
-        click.echo(f"  {name:<14} {size or 'any'} x {spec.name}: {topo.describe()}, "
-                   f"{ic.link_bw / 1e9:g} GB/s/dir, {ic.link_latency_s * 1e9:g} ns{net}; "
-                   f"{_library(ic)} {ic.library_fraction:g}"
-                   + (f"/{ic.library_fraction_network:g}" if ic.network else "") + " of peak")
-        click.echo(f"  {'':<14} {spec.description}")
+        systems.append({
+            "name": name, "gpus": size or "any", "gpu": spec.name,
+            "topology": topo.describe(), "link_gb_per_s": round(ic.link_bw / 1e9, 3),
+            "link_latency_ns": round(ic.link_latency_s * 1e9, 3),
+            "network": (f"{ic.nics_per_node} NICs/node x {ic.nic_bw / 1e9:g} GB/s/dir "
+                        f"({ic.network}, {ic.nic_latency_s * 1e9:g} ns)" if ic.network
+                        else ""),
+            "library": (f"{_library(ic)} {ic.library_fraction:g}"
+                        + (f"/{ic.library_fraction_network:g}" if ic.network else "")
+                        + " of peak"),
+            "description": spec.description})
+    brief = fmt in ("table", "markdown") and not details  # (descriptions: --details)
+    extra = ("description", "hbm_datasheet_gb_per_s", "launch_us")  # (--details)
+    tables = [("gpus", "GPUs (--device NAME or FILE):", gpus,
+               [c for c in gpus[0] if not (brief and c in extra)]),
+              ("systems", "systems (--system NAME or FILE):", systems,
+               [c for c in systems[0] if not (brief and c == "description")])]
+    if movers:
+        tables.insert(1, ("movers", "each GPU's data movers, GEMM kernels and launch:",
+                          movers, ["gpu", "part", "what", "source"]))
+    _emit(tables, fmt)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""Tables the command line prints: one set of rows, four forms (``--format``).
+
+- ``table``: for a terminal, fitted to its width (``tabulate``; the widest text columns
+  wrap at word boundaries until the table fits: ``$COLUMNS`` or the terminal's width,
+  100 when the output is not a terminal and ``$COLUMNS`` is unset);
+- ``csv``, ``json`` (a list of objects, the columns as keys), ``markdown`` (GitHub's
+  pipe tables): the same rows for a spreadsheet, a script or a page.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+
+FORMATS = ("table", "csv", "json", "markdown")
+MIN_WIDTH = 8  # a wrapped column keeps at least this many characters
+
+
+def width() -> int:
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def _fit(rows: list[list[str]], headers: list[str], limit: int) -> list[int | None]:
+    """Each column's wrap width (None: as wide as it is) so the table fits ``limit``: the
+    widest text column (one with spaces in its cells or header; never the first, the
+    row's name) is narrowed first, never below its longest word, so no word is cut."""
+    from tabulate import tabulate
+
+    widths: list[int | None] = [None] * len(headers)
+    if not rows:
+        return widths
+
+    def table_width() -> int:
+        text = tabulate(rows, headers, tablefmt="simple", maxcolwidths=widths,
+                        maxheadercolwidths=widths, disable_numparse=True)
+        return max((len(line) for line in text.splitlines()), default=0)
+
+    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    floor = [max([MIN_WIDTH] + [len(w) for r in rows for w in r[i].split()]
+                 + [len(w) for w in headers[i].split()]) for i in range(len(headers))]
+    text = [i > 0 and (" " in headers[i] or any(" " in r[i] for r in rows))
+            for i in range(len(headers))]
+    over = table_width() - limit
+    while over > 0:
+        current = [w if w is not None else natural[i] for i, w in enumerate(widths)]
+        narrower = [i for i in range(len(headers)) if text[i] and current[i] > floor[i]]
+        if not narrower:
+            break  # as narrow as it goes without cutting words: the terminal wraps the rest
+        i = max(narrower, key=lambda j: current[j])
+        widths[i] = max(floor[i], current[i] - max(2, over))
+        over = table_width() - limit
+    return widths
+
+
+def render(rows: list[dict], columns: list[str], fmt: str = "table",
+           limit: int | None = None, labels: dict[str, str] | None = None) -> str:
+    """``rows`` (dicts, ``columns`` their keys in order) in form ``fmt``; ``labels``: the
+    headers of the table and Markdown forms (CSV and JSON keep the keys)."""
+    if fmt == "json":
+        return json.dumps([{c: r.get(c) for c in columns} for r in rows], indent=1)
+    cells = [["" if r.get(c) is None else str(r.get(c)) for c in columns] for r in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(cells)
+        return buf.getvalue().rstrip("\n")
+    from tabulate import tabulate
+
+    heads = [(labels or {}).get(c, c) for c in columns]
+    if fmt == "markdown":
+        return tabulate(cells, heads, tablefmt="github", disable_numparse=True)
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    import tabulate as tb
+
+    padding, tb.MIN_PADDING = tb.MIN_PADDING, 0  # (headers padded as the cells are)
+    try:
+        widths = _fit(cells, heads, limit or width())
+        return tabulate(cells, heads, tablefmt="simple", maxcolwidths=widths,
+                        maxheadercolwidths=widths, disable_numparse=True)
+    finally:
+        tb.MIN_PADDING = padding
