@@ -27,6 +27,13 @@ def _mpi_collective(name: str):
 BOTH = ("ring", "direct")
 
 
+def _nccl_names(name: str, binary: str) -> tuple[str, ...]:
+    """The names nccl-tests users type for a collective: ours (``all-gather``), nccl-tests'
+    (``all_gather``) and its binary's (``all_gather_perf``); ``t3emu run`` and ``t3emu
+    nccl-tests`` take each."""
+    return name, binary, f"{binary}_perf"
+
+
 def _moved(n: int) -> float:
     return (n - 1) / n
 
@@ -43,22 +50,26 @@ AR = {**BUS, "ar": _ar}
 REGISTRY.add_operation(Operation(
     "gemm+rs", "reduce-scatter of the GEMM's partial output", "T3 sec. 1",
     BOTH, operations.REDUCE_SCATTER, _mpi_collective("reduce_scatter"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("rs",), reducing=True,
+    lambda m, n, k, rows, e: (m - rows) * e * n,
+    aliases=("rs", *_nccl_names("reduce-scatter", "reduce_scatter")), reducing=True,
     bus_factors=BUS))
 REGISTRY.add_operation(Operation(
     "gemm+ag", "all-gather of each rank's GEMM output rows", "T3 sec. 1",
     BOTH, operations.ALL_GATHER, _mpi_collective("all_gather"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("ag",), a_rows="own",
+    lambda m, n, k, rows, e: (m - rows) * e * n,
+    aliases=("ag", *_nccl_names("all-gather", "all_gather")), a_rows="own",
     compute_rows="own", bus_factors=BUS))
 REGISTRY.add_operation(Operation(
     "gemm+ar", "all-reduce = RS + AG (T3's tensor-parallel case)", "T3 sec. 1",
     BOTH, operations.ALL_REDUCE, _mpi_collective("all_reduce"),
-    lambda m, n, k, rows, e: 2 * (m - rows) * e * n, aliases=("ar",), reducing=True,
+    lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
+    aliases=("ar", *_nccl_names("all-reduce", "all_reduce")), reducing=True,
     bus_factors=AR, spans={"ar": ("rs", "ag")}, passes=2))
 REGISTRY.add_operation(Operation(
     "gemm+a2a", "all-to-all of the GEMM's output row chunks", "T3 sec. 1",
     ("direct",), operations.ALL_TO_ALL, _mpi_collective("all_to_all"),
-    lambda m, n, k, rows, e: (m - rows) * e * n, aliases=("a2a",), bus_factors=BUS, exchange=True,
+    lambda m, n, k, rows, e: (m - rows) * e * n,
+    aliases=("a2a", *_nccl_names("all-to-all", "alltoall")), bus_factors=BUS, exchange=True,
     params={"expert_skew": EXPERT_SKEW}))
 REGISTRY.add_operation(Operation(
     "ag+gemm", "all-gather of the input rows feeding a GEMM (consumer-side fusion)",

@@ -4,7 +4,7 @@ from collectives import TOPOLOGIES, supported as _supported  # noqa: F401 - re-e
 from emulator.app.catalog import registry
 
 REG = registry()
-COLLECTIVES = tuple(a for op in REG.operations.values() for a in op.aliases)
+COLLECTIVES = tuple(op.aliases[0] for op in REG.operations.values() if op.aliases)
 COLLECTIVE_ALGORITHMS = {c: REG.operation(c).algorithms for c in COLLECTIVES}
 
 

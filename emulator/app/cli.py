@@ -30,6 +30,7 @@ if (threading.current_thread() is threading.main_thread()  # first: before the i
 import click  # noqa: E402
 
 from collectives import ALGORITHMS, TOPOLOGIES
+from emulator.app import nccl_tests as nt
 from emulator.app.catalog import registry
 from emulator.app.config import VALUES, ConfigError, RunConfig
 from emulator.app.launcher import under_mpi
@@ -678,43 +679,67 @@ def configs(configs, fmt, as_json) -> None:
             ["of", "param", "default", "help"])], fmt)
 
 
-def _bytes(text: str) -> int:
-    units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-             "G": 1 << 30, "GB": 1 << 30}
-    t = text.strip().upper()
-    num = t.rstrip("KMGB")
-    if not num.isdigit() or t[len(num):] not in units:
-        raise click.BadParameter(f"{text!r}: a size such as 1024, 64K, 1M or 1G")
-    return int(num) * units[t[len(num):]]
-
-
 @main.command("nccl-tests")
 @click.argument("system")
-@click.option("--collective", "collective", default="all-gather", show_default=True,
-              type=click.Choice(["all-gather", "reduce-scatter", "all-reduce"]))
-@click.option("-b", "--min-bytes", "lo", default="1K", show_default=True,
-              help="Smallest size (the whole buffer, as nccl-tests).")
-@click.option("-e", "--max-bytes", "hi", default="1G", show_default=True, help="Largest size.")
-@click.option("-f", "--factor", default=4, show_default=True, type=click.IntRange(2, 1024),
-              help="Size multiplier between rows.")
+@click.option("--collective", "collective", default="all_gather", show_default=True,
+              help="all_gather, reduce_scatter, all_reduce or alltoall (nccl-tests' names, "
+                   "with or without _perf), or any name `t3emu run` takes for their "
+                   "operations (all-gather, ag, gemm+ag, ...).")
+@click.option("-b", "--minbytes", "--min-bytes", "lo", default="1K", show_default=True,
+              help="Smallest size, as nccl-tests: a number with an optional K, M or G "
+                   "(powers of 1024), e.g. 8, 1K, 1.5M.")
+@click.option("-e", "--maxbytes", "--max-bytes", "hi", default="1G", show_default=True,
+              help="Largest size (as -b).")
+@click.option("-f", "--stepfactor", "--factor", "factor", default=4, show_default=True,
+              type=click.IntRange(2, 1024), help="Size multiplier between rows.")
+@click.option("-d", "--datatype", "datatype", default="float", show_default=True,
+              help=f"nccl-tests' type: {', '.join(nt.DATATYPES)} (the emulator's "
+                   f"{', '.join(nt.DATATYPES.values())}); its integer types and double "
+                   f"are refused.")
+@click.option("-o", "--op", "op", default="sum", show_default=True,
+              help=f"Reduction: {', '.join(nt.OPS)}; {nt.OPS_HELP}. all_gather and "
+                   f"alltoall show none, as nccl-tests.")
 @click.option("-n", "--ranks", type=click.IntRange(1, 4096), default=None,
-              help="GPUs (default: the whole system; a system of any size: 8).")
+              help="GPUs (default: the whole system; a system of any size: 8). Not "
+                   "nccl-tests' -n (iterations): the emulation times one call.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a key of the system or its GPU for this table (as t3emu run).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows as JSON.")
 @_watchdog
-def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path,
+def nccl_tests(system, collective, lo, hi, factor, datatype, op, ranks, overrides, json_path,
                watchdog_s) -> None:
     """The library collective of SYSTEM over sizes, as nccl-tests prints it: each row an
     emulated timing-only run of the library's schedule (its algorithm, protocol and
-    channels from NCCL's or RCCL's tuning model, whose prediction is the last column)."""
+    channels from NCCL's or RCCL's tuning model, whose prediction is the last column).
+    Counts as nccl-tests rounds them: all_gather, reduce_scatter and alltoall a whole 16
+    bytes per rank (the size printed is what is moved, 0 where nothing is left)."""
     from devices.spec import SpecError
     from devices.system import load_system, system_size
-    from emulator.app import nccl_tests as nt
     from emulator.app.files import OutputError, check_output_file, write_json_atomic
 
     _check_watchdog(watchdog_s)
+    try:
+        name = nt.resolve(collective)
+    except ValueError as exc:
+        _fail_usage(ConfigError("--collective", collective, str(exc)))
+    try:
+        dtype = nt.datatype(datatype)
+    except ValueError as exc:
+        _fail_usage(ConfigError("-d/--datatype", datatype, str(exc)))
+    if op not in nt.OPS:
+        _fail_usage(ConfigError("-o/--op", op, f"supported: {', '.join(nt.OPS)}"))
+    sizes_b = []
+    for opt, text in (("-b/--min-bytes", lo), ("-e/--max-bytes", hi)):
+        try:
+            sizes_b.append(nt.parse_size(text))
+        except ValueError as exc:
+            _fail_usage(ConfigError(opt, text, str(exc).partition(": ")[2]))
+    lo_b, hi_b = sizes_b
+    if lo_b < 1:
+        _fail_usage(ConfigError("-b/--min-bytes", lo, "a size of at least 1 byte"))
+    if lo_b > hi_b:
+        _fail_usage(ValueError(f"-b/--min-bytes {lo} is larger than -e/--max-bytes {hi}"))
     sets = _overrides(overrides)
     try:
         spec = load_system(system, sets)
@@ -725,30 +750,27 @@ def nccl_tests(system, collective, lo, hi, factor, ranks, overrides, json_path,
                                f"library in its GPU file): its collectives are T3's own "
                                f"ring kernels, not a library's"))
     ranks = ranks if ranks is not None else system_size(spec) or 8
-    lo_b, hi_b = _bytes(lo), _bytes(hi)
-    if lo_b < 1:
-        _fail_usage(ConfigError("-b/--min-bytes", lo, "a size of at least 1 byte"))
-    if lo_b > hi_b:
-        _fail_usage(ValueError(f"--min-bytes {lo} is larger than --max-bytes {hi}"))
     from emulator import api
 
     sizes = nt.sizes(lo_b, hi_b, factor)
+    e = nt.element_bytes(dtype)
     try:
-        for s in sizes:
-            nt.shape(s, ranks)
         if json_path:
             check_output_file(json_path, "--json", 1 << 20)
-        for s in {sizes[0], sizes[-1]}:  # as each row's run checks itself
-            api.config(nt.COLLECTIVES[collective][0], system=system, ranks=ranks,
+        elems = [n for n in (nt.counts(s, ranks, name, e)[2] for s in sizes) if n]
+        for n in {elems[0], elems[-1]} if elems else {ranks}:  # as each row's run checks
+            api.config(nt.COLLECTIVES[name][0], system=system, ranks=ranks, dtype=dtype,
                        set=dict(sets), timing_only=True, watchdog_s=watchdog_s,
-                       modes="sequential", **nt.dims(s, ranks, collective))
+                       modes="sequential", **nt.dims(n, ranks))
     except (ValueError, OutputError) as exc:
         _fail_usage(exc)
-    rows = nt.table(system, collective, ranks, sizes, tuple(sets), echo=click.echo,
-                    watchdog_s=watchdog_s)
+    rows = nt.table(system, name, ranks, sizes, tuple(sets), echo=click.echo,
+                    watchdog_s=watchdog_s, dtype=dtype, op=op)
     if json_path:
-        write_json_atomic(json_path, {"system": system, "collective": collective,
-                                      "ranks": ranks, "rows": rows}, indent=1)
+        write_json_atomic(json_path, {"system": system, "collective": name, "ranks": ranks,
+                                      "type": datatype, "redop": rows[0]["redop"],
+                                      "rows": rows, "avg_busbw": nt.avg_busbw(rows)},
+                          indent=1)
 
 
 def _library(ic) -> str:
