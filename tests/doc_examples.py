@@ -9,8 +9,12 @@ abridged (the printed line starts with what precedes the ``...``), and the print
 not shown are left out of the docs on purpose. So every modelled figure a doc shows is
 the code's.
 
+A ``generated`` block is written the same way but holds outputs too slow for the suite
+(minutes of runs: the emulated nccl-tests tables); it is the whole of what its commands
+print, made by them, and the update below rewrites it whole.
+
 After a change that moves the numbers on purpose, rewrite the shown lines from fresh runs
-(the abridged shape kept):
+(the abridged shape kept; ``generated`` blocks whole):
 
     python -m tests.doc_examples --update            # every doc
     python -m tests.doc_examples --update README.md  # one
@@ -26,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LANGUAGE = "console"
+GENERATED = "generated"
 PROMPT = "$ "
 # this host's wall times: the summary's wall column, progress lines, sweep lines
 WALL = [(re.compile(r"\b\d+\.\d+s$"), "<wall>"),
@@ -124,12 +129,16 @@ def _key(line: str) -> str:
     return " ".join(re.sub(r"[-+]?\d[\d,]*(\.\d+)?", "#", line).split())
 
 
-def updated(text: str) -> str:
-    """A block's text with each shown line replaced by the printed line it stands for."""
+def updated(text: str, whole: bool = False) -> str:
+    """A block's text with each shown line replaced by the printed line it stands for
+    (``whole``: by everything its command prints)."""
     out = []
     for command, shown, lines in commands(text, raw=True):
         printed = run(command)
         out += lines
+        if whole:
+            out += [line.rstrip() for line in printed]
+            continue
         at = 0
         for line in shown:
             if not line.strip() or line.strip() == "...":
@@ -179,10 +188,11 @@ def examples() -> list:
 
 
 def update(paths: list[Path]) -> None:
-    fence = re.compile(r"^```" + LANGUAGE + r"\n(.*?)^```$", re.M | re.S)
+    fence = re.compile(r"^```(" + LANGUAGE + "|" + GENERATED + r")\n(.*?)^```$", re.M | re.S)
     for path in paths:
         text = path.read_text()
-        new = fence.sub(lambda m: "```" + LANGUAGE + "\n" + updated(m.group(1)) + "```", text)
+        new = fence.sub(lambda m: "```" + m.group(1) + "\n"
+                        + updated(m.group(2), whole=m.group(1) == GENERATED) + "```", text)
         if new != text:
             path.write_text(new)
             print(f"updated {path.relative_to(ROOT)}")

@@ -753,7 +753,7 @@ def test_a_launcher_that_is_not_on_this_machine_is_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("command", ["run", "model"])
+@pytest.mark.parametrize("command", ["run", "model", "nccl-tests"])
 def test_json_dash_writes_the_document_on_standard_output(command, tmp_path):
     """--json -: the document alone on stdout (what people read goes to stderr); no file
     named '-'."""
@@ -761,10 +761,15 @@ def test_json_dash_writes_the_document_on_standard_output(command, tmp_path):
     model.write_text(CTRL_C_MODEL)
     args = {"run": ["run", "-n", "2", *SMALL, "--timing-only"],
             "model": ["model", str(model), "--system", "a100-sxm-x8", "--designs", "flux",
-                      "--no-cache"]}[command]
+                      "--no-cache"],
+            "nccl-tests": ["nccl-tests", "mi210x4", "-b", "1K", "-e", "8K"]}[command]
     proc = run_cli([*args, "--json", "-"], timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["provenance"]["code"]
     assert not (tmp_path / "-").exists()
-    assert ("modelled" in proc.stderr) if command == "run" else ("flux" in proc.stderr)
+    said = {"run": "modelled", "model": "flux", "nccl-tests": "# Avg bus bandwidth"}[command]
+    assert said in proc.stderr
+    if command != "nccl-tests":
+        assert doc["provenance"]["code"]
+    else:
+        assert len(doc["rows"]) == 2

@@ -705,7 +705,8 @@ def configs(configs, fmt, as_json) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a key of the system or its GPU for this table (as t3emu run).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the rows as JSON.")
+              help="Also write the rows as JSON (-: on standard output, the table then on "
+                   "standard error).")
 @_watchdog
 def nccl_tests(system, collective, lo, hi, factor, datatype, op, ranks, overrides, json_path,
                watchdog_s) -> None:
@@ -755,7 +756,7 @@ def nccl_tests(system, collective, lo, hi, factor, datatype, op, ranks, override
     sizes = nt.sizes(lo_b, hi_b, factor)
     e = nt.element_bytes(dtype)
     try:
-        if json_path:
+        if json_path and json_path != "-":  # (-: standard output)
             check_output_file(json_path, "--json", 1 << 20)
         elems = [n for n in (nt.counts(s, ranks, name, e)[2] for s in sizes) if n]
         for n in {elems[0], elems[-1]} if elems else {ranks}:  # as each row's run checks
@@ -764,13 +765,18 @@ def nccl_tests(system, collective, lo, hi, factor, datatype, op, ranks, override
                        modes="sequential", **nt.dims(n, ranks))
     except (ValueError, OutputError) as exc:
         _fail_usage(exc)
-    rows = nt.table(system, name, ranks, sizes, tuple(sets), echo=click.echo,
+    to_stdout = json_path == "-"  # the table then goes to stderr, the document to stdout
+    rows = nt.table(system, name, ranks, sizes, tuple(sets),
+                    echo=(lambda line: click.echo(line, err=True)) if to_stdout else click.echo,
                     watchdog_s=watchdog_s, dtype=dtype, op=op)
-    if json_path:
-        write_json_atomic(json_path, {"system": system, "collective": name, "ranks": ranks,
-                                      "type": datatype, "redop": rows[0]["redop"],
-                                      "rows": rows, "avg_busbw": nt.avg_busbw(rows)},
-                          indent=1)
+    doc = {"system": system, "collective": name, "ranks": ranks, "type": datatype,
+           "redop": rows[0]["redop"], "rows": rows, "avg_busbw": nt.avg_busbw(rows)}
+    if to_stdout:
+        import json
+
+        click.echo(json.dumps(doc, indent=1))
+    elif json_path:
+        write_json_atomic(json_path, doc, indent=1)
 
 
 def _library(ic) -> str:
