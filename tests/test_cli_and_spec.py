@@ -60,9 +60,7 @@ def test_tables_fit_the_terminal_and_give_the_same_rows_in_every_form():
     import csv
     import io
     import json
-    import os
 
-    env = dict(os.environ, COLUMNS="100")
     from tests.conftest import test_env
 
     env = {**test_env(), "COLUMNS": "100"}
@@ -78,7 +76,8 @@ def test_tables_fit_the_terminal_and_give_the_same_rows_in_every_form():
     assert all(f"| {n} " in md for n in names)
     cfg = json.loads(run_cli(["configs", "--json"], timeout=60, env=env).stdout)
     assert {"operations", "configurations", "params"} <= set(cfg)
-    assert any(c["name"] == "t3" and "gemm+rs" in c["operations"] for c in cfg["configurations"])
+    assert any(c["name"] == "t3" and "gemm+rs" in c["operations"]
+               for c in cfg["configurations"])
     text = run_cli(["configs"], timeout=60, env=env).stdout
     assert max(len(line) for line in text.splitlines()) <= 100
 

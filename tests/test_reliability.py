@@ -598,20 +598,7 @@ def test_ctrl_c_or_sigterm_ends_a_run_and_its_ranks(how):
     _no_leftovers(seed)
 
 
-CTRL_C_MODEL = """\
-name = "toy"
-kind = "transformer"
-[transformer]
-hidden = 512
-heads = 8
-ffn = "gelu"
-ffn_hidden = 2048
-layers = 3
-vocab = 1000
-[run]
-seq = 64
-batch = 2
-"""
+from tests.test_model import TOY as CTRL_C_MODEL  # noqa: E402 - a toy model file
 
 
 @pytest.mark.parametrize("moment", [0.0, 1.0, 3.0], ids=["at-start", "after-1s", "after-3s"])
