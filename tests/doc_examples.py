@@ -10,8 +10,12 @@ not shown are left out of the docs on purpose. So every modelled figure a doc sh
 the code's.
 
 A ``generated`` block is written the same way but holds outputs too slow for the suite
-(minutes of runs: the emulated nccl-tests tables); it is the whole of what its commands
-print, made by them, and the update below rewrites it whole.
+(minutes of runs: the emulated nccl-tests tables, a paper sweep's report); it is the whole
+of what its commands print, made by them, and the update below rewrites it whole. Two
+notes a command may end with (after ``  # ``): ``run first`` (a prerequisite, such as the
+sweep a report reads: the reader runs it, the update does not, and its output is not
+shown) and ``section: TITLE`` (only the part of the output from the line that starts with
+TITLE to the next blank line is shown).
 
 After a change that moves the numbers on purpose, rewrite the shown lines from fresh runs
 (the abridged shape kept; ``generated`` blocks whole):
@@ -70,8 +74,26 @@ def commands(text: str, raw: bool = False) -> list[tuple]:
     return [(" ".join(c), shown, *([lines] if raw else [])) for c, shown, lines in out]
 
 
+def note(command: str) -> tuple[str, str]:
+    """(the command, its note after ``  # `` or "")."""
+    cmd, _, what = command.partition("  # ")
+    return cmd.strip(), what.strip()
+
+
+def section(lines: list[str], title: str) -> list[str]:
+    """The lines from the one starting with ``title`` to the next blank one."""
+    for i, line in enumerate(lines):
+        if line.startswith(title):
+            end = next((j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))
+            return lines[i:end]
+    raise AssertionError(f"no section {title!r} in the output")
+
+
 def run(command: str, timeout: float = 900) -> list[str]:
     """The lines ``command`` prints (stdout and stderr as they come)."""
+    command, what = note(command)
+    if what.startswith("section: "):
+        return section(run(command, timeout), what[len("section: "):])
     argv = shlex.split(command)
     if argv[0] != "t3emu":
         raise ValueError(f"a shown command must start with t3emu: {command!r}")
@@ -116,6 +138,8 @@ def check(example) -> str | None:
     """sybil's evaluator: None when every shown line is printed, else what is not."""
     problems = []
     for command, shown in commands(example.parsed):
+        if note(command)[1] == "run first":
+            continue
         printed = run(command)
         missing = differences(shown, printed)
         if missing:
@@ -134,8 +158,10 @@ def updated(text: str, whole: bool = False) -> str:
     (``whole``: by everything its command prints)."""
     out = []
     for command, shown, lines in commands(text, raw=True):
-        printed = run(command)
         out += lines
+        if note(command)[1] == "run first":
+            continue
+        printed = run(command)
         if whole:
             out += [line.rstrip() for line in printed]
             continue

@@ -509,7 +509,6 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         "first_gemm_stage_unix": first_stage,
         "created_unix": time.time(),
     }
-    provenance.relative_paths(doc)
     return doc, traced
 
 
@@ -581,15 +580,19 @@ def _main(cfg: RunConfig) -> int:
                          f"transfer carrying data)\n")
     if rank != 0:
         return 1 if doc is None else 0
+    summary = summary_table(doc)  # (before the paths are shown without this machine's)
+    from emulator.app.provenance import relative_paths
+
+    relative_paths(doc)  # the document as written: no absolute path of this machine
     if cfg.json == "-":  # the document on stdout, what people read on stderr
-        sys.stderr.write(summary_table(doc) + "\n")
+        sys.stderr.write(summary + "\n")
         sys.stderr.flush()
         import json
 
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         sys.stdout.flush()
     else:
-        print(summary_table(doc), flush=True)
+        print(summary, flush=True)
     if cfg.json and cfg.json != "-":
         write_json_atomic(cfg.json, doc)
     if cfg.trace:
