@@ -497,8 +497,10 @@ def _model_scenario(name, spec, out_dir, cache, ctx, watchdog_s: float) -> None:
 @main.command()
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--timeline", type=str, default=None,
-              help="Point for the per-rank timeline figure, e.g. 'T-NLG FC-2 TP8' "
-                   "(default: the first point with the fewest ranks).")
+              help="Point for the per-rank timeline figure, by its label or key, e.g. "
+                   "'T-NLG FC-2 TP8' (a what-if's label ends in its set values, "
+                   "'... [gpu.cus=160]'; a name several points fit is refused; default: "
+                   "the first point with the fewest ranks).")
 @click.option("--timeline-modes", type=str, default=None,
               help="Comma-separated configurations the timeline draws (default: all of "
                    "the point's, up to 6; else its baselines, tuners, heuristics and the "
@@ -509,7 +511,7 @@ def report(out_dir, timeline, timeline_modes, no_figures) -> None:
     the designs it ran, DRAM traffic, causes, T3's end-to-end) and write PNG figures."""
     from pathlib import Path
 
-    from emulator.app.report import figures, load, text_report
+    from emulator.app.report import _timeline_point, figures, load, text_report
     from emulator.app.scenario import ScenarioError
 
     modes = [m.strip() for m in timeline_modes.split(",") if m.strip()] if timeline_modes \
@@ -517,6 +519,8 @@ def report(out_dir, timeline, timeline_modes, no_figures) -> None:
     try:
         doc = load(Path(out_dir))
         try:
+            if timeline and not no_figures:
+                _timeline_point(doc, timeline)  # an unknown or ambiguous name: before the tables
             click.echo(text_report(doc))
             if not no_figures:
                 for path in figures(doc, Path(out_dir), timeline, modes):

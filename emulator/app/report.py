@@ -81,13 +81,28 @@ def _runs(pt: dict) -> dict[str, dict]:
     return {r["mode"]: r for r in pt["runs"]}
 
 
-def _label(pt: dict, with_device: bool = False) -> str:
+def set_text(pt: dict) -> str:
+    """`` [gpu.cus=152]``: the point's --set values (a what-if's swept ones and the command
+    line's), "" without any; what tells a what-if sweep's points apart."""
+    from devices.overrides import describe
+
+    over = tuple((pt.get("set") or {}).items())
+    return f" [{describe(over)}]" if over else ""
+
+
+def _base_label(pt: dict, with_device: bool = False) -> str:
     if pt.get("system"):  # a case on a system (scenario.Point.label)
         params = ",".join(f"{n}={v:g}" for n, v in (pt.get("params") or {}).items())
         return (f"{pt['model']} {pt['sublayer']} m={pt['m']} TP{pt['tp']} {pt['system']}"
                 + (f" {params}" if params else ""))
     s = f"{pt['model']} {pt['sublayer']} TP{pt['tp']}"
     return s + f" {pt['device']}" if with_device else s
+
+
+def _label(pt: dict, with_device: bool = False) -> str:
+    """A point's name in tables, figures and ``--timeline``: its case, shape and system,
+    and its --set values (``... [gpu.cus=152]``)."""
+    return _base_label(pt, with_device) + set_text(pt)
 
 
 # ------------------------------------------------------------- baselines and speedups
@@ -350,10 +365,10 @@ CAUSES_METHOD = ("cut: the configuration's gain in % of its baseline's time; eac
 def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
     by_case: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for pt in doc["points"]:
-        by_case[(pt["model"], pt["tp"], pt["device"])][pt["sublayer"]] = pt
+        by_case[(pt["model"], pt["tp"], pt["device"], set_text(pt))][pt["sublayer"]] = pt
     modes = modes_of(doc)
     out = []
-    for (model, tp, device), subs in by_case.items():
+    for (model, tp, device, what), subs in by_case.items():
         if set(subs) != set(SUBLAYERS) or not all(BASE in _runs(p) for p in subs.values()):
             continue
         any_pt = next(iter(subs.values()))
@@ -371,7 +386,8 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
         # (every linear layer's forward + input gradient: one of each; weight gradients: all)
         other_units = 2 * sum(_LINEAR.values())
         other_s = other_units * unit / rate
-        row = {"model": model, "tp": tp, "device": device, "other_gemms_s": other_s}
+        row = {"model": model, "tp": tp, "device": device, "set": what,
+               "other_gemms_s": other_s}
         for m in modes:
             if all(m in _runs(p) for p in subs.values()):
                 row[m] = other_s + sum(_runs(p)[m]["modelled_time_s"] for p in subs.values())
@@ -382,7 +398,7 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
              *(m for m in modes if m != BASE))]
     for r in out:
         seq = r[BASE]
-        rows.append((r["model"], str(r["tp"]), f"{seq * 1e6:.0f}",
+        rows.append((r["model"] + r["set"], str(r["tp"]), f"{seq * 1e6:.0f}",
                      f"{(seq - r['other_gemms_s']) / seq * 100:.0f}%",
                      *(f"{seq / r[m]:.3f}x" if m in r else "-" for m in modes
                        if m != BASE)))
@@ -746,13 +762,28 @@ def dram_figure(plt, doc: dict, path: Path) -> Path | None:
 def _timeline_point(doc: dict, wanted: str | None) -> dict | None:
     pts = [p for p in doc["points"] if any(r.get("rank_phases_s") for r in p["runs"])]
     if wanted:
-        pt = next((p for p in pts if p["key"] == wanted or _label(p) == wanted), None)
-        if pt is None:
-            raise ScenarioError(f"--timeline {wanted!r}: no such point (e.g. "
-                                f"{_label(pts[0]) if pts else 'none has phases'!r})")
-        return pt
+        return _one_point(pts, wanted)
     # the first point with the fewest ranks of at most 8
     return max(pts, key=lambda p: (p["tp"] <= 8, -p["tp"])) if pts else None
+
+
+def _one_point(pts: list[dict], wanted: str) -> dict:
+    """The point ``--timeline`` names: by its key, its label, or its label without the
+    --set values when only one point has it; a name that fits several is refused, naming
+    them (their labels, or their keys where the labels are the same)."""
+    for match in (lambda p: p["key"] == wanted, lambda p: _label(p) == wanted,
+                  lambda p: _base_label(p) == wanted):
+        found = [p for p in pts if match(p)]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            names = [_label(p) for p in found]
+            if len(set(names)) < len(names):  # the same label: only the keys differ
+                names = [p["key"] for p in found]
+            raise ScenarioError(f"--timeline {wanted!r} is ambiguous: {len(found)} points "
+                                f"match ({'; '.join(names)}); give one of these")
+    raise ScenarioError(f"--timeline {wanted!r}: no such point (e.g. "
+                        f"{_label(pts[0]) if pts else 'none has phases'!r})")
 
 
 def timeline_runs(pt: dict, wanted: list[str] | None = None) -> list[dict]:

@@ -106,7 +106,7 @@ def heuristic(doc: dict) -> list[dict]:
             continue
         chosen = pick(pt)
         loss = _t(pt, chosen) / _t(pt, best) - 1.0 if chosen in _runs(pt) else None
-        out.append({"point": pt["model"], "set": "synthetic" if synthetic(pt) else "paper",
+        out.append({"point": _label(pt), "set": "synthetic" if synthetic(pt) else "paper",
                     "pick": chosen, "oracle": best, "loss": loss})
     return out
 
@@ -150,7 +150,9 @@ def _grid(rows: list[tuple]) -> str:
 
 
 def _label(pt: dict) -> str:
-    return pt["model"]
+    from emulator.app.report import set_text
+
+    return pt["model"] + set_text(pt)
 
 
 def text(doc: dict) -> str:
@@ -218,7 +220,9 @@ def figures(doc: dict, out: Path) -> list[Path]:
             ax.set_xticks(x + 0.4 - w / 2, [_label(pt) for pt in group], fontsize=8)
             ax.set_ylabel("speedup over serial")
             ax.grid(axis="y", alpha=0.3)
-        axes[0, 0].legend(fontsize=7, ncol=5, loc="upper right")
+        # beside the axes: inside, the legend hid the bars of the last GEMMs
+        axes[0, 0].legend(fontsize=7, title="configuration", title_fontsize=8,
+                          loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
         axes[0, 0].set_title("FiCCO: speedup over the serial baseline per GEMM" + (
             " (the paper's GEMMs above, the synthetic set below)" if len(sets) > 1 else ""))
         written.append(_save(plt, fig, out / "ficco_speedup.png"))

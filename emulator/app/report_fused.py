@@ -42,8 +42,11 @@ def _swept(pt: dict) -> bool:
 def _case(pt: dict) -> str:
     """The case's name, with its parameters (e.g. tables per GPU; the occupancy sweep's
     occupancy apart): a grid of parameters gives one group per value."""
+    from emulator.app.report import set_text
+
     params = {k: v for k, v in (pt.get("params") or {}).items() if k != "occupancy"}
-    return " ".join([pt["model"], pt["sublayer"], *(f"{k}={v:g}" for k, v in params.items())])
+    return " ".join([pt["model"], pt["sublayer"], *(f"{k}={v:g}" for k, v in params.items())]
+                    ) + set_text(pt)
 
 
 def comparison_groups(doc: dict) -> dict[tuple[str, str], list[dict]]:
@@ -136,7 +139,10 @@ def figures(doc: dict, out: Path) -> list[Path]:
         keys = list(groups)
         cols = min(3, len(keys))
         rows = -(-len(keys) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.6 * rows), squeeze=False)
+        # constrained layout: the suptitle and the legend get their own room (with
+        # tight_layout the suptitle ran over the first row's titles)
+        fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.6 * rows), squeeze=False,
+                                 layout="constrained")
         for idx, key in enumerate(keys):
             ax = axes[idx // cols][idx % cols]
             pts = groups[key]
@@ -162,12 +168,11 @@ def figures(doc: dict, out: Path) -> list[Path]:
                 handles, labels = ax.get_legend_handles_labels()
         for idx in range(len(keys), rows * cols):
             axes[idx // cols][idx % cols].axis("off")
-        fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(labels),
-                   bbox_to_anchor=(0.5, -0.02))
+        fig.legend(handles, labels, fontsize=8, loc="outside lower center", ncol=len(labels))
         fig.suptitle(_wrap(f"{doc['scenario']}: modelled time of each configuration over "
                            f"{_REG.baseline()} per point (x axis: M; label: {fused[0]}'s "
                            f"change of time)", fig.get_figwidth()), fontsize=10)
-        written.append(_save(plt, fig, out / "fused_time.png"))
+        written.append(_save(plt, fig, out / "fused_time.png", tight=False))
     orders = [m for m in fused if any(m in _runs(p) and _runs(p)[m].get("rank_skew")
                                       for pts in groups.values() for p in pts)]
     skewed = [(key, p) for key, pts in groups.items() for p in pts

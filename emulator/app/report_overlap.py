@@ -41,12 +41,12 @@ def _runs(pt: dict) -> dict[str, dict]:
 def groups(doc: dict) -> dict[tuple[str, str, int], list[dict]]:
     """(sub-layer, system, TP) -> its points by m (points on systems of operations whose
     producer is a GEMM)."""
-    from emulator.app.report import gemm_producer
+    from emulator.app.report import gemm_producer, set_text
 
     out: dict[tuple[str, str, int], list[dict]] = defaultdict(list)
     for pt in doc["points"]:
         if pt.get("system") and gemm_producer(doc, pt):
-            out[(pt["sublayer"], pt["system"], pt["tp"])].append(pt)
+            out[(pt["sublayer"], pt["system"] + set_text(pt), pt["tp"])].append(pt)
     return {k: sorted(v, key=lambda p: p["m"]) for k, v in out.items()}
 
 

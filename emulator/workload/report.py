@@ -47,8 +47,8 @@ def text(doc: dict) -> str:
     unit = "pass" if dlrm else "layer"
     for key, what in (("layer_forward_s", f"{unit} forward"), ("layer_backward_s",
                                                                f"{unit} backward"),
-                      ("pipeline_s", "forward and backward passes" + ("" if dlrm else
-                                                                      " (pipeline)")),
+                      ("pipeline_s", estimated(doc)["passes"] + ("" if dlrm else
+                                                                 " (pipeline)")),
                       ("dp_exposed_s", "data-parallel all-reduce, exposed"),
                       ("optimizer_s", "optimizer step"), ("iteration_s", "iteration"),
                       ("exposed_comm_s", "exposed communication" if dlrm else
@@ -73,6 +73,25 @@ def text(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def estimated(doc: dict) -> dict[str, str]:
+    """What an estimate measured, in words for its figure and table, from its setting and
+    times: ``step`` (a training iteration, a prefill, a decode step), ``layer`` (one
+    layer's passes: forward + backward only where the estimate has a backward) and
+    ``passes`` (the pipeline's part of the step)."""
+    st = doc["setting"]
+    backward = any(d.get("layer_backward_s", 0.0) > 0.0 for d in doc["designs"].values())
+    phase = st.get("phase", "training")
+    step = {"training": "a training iteration", "prefill": "a prefill",
+            "decode": "a decode step (one token per sequence)"}.get(phase, phase)
+    if st.get("kind") == "dlrm":
+        return {"step": step, "layer": "the forward and backward passes",
+                "passes": "forward and backward passes"}
+    passes = "forward and backward passes" if backward else "forward passes"
+    return {"step": step, "passes": passes,
+            "layer": "one layer (forward + backward)" if backward
+            else f"one layer's forward ({phase})"}
+
+
 def figure(doc: dict, path) -> str:
     """Where a layer's time goes per design (GEMMs alone, exposed TP communication, the
     other kernels; forward and backward) beside the iteration's parts (the pipeline's
@@ -84,6 +103,7 @@ def figure(doc: dict, path) -> str:
 
     designs = list(doc["designs"])
     dlrm = doc["setting"].get("kind") == "dlrm"
+    words = estimated(doc)
     comm_label = "exposed communication" if dlrm else "exposed TP communication"
     alone_label = "GEMMs and the embedding alone" if dlrm else "GEMM alone"
     layer = {alone_label: [], comm_label: [], "other kernels": []}
@@ -95,15 +115,15 @@ def figure(doc: dict, path) -> str:
         layer[comm_label].append(comm * 1e6)
         layer["other kernels"].append(sum(r["time_s"] for r in rows
                                           if r["op"] == "kernel") * 1e6)
-    it = {"forward and backward passes": [doc["designs"][d]["pipeline_s"] * 1e3
+    it = {words["passes"]: [doc["designs"][d]["pipeline_s"] * 1e3
                                           for d in designs],
           "data-parallel all-reduce (exposed)": [doc["designs"][d]["dp_exposed_s"] * 1e3
                                                  for d in designs],
           "optimizer": [doc["designs"][d]["optimizer_s"] * 1e3 for d in designs]}
+    it = {k: v for k, v in it.items() if any(v)}  # inference: no all-reduce, no optimizer
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    first = "the forward and backward passes" if dlrm else "one layer (forward + backward)"
-    for ax, parts, unit, title in ((axes[0], layer, "us", first),
-                                   (axes[1], it, "ms", "iteration")):
+    for ax, parts, unit, title in ((axes[0], layer, "us", words["layer"]),
+                                   (axes[1], it, "ms", words["step"])):
         bottom = [0.0] * len(designs)
         for name, vals in parts.items():
             ax.bar(designs, vals, bottom=bottom, label=name)
