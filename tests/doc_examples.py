@@ -207,10 +207,15 @@ def python_sybil():
 
 
 def examples() -> list:
-    """Every shown output of the docs (sybil's examples)."""
-    s, py = sybil(), python_sybil()
-    out = [ex for path in files() for ex in s.parse(path).examples()]
-    return out + [ex for name in DOCTESTS for ex in py.parse(ROOT / name).examples()]
+    """Every shown command output of the docs (sybil's examples, one per block)."""
+    s = sybil()
+    return [ex for path in files() for ex in s.parse(path).examples()]
+
+
+def doctests() -> dict[str, list]:
+    """Each doctest doc's examples, in order (they share one namespace: run together)."""
+    py = python_sybil()
+    return {name: list(py.parse(ROOT / name).examples()) for name in DOCTESTS}
 
 
 def update(paths: list[Path]) -> None:

@@ -7,12 +7,14 @@ import pytest
 from tests import doc_examples
 
 EXAMPLES = doc_examples.examples()
+DOCTESTS = doc_examples.doctests()
 
 
 def test_the_docs_show_outputs_to_check():
     shown = {ex.path.rsplit("/", 1)[-1] for ex in EXAMPLES}
     assert {"README.md", "ficco.md", "flux.md", "fused-ops.md", "what-ifs.md",
-            "api.md"} <= shown
+            "t3.md"} <= shown
+    assert DOCTESTS["docs/api.md"]
 
 
 def test_a_changed_figure_is_found_and_an_abridged_line_is_not():
@@ -32,3 +34,10 @@ def test_a_changed_figure_is_found_and_an_abridged_line_is_not():
 def test_a_shown_output_is_what_the_command_prints(example, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # (an API example writes where it runs)
     example.evaluate()
+
+
+@pytest.mark.parametrize("name", list(DOCTESTS))
+def test_a_doctest_prints_what_the_doc_shows(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (the API example writes its sweep where it runs)
+    for example in DOCTESTS[name]:  # in order: one namespace
+        example.evaluate()

@@ -101,7 +101,9 @@ def test_the_example_plugin_on_a_ring_is_refused_before_launch_naming_its_topolo
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "full-mesh, switch or pcie" in lines[0] \
         and "ring of 4 GPUs does not" in lines[0], proc.stderr
-    from emulator.app.catalog import registry
+    from emulator.app.catalog import plugins_forgotten, registry
 
     spec = load_device(DEVICE)
-    assert registry((PLUGIN,)).refusal("pull-ag-gemm", spec, "fp16", 3) == ""
+    with plugins_forgotten():  # (the test process's registry stays as it was)
+        assert registry((PLUGIN,)).refusal("pull-ag-gemm", spec, "fp16", 3) == ""
+    assert "pull-ag-gemm" not in registry().configurations
