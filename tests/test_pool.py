@@ -127,3 +127,22 @@ def test_a_runs_configuration_files_are_not_the_next_runs(monkeypatch, tmp_path)
                               configs=str(path))
             assert "pull-ag-gemm" in res.modes
     assert set(registry().configurations) == before
+
+
+def test_a_pooled_run_writes_where_the_callers_directory_is_now(tmp_path, monkeypatch):
+    """The job's ranks keep the directory they started in; a run's relative --json path is
+    the caller's at the time of the run (a notebook that changes directory between runs)."""
+    from emulator import api
+
+    for key, value in conftest.test_env().items():
+        monkeypatch.setenv(key, value)
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    opts = dict(ranks=2, m=128, n=128, k=64, timing_only=True, modes="sequential")
+    with api.pooled():
+        monkeypatch.chdir(first)
+        api.run("ar", json_path="run.json", **opts)
+        monkeypatch.chdir(second)  # the pooled job started in the first
+        api.run("ar", json_path="run.json", **opts)
+    assert (first / "run.json").exists() and (second / "run.json").exists()

@@ -24,6 +24,7 @@ launcher that broadcasts stdin to every task (``srun``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -196,6 +197,10 @@ class Pool:
             files.append(files[0] if out is err else
                          os.path.join(self.pid_dir, f"run{self.seq}.err"))
             self.sinks = [out, err]
+            # the job's ranks keep the directory they started in: this run's files are
+            # where the caller's directory puts them now
+            cfg = dataclasses.replace(cfg, **{k: os.path.abspath(getattr(cfg, k))
+                                               for k in ("json", "trace") if getattr(cfg, k)})
             task = {"args": _cfg_args(cfg), "out": files[0], "err": files[1]}
             try:
                 self.proc.stdin.write(json.dumps(task) + "\n")
