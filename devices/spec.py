@@ -411,14 +411,22 @@ def checked_value(where: str, value: Any, typ: type, scale: float, may_be_zero: 
     return typ(value * scale) if typ is int else float(value) * scale
 
 
+def preset_path(name_or_path: str, directory: Path) -> Path | None:
+    """The file of preset ``name_or_path`` in ``directory``, or the file it names (None:
+    neither a preset nor a path)."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    path = directory / f"{name_or_path}.toml"
+    return path if path.exists() else None
+
+
 def read_toml(name_or_path: str, directory: Path, what: str, presets: list[str]) -> tuple:
     """(parsed document, path) of preset ``name_or_path`` in ``directory`` or of a file."""
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" or path.exists()):
-        path = directory / f"{name_or_path}.toml"
-        if not path.exists():
-            raise SpecError(f"unknown {what} {name_or_path!r}; presets: {presets} "
-                            f"or a path to a .toml file")
+    path = preset_path(name_or_path, directory)
+    if path is None:
+        raise SpecError(f"unknown {what} {name_or_path!r}; presets: {presets} "
+                        f"or a path to a .toml file")
     if not path.is_file():
         raise SpecError(f"{what} file {str(path)!r} does not exist")
     try:

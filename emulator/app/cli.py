@@ -792,55 +792,50 @@ def _library(ic) -> str:
     return f"collectives: {LIBRARIES[ic.library].name}, Simple at"
 
 
-def _executors(spec) -> list[str]:
-    """Each way a GPU moves data: its share of the port's peak, fixed costs and source."""
+def _movers(spec) -> list[dict]:
+    """A GPU's data movers (each one's share of the port's peak and fixed costs), GEMM
+    kernels and launch: what each is and its source."""
     ex, ic = spec.executors, spec.interconnect
     lib = (f"{ic.library_fraction:g} of the link's peak x its protocol's share; base and "
            f"per-step latencies from its tuning model" if ic.library else
            f"{ic.library_fraction:g} of the link's peak (own ring kernels, no fixed cost)")
     rows = [
         ("SM stores", f"{ex.store_fraction:g} of the link's peak; no fixed cost beyond the "
-                      f"link latency", "store"),
+                      f"link latency", ex.sources.get("store")),
         ("copy engine", f"{ex.copy_fraction:g} of the link's peak; {spec.dma_setup_s * 1e6:g} "
-                        f"us set-up per copy or flag write", "copy"),
+                        f"us set-up per copy or flag write", ex.sources.get("copy")),
         ("NIC put", f"{ex.put_fraction:g} of the NIC's line rate; {spec.nic_issue_s * 1e9:g} "
                     f"ns issue per put and per flag put, {ex.put_fence_s * 1e9:g} ns fence",
-         "put"),
-        ("library", lib, "library"),
+         ex.sources.get("put")),
+        ("library", lib, ex.sources.get("library")),
+        ("GEMM", *_gemm_parts(spec)),
+        ("launch", f"{spec.launch_s * 1e6:g} us per kernel, before it starts on the GPU",
+         spec.launch_source),
     ]
-    return [f"{name:<12} {what} [{ex.sources.get(key) or 'no source given'}]"
-            for name, what, key in rows]
+    return [{"part": part, "what": what, "source": src or "no source given"}
+            for part, what, src in rows]
 
 
-def _movers(spec) -> list[dict]:
-    """A GPU's data movers, GEMM kernels and launch: what each is and its source."""
-    out = []
-    for line in _executors(spec) + [_gemm_line(spec)]:
-        head, _, rest = line.partition(" ")
-        what, _, src = rest.strip().rpartition(" [")
-        name = {"SM": "SM stores", "copy": "copy engine", "NIC": "NIC put"}.get(head, head)
-        if head in ("SM", "copy", "NIC"):
-            what = what.split(None, 1)[1] if " " in what else what
-        out.append({"part": name, "what": what.strip(), "source": src.rstrip("]")})
-    out.append({"part": "launch", "what": f"{spec.launch_s * 1e6:g} us per kernel, before it "
-                f"starts on the GPU", "source": spec.launch_source or "no source given"})
-    return out
-
-
-def _gemm_line(spec) -> str:
-    """The GPU's GEMM kernels: the library's tiles and main-loop efficiency, or the fixed
-    tile at the peak."""
+def _gemm_parts(spec) -> tuple[str, str | None]:
+    """The GPU's GEMM kernels (the library's tiles and main-loop efficiency, or the fixed
+    tile at the peak) and their source."""
     g = spec.gemm
     if g is None:
-        return (f"{'GEMM':<12} one {spec.wg_tile_m}x{spec.wg_tile_n} tile, {spec.wgs_per_cu} "
-                f"WG/CU, at the matrix peak (no [gemm] section)")
+        return (f"one {spec.wg_tile_m}x{spec.wg_tile_n} tile, {spec.wgs_per_cu} WG/CU, at the "
+                f"matrix peak (no [gemm] section)", None)
     tiles = ", ".join(f"{t}/{t.stages}s/{t.per_cu}" for t in g.tiles)
     extra = "".join([f", L2 {spec.l2_bw / 1e12:g} TB/s" if spec.l2_bw else "",
                      f", latency {spec.mem_latency_s * 1e9:g} ns" if spec.mem_latency_s else ""])
     off = ("" if g.enabled else f"; not used by runs (enabled = false: one {spec.wg_tile_m}x"
            f"{spec.wg_tile_n} tile at the peak; --set gpu.gemm.enabled=true runs it)")
-    return (f"{'GEMM':<12} tiles (MxNxK/stages/WGs per CU) {tiles}; main loop at "
-            f"{g.mainloop_efficiency:.1%} of peak{extra}{off} [{g.source or 'no source given'}]")
+    return (f"tiles (MxNxK/stages/WGs per CU) {tiles}; main loop at "
+            f"{g.mainloop_efficiency:.1%} of peak{extra}{off}", g.source)
+
+
+def _gemm_line(spec) -> str:
+    """The GEMM kernels as ``t3emu gemm`` prints them (with their source, if any)."""
+    what, src = _gemm_parts(spec)
+    return f"{'GEMM':<12} {what}" + (f" [{src}]" if src else "")
 
 
 @main.command()

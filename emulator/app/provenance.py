@@ -125,14 +125,11 @@ def preset_file(name_or_path: str | None, kind: str) -> str | None:
     """The file of a GPU (``kind`` "device") or system preset name or path."""
     if not name_or_path:
         return None
-    from devices.spec import PRESET_DIR
+    from devices.spec import PRESET_DIR, preset_path
     from devices.system import SYSTEM_DIR
 
-    p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
-        return str(p) if p.is_file() else None
-    p = (PRESET_DIR if kind == "device" else SYSTEM_DIR) / f"{name_or_path}.toml"
-    return str(p) if p.is_file() else None
+    path = preset_path(name_or_path, PRESET_DIR if kind == "device" else SYSTEM_DIR)
+    return str(path) if path is not None and path.is_file() else None
 
 
 def mismatch(a: dict | None, b: dict | None) -> str:
