@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from devices.spec import _OPTIONAL, _SCHEMA, SpecError
+from devices.spec import DEVICE_TABLE, SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,16 +31,14 @@ else:  # pragma: no cover
 Override = tuple[str, Any]  # ("gpu.cus", 160)
 
 _GPU_SECTIONS: dict[str, set[str]] = {
-    s: set(_SCHEMA.get(s, {})) | set(_OPTIONAL.get(s, {})) for s in dict.fromkeys(
-        [*_SCHEMA, *_OPTIONAL])}
-_GPU_SECTIONS["compute"].add("atomic_dtypes")
-_GPU_SECTIONS["gemm"] = {"enabled", "mainloop_efficiency", "source", "stream_k", "tiles"}
+    name: set(table.keys) for name, table in DEVICE_TABLE.sections().items()}
 
 
 def _system_keys() -> dict[str, set[str]]:
-    from devices.system import _SYSTEM
+    from devices.system import SYSTEM_TABLE, TOP_KEYS
 
-    return {s: set(keys) for s, keys in _SYSTEM.items()}
+    return {"": set(TOP_KEYS), **{name: set(table.keys)
+                                 for name, table in SYSTEM_TABLE.sections().items()}}
 
 
 def parse_value(text: str) -> Any:

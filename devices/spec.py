@@ -8,11 +8,12 @@ preset names its sources in comments.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from devices.schema import OMIT, REQUIRED, Key, SpecError, Table, check, flat
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,10 +28,6 @@ DTYPES = ("fp16", "bf16", "fp32")
 PARTIAL_STAGES = ("slots", "spread")
 # collective libraries with a tuning model (``emulator/model/library.py`` holds the tables)
 LIBRARIES = ("nccl-ampere", "nccl-hopper", "rccl-mi200", "rccl-mi300")
-
-
-class SpecError(ValueError):
-    """A device file is malformed or describes impossible hardware."""
 
 
 @dataclass(frozen=True)
@@ -274,141 +271,131 @@ class DeviceSpec:
         return dataclasses.asdict(self)
 
 
-# TOML schema: section -> key -> (type, unit scale to SI, attribute name)
-_SCHEMA: dict[str, dict[str, tuple[type, float, str]]] = {
-    "compute": {
-        "cus": (int, 1, "cus"),
-        "clock_ghz": (float, 1e9, "clock_hz"),
-        "fp16_flops_per_cycle_per_cu": (int, 1, "fp16"),
-        "fp32_flops_per_cycle_per_cu": (int, 1, "fp32"),
-        "wg_tile_m": (int, 1, "wg_tile_m"),
-        "wg_tile_n": (int, 1, "wg_tile_n"),
-        "wgs_per_cu": (int, 1, "wgs_per_cu"),
-    },
-    "memory": {
-        "l2_mb": (float, 1 << 20, "l2_bytes"),
-        "hbm_gb_per_s": (float, 1e9, "hbm_bw"),
-        "nmc_update_cost": (float, 1, "nmc_update_cost"),
-    },
-    "dma": {
-        "engines": (int, 1, "dma_engines"),
-        "setup_ns": (float, 1e-9, "dma_setup_s"),
-    },
-    "interconnect": {
-        "topology": (str, 1, "topology"),
-        "link_gb_per_s_per_direction": (float, 1e9, "link_bw"),
-        "link_latency_ns": (float, 1e-9, "link_latency_s"),
-        "links": (int, 1, "links"),
-    },
-    # every data mover's achieved share of its port's peak, its fixed costs and the source
-    # of each (``ExecutorSpec``)
-    "executors": {
-        "store_fraction": (float, 1, "store_fraction"),
-        "store_source": (str, 1, "store_source"),
-        "copy_fraction": (float, 1, "copy_fraction"),
-        "copy_source": (str, 1, "copy_source"),
-        "put_fraction": (float, 1, "put_fraction"),
-        "put_fence_ns": (float, 1e-9, "put_fence_s"),
-        "put_source": (str, 1, "put_source"),
-        "library_source": (str, 1, "library_source"),
-    },
-}
-# optional keys: section -> key -> (type, unit scale to SI, attribute name, default)
-_OPTIONAL: dict[str, dict[str, tuple[type, float, str, Any]]] = {
-    "compute": {
-        "fp16_vector_flops_per_cycle_per_cu": (int, 1, "vfp16", None),
-        "fp32_vector_flops_per_cycle_per_cu": (int, 1, "vfp32", None),
-        "launch_us": (float, 1e-6, "launch_s", 0.0),
-        "launch_source": (str, 1, "launch_source", ""),
+def _k(kind: type, scale: float = 1.0, attr: str = "", default: Any = REQUIRED, **kw) -> Key:
+    return Key(kind, attr=attr, scale=scale, default=default, **kw)
+
+
+_FRACTION = dict(minimum=0, maximum=1, open_min=True)
+# The GPU file's schema (``devices/schema.py``): required keys first, then the optional
+# ones with the defaults a file that leaves them out gets.
+DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu devices)", keys={
+    "name": _k(str, doc="the GPU's name"),
+    "description": _k(str, doc="one line: the GPU and its sources"),
+    "compute": Table({
+        "cus": _k(int, doc="compute units (SMs)"),
+        "clock_ghz": _k(float, 1e9, "clock_hz", unit="GHz"),
+        "fp16_flops_per_cycle_per_cu": _k(int, attr="fp16", doc="dense matrix FLOP/cycle/CU"),
+        "fp32_flops_per_cycle_per_cu": _k(int, attr="fp32", doc="dense matrix FLOP/cycle/CU"),
+        "wg_tile_m": _k(int, doc="the fixed GEMM tile's rows per WG"),
+        "wg_tile_n": _k(int, doc="the fixed GEMM tile's columns per WG"),
+        "wgs_per_cu": _k(int, doc="resident GEMM WGs per CU"),
+        "fp16_vector_flops_per_cycle_per_cu": _k(int, attr="vfp16", default=None,
+                                                 doc="vector ALU FLOP/cycle/CU (GEMV)"),
+        "fp32_vector_flops_per_cycle_per_cu": _k(int, attr="vfp32", default=None),
+        "launch_us": _k(float, 1e-6, "launch_s", 0.0, zero=True, unit="us",
+                        doc="cost of each kernel launch"),
+        "launch_source": _k(str, default="", doc="where launch_us comes from"),
         # the GPU's architecture (CUDA compute capability "sm80", "sm90"; AMD "gfx90a", ...):
         # forms that exist on one architecture only (Flux's Hopper RS) check it
-        "arch": (str, 1, "arch", ""),
-        "bf16_flops_per_cycle_per_cu": (int, 1, "bf16", None),
+        "arch": _k(str, default="", doc="sm80, sm90, gfx90a, gfx942, ..."),
+        "bf16_flops_per_cycle_per_cu": _k(int, attr="bf16", default=None),
         # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
-        "wg_raster_group": (int, 1, "wg_raster_group", 1),
+        "wg_raster_group": _k(int, default=1, doc="1: row-major; G > 1: bands of G tile rows"),
         # a stage of fewer WGs than its slots: "slots" = each WG still runs at 1/S of the
         # peak (T3's model); "spread" = the WGs spread over the CUs first, each CU holding
         # ceil(n / CUs) of them (NVIDIA's block scheduler fills SMs before doubling up)
-        "partial_stage": (str, 1, "partial_stage", "slots"),
+        "partial_stage": _k(str, default="slots", choices=PARTIAL_STAGES),
         # resident WGs per CU of a light memory-bound kernel (persistent grids' maximum)
-        "max_wgs_per_cu": (int, 1, "max_wgs_per_cu", 0),
-    },
-    "memory": {
-        "dram_channels": (int, 1, "dram_channels", 0),
-        "dram_queue_depth": (int, 1, "dram_queue_depth", DramSpec.queue_depth),
-        "dram_access_bytes": (int, 1, "dram_access_bytes", DramSpec.access_bytes),
-        "dram_turnaround_ns": (float, 1e-9, "dram_turnaround_s", DramSpec.turnaround_s),
-        "dram_write_batch": (int, 1, "dram_write_batch", DramSpec.write_batch),
-        "dram_burst_kb": (float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes),
-        "dram_starvation_ns": (float, 1e-9, "dram_starvation_s", DramSpec.starvation_s),
+        "max_wgs_per_cu": _k(int, default=0, zero=True),
+        "atomic_dtypes": _k(list, default=OMIT, items=str, choices=DTYPES,
+                            doc="dtypes with native atomic adds"),
+    }),
+    "memory": Table({
+        "l2_mb": _k(float, 1 << 20, "l2_bytes", unit="MB"),
+        "hbm_gb_per_s": _k(float, 1e9, "hbm_bw", unit="GB/s", doc="the datasheet's rate"),
+        "nmc_update_cost": _k(float, minimum=1, why="an update costs at least a write",
+                              doc="an op-and-store's time relative to a write"),
+        "dram_channels": _k(int, default=0, zero=True),
+        "dram_queue_depth": _k(int, default=DramSpec.queue_depth),
+        "dram_access_bytes": _k(int, default=DramSpec.access_bytes),
+        "dram_turnaround_ns": _k(float, 1e-9, "dram_turnaround_s", DramSpec.turnaround_s,
+                                 zero=True, unit="ns"),
+        "dram_write_batch": _k(int, default=DramSpec.write_batch),
+        "dram_burst_kb": _k(float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes,
+                            unit="KiB"),
+        "dram_starvation_ns": _k(float, 1e-9, "dram_starvation_s", DramSpec.starvation_s,
+                                 unit="ns"),
         # memory-bound kernels (``cost.py``, "latency and row locality"): the loaded DRAM
         # latency, the bytes a WG keeps in flight, and a row miss's channel time
-        "latency_ns": (float, 1e-9, "mem_latency_s", 0.0),
-        "wg_inflight_bytes": (int, 1, "wg_inflight_bytes", 0),
-        "l2_gb_per_s": (float, 1e9, "l2_bw", 0.0),
-        "dram_banks": (int, 1, "dram_banks", 0),
-        "dram_bank_groups": (int, 1, "dram_bank_groups", 0),
-        "dram_row_miss_cost": (float, 1, "dram_row_miss_cost", 1.0),
+        "latency_ns": _k(float, 1e-9, "mem_latency_s", 0.0, zero=True, unit="ns"),
+        "wg_inflight_bytes": _k(int, default=0, zero=True),
+        "l2_gb_per_s": _k(float, 1e9, "l2_bw", 0.0, zero=True, unit="GB/s"),
+        "dram_banks": _k(int, default=0, zero=True),
+        "dram_bank_groups": _k(int, default=0, zero=True),
+        "dram_row_miss_cost": _k(float, default=1.0, minimum=1,
+                                 why="a row miss costs at least a hit"),
         # the share of the datasheet's rate a streaming kernel sustains, measured: the HBM's
         # ceiling in the model is hbm_gb_per_s x this where a measurement exists (the
         # datasheet's rate still sets the channel count; a what-if on hbm_gb_per_s keeps
         # the share); its source
-        "sustained_fraction": (float, 1, "hbm_sustained", 0.0),
-        "sustained_source": (str, 1, "hbm_sustained_source", ""),
-    },
-    "interconnect": {
-        "library_fraction": (float, 1, "library_fraction", 1.0),
-        "library": (str, 1, "library", ""),
-        "library_link": (str, 1, "library_link", ""),
-    },
-    "nic": {
-        "count": (int, 1, "nics", 0),
-        "gb_per_s": (float, 1e9, "nic_bw", 0.0),
-        "latency_ns": (float, 1e-9, "nic_latency_s", 0.0),
-        "issue_ns": (float, 1e-9, "nic_issue_s", 0.0),
-    },
-}
-_TOP_KEYS = {"name", "description"}
-_MAY_BE_ZERO = {"link_latency_ns", "setup_ns", "put_fence_ns", "launch_us", "count", "gb_per_s", "latency_ns",
-                "issue_ns", "dram_channels", "dram_turnaround_ns", "max_wgs_per_cu",
-                "wg_inflight_bytes", "dram_banks", "l2_gb_per_s", "dram_bank_groups"}
+        "sustained_fraction": _k(float, 1, "hbm_sustained", 0.0, zero=True, maximum=1,
+                                 why="the share of hbm_gb_per_s a streaming kernel sustains"),
+        "sustained_source": _k(str, 1, "hbm_sustained_source", ""),
+    }),
+    "dma": Table({
+        "engines": _k(int, attr="dma_engines"),
+        "setup_ns": _k(float, 1e-9, "dma_setup_s", zero=True, unit="ns"),
+    }),
+    "interconnect": Table({
+        "topology": _k(str, choices=TOPOLOGIES),
+        "link_gb_per_s_per_direction": _k(float, 1e9, "link_bw", unit="GB/s"),
+        "link_latency_ns": _k(float, 1e-9, "link_latency_s", zero=True, unit="ns"),
+        "links": _k(int),
+        "library_fraction": _k(float, default=1.0, **_FRACTION),
+        "library": _k(str, default="", choices=LIBRARIES,
+                      why="or leave it out: no library model"),
+        "library_link": _k(str, default="", choices=("pci",), why="or leave it out"),
+    }),
+    # every data mover's achieved share of its port's peak, its fixed costs and the source
+    # of each (``ExecutorSpec``)
+    "executors": Table({
+        "store_fraction": _k(float, **_FRACTION, why="the share of the port's peak it achieves"),
+        "store_source": _k(str),
+        "copy_fraction": _k(float, **_FRACTION, why="the share of the port's peak it achieves"),
+        "copy_source": _k(str),
+        "put_fraction": _k(float, **_FRACTION, why="the share of the port's peak it achieves"),
+        "put_fence_ns": _k(float, 1e-9, "put_fence_s", zero=True, unit="ns"),
+        "put_source": _k(str),
+        "library_source": _k(str),
+    }),
+    "nic": Table({
+        "count": _k(int, attr="nics", default=0, zero=True),
+        "gb_per_s": _k(float, 1e9, "nic_bw", 0.0, zero=True, unit="GB/s"),
+        "latency_ns": _k(float, 1e-9, "nic_latency_s", 0.0, zero=True, unit="ns"),
+        "issue_ns": _k(float, 1e-9, "nic_issue_s", 0.0, zero=True, unit="ns"),
+    }, required=False, empty=True),
+    # the library's GEMM kernels: a list of tiles (their K step, pipeline depth and resident
+    # WGs per CU), the mainloop's measured fraction of the peak, where they come from,
+    # whether runs use them and whether the heuristic may pick stream-K kernels
+    "gemm": Table({
+        "tiles": _k(list, nonempty=True, items=Table(hardware=True, keys={
+            "m": _k(int), "n": _k(int), "k": _k(int),
+            "stages": _k(int, minimum=2, why="a pipeline loads one K step while it computes "
+                                            "another"),
+            "per_cu": _k(int)})),
+        "mainloop_efficiency": _k(float, **_FRACTION,
+                                  why="a measured fraction of the matrix peak"),
+        "source": _k(str, default=""),
+        "enabled": _k(bool, default=True),
+        "stream_k": _k(bool, default=False),
+    }, hardware=True, required=False),
+})
+GEMM_KEYS = tuple(sorted(DEVICE_TABLE.keys["gemm"].keys))
 
 
 def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
-
-
-def _where(source: str, section: str, key: str) -> str:
-    return f"{source}: [{section}] {key}"
-
-
-# Every number of a device or system file, in the key's own unit (GB/s, us, ns, MB, a
-# count, a fraction), lies in this range unless it is 0: the presets' lie from 0.5 to
-# 27,500; six orders of magnitude either side admit any GPU while refusing a typo's
-# 1e-300 (times of 300 digits) or 1e300 (overflows inside the ranks).
-PLAUSIBLE = (1e-6, 1e9)
-
-
-def checked_value(where: str, value: Any, typ: type, scale: float, may_be_zero: bool) -> Any:
-    """A file's value of type ``typ`` in SI units (x ``scale``); impossible hardware (a
-    negative, non-finite or, unless ``may_be_zero``, zero number) is refused."""
-    if typ is str:
-        if not isinstance(value, str):
-            raise SpecError(f"{where} must be a string, got {value!r}")
-        return value
-    ok_types = (int,) if typ is int else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_types):
-        raise SpecError(f"{where} must be {'an integer' if typ is int else 'a number'}, "
-                        f"got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not may_be_zero):
-        raise SpecError(f"{where} = {value!r} is impossible hardware; it must be "
-                        f"{'>= 0' if may_be_zero else '> 0'}")
-    if value and not PLAUSIBLE[0] <= value <= PLAUSIBLE[1]:
-        raise SpecError(f"{where} = {value!r} is implausible hardware: a value other than "
-                        f"0 must lie from {PLAUSIBLE[0]:g} to {PLAUSIBLE[1]:g} in the key's "
-                        f"unit")
-    return typ(value * scale) if typ is int else float(value) * scale
 
 
 def preset_path(name_or_path: str, directory: Path) -> Path | None:
@@ -436,82 +423,17 @@ def read_toml(name_or_path: str, directory: Path, what: str, presets: list[str])
 
 
 def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
-    """Validate a parsed TOML document and build the spec (all keys required)."""
-    unknown = set(data) - _TOP_KEYS - set(_SCHEMA) - set(_OPTIONAL) - {"gemm"}
-    if unknown:
-        raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: "
-                        f"{sorted(_TOP_KEYS | set(_SCHEMA) | set(_OPTIONAL) | {'gemm'})}")
-    for key in _TOP_KEYS:
-        if not isinstance(data.get(key), str):
-            raise SpecError(f"{source}: missing key '{key}' (a string)" if key not in data
-                            else f"{source}: '{key}' must be a string, got {data[key]!r}")
-    values: dict[str, Any] = {}
-    if "gemm" in data:  # a list of tiles, not numbers: checked on its own
-        values["gemm"] = parse_gemm(data["gemm"], source)
-        data = {k: v for k, v in data.items() if k != "gemm"}
-    if isinstance(data.get("compute"), dict) and "atomic_dtypes" in data["compute"]:
-        compute = dict(data["compute"])  # a list, not a number: checked here
-        atomics = compute.pop("atomic_dtypes")
-        if not (isinstance(atomics, list) and all(a in DTYPES for a in atomics)):
-            raise SpecError(f"{source}: [compute] atomic_dtypes = {atomics!r} must be a list "
-                            f"of {', '.join(DTYPES)}")
-        data = {**data, "compute": compute}
-        values["atomic_dtypes"] = tuple(atomics)
-    for section in dict.fromkeys([*_SCHEMA, *_OPTIONAL]):
-        keys = {k: (*v, ...) for k, v in _SCHEMA.get(section, {}).items()}
-        keys.update(_OPTIONAL.get(section, {}))
-        table = data.get(section, {} if section not in _SCHEMA else None)
-        if not isinstance(table, dict):
-            raise SpecError(f"{source}: missing section [{section}]")
-        extra = set(table) - set(keys)
-        if extra:
-            raise SpecError(f"{source}: [{section}] unknown key(s) {sorted(extra)}; "
-                            f"allowed: {sorted(keys)}")
-        for key, (typ, scale, attr, default) in keys.items():
-            if key not in table:
-                if default is ...:
-                    raise SpecError(f"{source}: [{section}] missing key '{key}'")
-                values[attr] = default
-                continue
-            values[attr] = checked_value(_where(source, section, key), table[key], typ, scale,
-                                         key in _MAY_BE_ZERO)
-    if values["topology"] not in TOPOLOGIES:
-        raise SpecError(f"{source}: [interconnect] topology = {values['topology']!r}; "
-                        f"allowed: {list(TOPOLOGIES)}")
+    """Validate a parsed TOML document and build the spec."""
+    values = flat(check(data, DEVICE_TABLE, source), DEVICE_TABLE)
     if (values["vfp16"] is None) != (values["vfp32"] is None):
         raise SpecError(f"{source}: [compute] give both fp16_ and fp32_vector_flops_per_cycle_per_cu "
                         f"or neither")
-    if values["partial_stage"] not in PARTIAL_STAGES:
-        raise SpecError(f"{source}: [compute] partial_stage = {values['partial_stage']!r}; "
-                        f"allowed: {list(PARTIAL_STAGES)}")
     if values["nics"] and not values["nic_bw"] > 0:
         raise SpecError(f"{source}: [nic] count = {values['nics']} needs gb_per_s > 0")
-    if not 0 < values["library_fraction"] <= 1:
-        raise SpecError(f"{source}: [interconnect] library_fraction must be in (0, 1], got "
-                        f"{values['library_fraction']}")
-    if values["library"] and values["library"] not in LIBRARIES:
-        raise SpecError(f"{source}: [interconnect] library = {values['library']!r}; "
-                        f"allowed: {sorted(LIBRARIES)} (or leave it out: no library model)")
-    if values["library_link"] not in ("", "pci"):
-        raise SpecError(f"{source}: [interconnect] library_link = {values['library_link']!r}; "
-                        f"allowed: 'pci' (or leave it out)")
-    for key in ("store_fraction", "copy_fraction", "put_fraction"):
-        if not 0 < values[key] <= 1:
-            raise SpecError(f"{source}: [executors] {key} must be in (0, 1] (the share of the "
-                            f"port's peak it achieves), got {values[key]}")
-    if values["dram_row_miss_cost"] < 1.0:
-        raise SpecError(f"{source}: [memory] dram_row_miss_cost must be >= 1 (a row miss "
-                        f"costs at least a hit), got {values['dram_row_miss_cost']}")
-    if values["hbm_sustained"] and not 0 < values["hbm_sustained"] <= 1:
-        raise SpecError(f"{source}: [memory] sustained_fraction must be in (0, 1] (the share "
-                        f"of hbm_gb_per_s a streaming kernel sustains), got "
-                        f"{values['hbm_sustained']}")
     if values["hbm_sustained"] and not values["hbm_sustained_source"]:
         raise SpecError(f"{source}: [memory] sustained_fraction needs sustained_source (the "
                         f"measurement it comes from)")
-    if values["nmc_update_cost"] < 1.0:
-        raise SpecError(f"{source}: [memory] nmc_update_cost must be >= 1 (an update "
-                        f"costs at least a write), got {values['nmc_update_cost']}")
+    gemm = values.get("tiles")
     return DeviceSpec(
         name=data["name"],
         description=data["description"],
@@ -554,7 +476,10 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         dram_banks=values["dram_banks"],
         dram_bank_groups=values["dram_bank_groups"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
-        gemm=values.get("gemm"),
+        gemm=None if gemm is None else GemmSpec(
+            tuple(TileShape(t["m"], t["n"], t["k"], t["stages"], t["per_cu"]) for t in gemm),
+            values["mainloop_efficiency"], values["source"], values["enabled"],
+            values["stream_k"]),
         executors=ExecutorSpec(
             store_fraction=values["store_fraction"], copy_fraction=values["copy_fraction"],
             put_fraction=values["put_fraction"], put_fence_s=values["put_fence_s"],
@@ -572,53 +497,6 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                       burst_bytes=int(values["dram_burst_bytes"]),
                       starvation_s=values["dram_starvation_s"]),
     )
-
-
-_TILE_KEYS = ("m", "n", "k", "stages", "per_cu")
-GEMM_KEYS = ("enabled", "mainloop_efficiency", "source", "stream_k", "tiles")
-
-
-def parse_gemm(table: Any, source: str) -> GemmSpec:
-    """``[gemm]``: ``tiles`` (a list of ``{m, n, k, stages, per_cu}``: the tile, its K step,
-    pipeline depth and resident WGs per CU), ``mainloop_efficiency`` in (0, 1], ``source``
-    (where they come from), ``enabled`` (default true; false: ``t3emu gemm`` lists the
-    catalogue, runs keep the fixed tile) and ``stream_k`` (default false: whether the
-    heuristic may pick stream-K kernels)."""
-    where = f"{source}: [gemm]"
-    if not isinstance(table, dict):
-        raise SpecError(f"{where} must be a table")
-    extra = set(table) - set(GEMM_KEYS)
-    if extra:
-        raise SpecError(f"{where} unknown key(s) {sorted(extra)}; allowed: {list(GEMM_KEYS)}")
-    tiles = table.get("tiles")
-    if not isinstance(tiles, list) or not tiles:
-        raise SpecError(f"{where} tiles must be a non-empty list of {{m, n, k, stages, per_cu}}")
-    shapes = []
-    for i, t in enumerate(tiles):
-        if not isinstance(t, dict) or set(t) != set(_TILE_KEYS):
-            raise SpecError(f"{where} tiles[{i}] = {t!r} must have exactly the keys "
-                            f"{', '.join(_TILE_KEYS)}")
-        vals = [checked_value(f"{where} tiles[{i}].{key}", t[key], int, 1, False)
-                for key in _TILE_KEYS]
-        if vals[3] < 2:
-            raise SpecError(f"{where} tiles[{i}].stages = {vals[3]} must be >= 2 (a "
-                            f"pipeline loads one K step while it computes another)")
-        shapes.append(TileShape(*vals))
-    eff = checked_value(f"{where} mainloop_efficiency", table.get("mainloop_efficiency"),
-                        float, 1, False) if "mainloop_efficiency" in table else None
-    if eff is None or eff > 1:
-        raise SpecError(f"{where} mainloop_efficiency must be in (0, 1] (a measured fraction "
-                        f"of the matrix peak), got {table.get('mainloop_efficiency')!r}")
-    src = table.get("source", "")
-    if not isinstance(src, str):
-        raise SpecError(f"{where} source must be a string, got {src!r}")
-    flags = []
-    for key, default in (("enabled", True), ("stream_k", False)):
-        flag = table.get(key, default)
-        if not isinstance(flag, bool):
-            raise SpecError(f"{where} {key} must be true or false, got {flag!r}")
-        flags.append(flag)
-    return GemmSpec(tuple(shapes), eff, src, *flags)
 
 
 def with_topology(spec: DeviceSpec, topology: str) -> DeviceSpec:

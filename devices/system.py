@@ -14,82 +14,61 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from devices.spec import (NETWORKS, PRESET_DIR, TOPOLOGIES, DeviceSpec, SpecError, checked_value,
-                          load_device, read_toml)
+from devices.schema import OMIT, Key, Table, check
+from devices.spec import (NETWORKS, PRESET_DIR, TOPOLOGIES, DeviceSpec, SpecError, load_device,
+                          read_toml)
 
 SYSTEM_DIR = PRESET_DIR / "systems"
 
-# section -> key -> (type, unit scale, attribute of InterconnectSpec or None, required)
-_SYSTEM: dict[str, dict[str, tuple[type, float, str | None, bool]]] = {
-    "": {"gpu": (str, 1, None, True), "nodes": (int, 1, None, True),
-         "gpus_per_node": (int, 1, "gpus_per_node", True)},
-    "intra": {
-        "topology": (str, 1, "topology", True),
-        "link_gb_per_s_per_direction": (float, 1e9, "link_bw", False),
-        "link_latency_ns": (float, 1e-9, "link_latency_s", False),
-        "links": (int, 1, "links", False),
-        "sockets": (int, 1, "sockets", False),
-        "socket_gb_per_s_per_direction": (float, 1e9, "socket_bw", False),
-        "socket_latency_ns": (float, 1e-9, "socket_latency_s", False),
-        "library_fraction": (float, 1, "library_fraction", False),
-    },
-    "network": {
-        "kind": (str, 1, "network", True),
-        "nics_per_node": (int, 1, "nics_per_node", True),
-        "nic_gb_per_s_per_direction": (float, 1e9, "nic_bw", True),
-        "latency_ns": (float, 1e-9, "nic_latency_s", True),
-        "torus_x": (int, 1, None, False),
-        "torus_y": (int, 1, None, False),
-        "torus_hop_latency_ns": (float, 1e-9, "torus_hop_latency_s", False),
-        "library_fraction": (float, 1, "library_fraction_network", False),
-    },
-}
-_MAY_BE_ZERO = {"gpus_per_node", "link_latency_ns", "socket_latency_ns", "latency_ns",
-                "torus_hop_latency_ns"}
+_FRACTION = dict(minimum=0, maximum=1, open_min=True,
+                 why="the share of the links' peak the library achieves")
+# The system file's schema (``devices/schema.py``); a key's attribute is the
+# ``InterconnectSpec`` field it sets
+SYSTEM_TABLE = Table(hardware=True, doc="A system preset: GPUs, their topology, the network "
+                     "between nodes and how many nodes (t3emu devices)", keys={
+    "name": Key(str, doc="the system's name"),
+    "description": Key(str),
+    "gpu": Key(str, doc="a GPU preset or a path to a GPU file (relative: to this file)"),
+    "nodes": Key(int),
+    "gpus_per_node": Key(int, zero=True, doc="0: any number of GPUs (nodes = 1)"),
+    "intra": Table({
+        "topology": Key(str, choices=TOPOLOGIES),
+        "link_gb_per_s_per_direction": Key(float, attr="link_bw", scale=1e9, default=OMIT,
+                                           unit="GB/s"),
+        "link_latency_ns": Key(float, attr="link_latency_s", scale=1e-9, default=OMIT,
+                               zero=True, unit="ns"),
+        "links": Key(int, default=OMIT),
+        "sockets": Key(int, default=OMIT),
+        "socket_gb_per_s_per_direction": Key(float, attr="socket_bw", scale=1e9,
+                                             default=OMIT, unit="GB/s"),
+        "socket_latency_ns": Key(float, attr="socket_latency_s", scale=1e-9, default=OMIT,
+                                 zero=True, unit="ns"),
+        "library_fraction": Key(float, default=OMIT, **_FRACTION),
+    }, doc="the GPU's own [interconnect], overridden"),
+    "network": Table({
+        "kind": Key(str, attr="network", choices=NETWORKS),
+        "nics_per_node": Key(int),
+        "nic_gb_per_s_per_direction": Key(float, attr="nic_bw", scale=1e9, unit="GB/s"),
+        "latency_ns": Key(float, attr="nic_latency_s", scale=1e-9, zero=True, unit="ns"),
+        "torus_x": Key(int, default=OMIT),
+        "torus_y": Key(int, default=OMIT),
+        "torus_hop_latency_ns": Key(float, attr="torus_hop_latency_s", scale=1e-9,
+                                    default=OMIT, zero=True, unit="ns"),
+        "library_fraction": Key(float, attr="library_fraction_network", default=OMIT,
+                                **_FRACTION),
+    }, required=False, doc="between nodes (needed when nodes > 1)"),
+})
+TOP_KEYS = ("gpu", "nodes", "gpus_per_node")  # the top-level keys a --set may name
 
 
 def list_systems() -> list[str]:
     return sorted(p.stem for p in SYSTEM_DIR.glob("*.toml"))
 
 
-def _value(source: str, section: str, key: str, value: Any, typ: type, scale: float) -> Any:
-    where = f"{source}: [{section}] {key}" if section else f"{source}: {key}"
-    return checked_value(where, value, typ, scale, key in _MAY_BE_ZERO)
-
-
 def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> DeviceSpec:
     """Validate a parsed system file; return its GPU's spec with the system's interconnect."""
-    allowed = {"name", "description", *_SYSTEM[""], "intra", "network"}
-    unknown = set(data) - allowed
-    if unknown:
-        raise SpecError(f"{source}: unknown key(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-    for key in ("name", "description"):
-        if not isinstance(data.get(key), str):
-            raise SpecError(f"{source}: missing key '{key}' (a string)" if key not in data
-                            else f"{source}: '{key}' must be a string, got {data[key]!r}")
-    got: dict[str, dict[str, Any]] = {}
-    for section, keys in _SYSTEM.items():
-        table = data if not section else data.get(section)
-        if table is None:
-            if section == "network":
-                continue
-            raise SpecError(f"{source}: missing section [{section}]")
-        if not isinstance(table, dict):
-            raise SpecError(f"{source}: [{section}] must be a table")
-        if section:
-            extra = set(table) - set(keys)
-            if extra:
-                raise SpecError(f"{source}: [{section}] unknown key(s) {sorted(extra)}; "
-                                f"allowed: {sorted(keys)}")
-        vals = got.setdefault(section, {})
-        for key, (typ, scale, _, required) in keys.items():
-            if key not in table:
-                if required:
-                    raise SpecError(f"{source}: {f'[{section}] ' if section else ''}missing "
-                                    f"key '{key}'")
-                continue
-            vals[key] = _value(source, section, key, table[key], typ, scale)
-    top, intra, net = got[""], got["intra"], got.get("network")
+    top = check(data, SYSTEM_TABLE, source)
+    net = top.get("network")
     gpu_path = Path(top["gpu"])
     if not gpu_path.is_absolute() and gpu_path.suffix == ".toml":
         gpu_path = Path(source).parent / gpu_path
@@ -99,17 +78,10 @@ def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> De
     except SpecError as exc:
         raise SpecError(f"{source}: gpu = {top['gpu']!r}: {exc}") from None
     nodes, per_node = top["nodes"], top["gpus_per_node"]
-    ic: dict[str, Any] = {}
-    for section, vals in (("intra", intra), ("network", net or {})):
-        for key, value in vals.items():
-            attr = _SYSTEM[section][key][2]
-            if attr:
-                ic[attr] = value
+    ic: dict[str, Any] = {**top["intra"], **{k: v for k, v in (net or {}).items()
+                                             if k not in ("torus_x", "torus_y")}}
     ic["gpus_per_node"] = per_node
     ic["nodes"] = nodes
-    if ic["topology"] not in TOPOLOGIES:
-        raise SpecError(f"{source}: [intra] topology = {ic['topology']!r}; allowed: "
-                        f"{list(TOPOLOGIES)}")
     if per_node == 0 and nodes != 1:
         raise SpecError(f"{source}: gpus_per_node = 0 (any number of GPUs) needs nodes = 1")
     if nodes > 1 and net is None:
@@ -125,9 +97,6 @@ def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> De
     elif sockets != 1:
         raise SpecError(f"{source}: [intra] sockets only applies to topology = 'pcie'")
     if net is not None:
-        if ic["network"] not in NETWORKS:
-            raise SpecError(f"{source}: [network] kind = {ic['network']!r}; allowed: "
-                            f"{list(NETWORKS)}")
         if per_node == 0 or per_node % ic["nics_per_node"]:
             raise SpecError(f"{source}: [network] nics_per_node = {ic['nics_per_node']} must "
                             f"divide gpus_per_node = {per_node} (GPUs share NICs evenly)")
@@ -140,9 +109,6 @@ def parse_system(data: dict[str, Any], source: str, overrides: tuple = ()) -> De
         elif "torus_x" in net or "torus_y" in net:
             raise SpecError(f"{source}: [network] torus_x/torus_y only apply to kind = "
                             f"'torus2d'")
-    for key in ("library_fraction", "library_fraction_network"):
-        if not 0 < ic.get(key, 1.0) <= 1:
-            raise SpecError(f"{source}: library_fraction must be in (0, 1], got {ic[key]}")
     interconnect = dataclasses.replace(gpu.interconnect, **ic)
     if ic["topology"] == "full-mesh" and per_node - 1 > interconnect.links:
         raise SpecError(f"{source}: a full mesh of {per_node} GPUs needs {per_node - 1} links "

@@ -108,7 +108,7 @@ def test_every_preset_states_each_executor_with_a_source():
 
 @pytest.mark.parametrize("key,value,match", [
     ("copy_fraction", None, "missing key 'copy_fraction'"),
-    ("store_fraction", 1.5, r"store_fraction must be in \(0, 1\]"),
+    ("store_fraction", 1.5, r"store_fraction = 1.5 must be in \(0, 1\]"),
     ("put_fraction", 0, "put_fraction = 0 is impossible"),
     ("store_source", 3, "must be a string"),
 ])

@@ -298,13 +298,13 @@ def test_gemm_launches_run_the_kernel_chosen_for_their_shape():
 BAD = [
     ('tiles = []\nmainloop_efficiency = 0.5', "non-empty list"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3}]\nmainloop_efficiency = 0.5',
-     "must have exactly the keys"),
+     "tiles[0] missing key 'per_cu'"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 1, per_cu = 1}]\nmainloop_efficiency = 0.5',
      "must be >= 2"),
     ('tiles = [{m = 0, n = 128, k = 64, stages = 3, per_cu = 1}]\nmainloop_efficiency = 0.5',
      "impossible hardware"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]\nmainloop_efficiency = 1.5',
-     "mainloop_efficiency must be in (0, 1]"),
+     "mainloop_efficiency = 1.5 must be in (0, 1]"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]', "mainloop_efficiency"),
     ('tiles = [{m = 128, n = 128, k = 64, stages = 3, per_cu = 1}]\n'
      'mainloop_efficiency = 0.5\nwarps = 4', "unknown key(s) ['warps']"),

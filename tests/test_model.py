@@ -62,7 +62,7 @@ def test_every_shipped_model_loads():
     ("kind = 'transformer'\n[transformer]\nhidden = 512\n", "missing key 'heads'"),
     (TOY.replace('ffn = "gelu"', 'ffn = "relu2"'), "ffn = 'relu2'"),
     (TOY.replace("heads = 8", "heads = 8\nkv_heads = 3"), "kv_heads = 3 must divide"),
-    (TOY.replace("layers = 3", "layers = 0"), "layers = 0 is impossible"),
+    (TOY.replace("layers = 3", "layers = 0"), "layers = 0 must be >= 1"),
     (TOY.replace("layers = 3", "layers = 3\nlayer = 4"), "unknown key(s) ['layer']"),
     (TOY.replace('kind = "transformer"', 'kind = "cnn"'), "kind = 'cnn'"),
     (TOY + "[dlrm]\ndim = 4\n", "section [dlrm] does not apply"),

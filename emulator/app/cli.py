@@ -1022,6 +1022,26 @@ def probe_preset(file, base, name, out_path) -> None:
 
 
 @main.command()
+@click.argument("kind", required=False, type=click.Choice(("device", "system", "scenario",
+                                                          "model")))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write every kind's schema as DIR/KIND.schema.json.")
+def schema(kind, out_dir) -> None:
+    """The JSON Schema of a kind of file t3emu reads (GPU and system presets, scenarios,
+    model files), for an editor's TOML support (Taplo: a '#:schema PATH' line at the top
+    of the file). Without KIND: --out DIR writes all four."""
+    from emulator.app import schemas
+
+    if out_dir:
+        for path in schemas.write(out_dir, (kind,) if kind else schemas.KINDS):
+            click.echo(str(path))
+        return
+    if kind is None:
+        raise click.UsageError("give KIND (device, system, scenario or model) or --out DIR")
+    click.echo(schemas.text(kind), nl=False)
+
+
+@main.command()
 @_table_format
 @click.option("--details", is_flag=True,
               help="Also each GPU's data movers, GEMM kernels and launch, with sources.")

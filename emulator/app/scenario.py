@@ -43,20 +43,52 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from collectives import TOPOLOGIES
+from devices.schema import OMIT, Key, SpecError, Table, check
 from devices.spec import DTYPES
 
 # sub-layer -> (direction, K factor over H / TP)
 SUBLAYERS = {"OP": ("fwd", 1), "FC-2": ("fwd", 4), "FC-1": ("bwd", 4), "IP": ("bwd", 3)}
 
-_TOP = {"name": str, "description": str, "device": str, "collective": str, "topology": str,
-        "dtype": str, "modes": list, "models": list, "set": dict}
-_CASES_TOP = {"name": str, "description": str, "dtype": str, "cases": list, "set": dict}
-_CASE = {"name": str, "sublayer": str, "operation": str, "systems": list, "m": list, "n": int,
-         "k": int, "shard": str, "modes": list, "params": dict}
 SHARDS = ("n", "k", "none")
-_OPTIONAL_KEYS = ("description", "params", "set")
-_MODEL = {"name": str, "hidden": int, "layers": int, "seq_len": int, "batch": int, "tp": list,
-          "sublayers": list}
+
+
+def _strings(doc: str, choices: tuple = ()) -> Key:
+    return Key(list, items=str, choices=choices, nonempty=True, doc=doc)
+
+
+def _counts(doc: str) -> Key:
+    return Key(list, items=int, minimum=1, nonempty=True, doc=doc)
+
+
+_SHARED = {"name": Key(str), "description": Key(str, default=""),
+           "dtype": Key(str, choices=DTYPES),
+           "set": Key(dict, default=OMIT, doc="--set KEY=VALUE of every run; a list is swept")}
+# A scenario file's schema (``devices/schema.py``): models by their global parameters ...
+MODELS_TABLE = Table({
+    **_SHARED,
+    "device": Key(str, doc="a GPU preset or a path"),
+    "collective": Key(str, doc="the operation every point runs (t3emu run --list)"),
+    "topology": Key(str, choices=TOPOLOGIES),
+    "modes": _strings("the configurations to run"),
+    "models": Key(list, nonempty=True, items=Table({
+        "name": Key(str), "hidden": Key(int, minimum=1), "layers": Key(int, minimum=1),
+        "seq_len": Key(int, minimum=1), "batch": Key(int, minimum=1),
+        "tp": _counts("TP degrees"),
+        "sublayers": _strings("sub-layers", tuple(SUBLAYERS))})),
+}, doc="A scenario of models (t3emu sweep)")
+# ... or cases: an operation at global shapes on given systems
+CASES_TABLE = Table({
+    **_SHARED,
+    "cases": Key(list, nonempty=True, items=Table({
+        "name": Key(str), "sublayer": Key(str, doc="a label for the case's GEMM"),
+        "operation": Key(str, doc="t3emu run --list"),
+        "systems": _strings("system presets or paths (TP = the system's GPUs)"),
+        "m": _counts("token counts"), "n": Key(int, minimum=1, doc="global N"),
+        "k": Key(int, minimum=1, doc="global K"),
+        "shard": Key(str, choices=SHARDS, doc="what tensor parallelism splits"),
+        "modes": _strings("the configurations to run"),
+        "params": Key(dict, default=OMIT, doc="--param NAME=VALUE; a list is swept")})),
+}, doc="A scenario of cases (t3emu sweep)")
 
 
 class ScenarioError(ValueError):
@@ -154,18 +186,11 @@ def gemm_shape(model: Model, sublayer: str, tp: int) -> tuple[int, int, int]:
     return model.tokens, model.hidden, factor * model.hidden // tp
 
 
-def _typed(where: str, doc: dict, schema: dict) -> None:
-    unknown = sorted(set(doc) - set(schema))
-    if unknown:
-        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)} "
-                            f"(allowed: {', '.join(schema)})")
-    for key, typ in schema.items():
-        if key in doc and not (isinstance(doc[key], typ) and not isinstance(doc[key], bool)):
-            raise ScenarioError(f"{where}: {key} must be a {typ.__name__}, "
-                                f"got {doc[key]!r}")
-    missing = [k for k in schema if k not in doc and k not in _OPTIONAL_KEYS]
-    if missing:
-        raise ScenarioError(f"{where}: missing key(s) {', '.join(missing)}")
+def _checked(path: Path, doc: dict, table: Table) -> dict:
+    try:
+        return check(doc, table, str(path))
+    except SpecError as exc:
+        raise ScenarioError(str(exc)) from None
 
 
 def find_scenario(name_or_path: str) -> Path:
@@ -202,35 +227,19 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
         raise ScenarioError(f"{path}: malformed TOML: {exc}") from None
     if "cases" in doc:
         return _load_cases(path, doc, reg)
-    _typed(str(path), doc, _TOP)
-    for key, allowed in (("collective", tuple(reg.names())), ("topology", TOPOLOGIES),
-                         ("dtype", DTYPES)):
-        if doc[key] not in allowed:
-            raise ScenarioError(f"{path}: {key} = {doc[key]!r} (allowed: {', '.join(allowed)})")
-    modes = tuple(doc["modes"])
-    applies = reg.configurations_for(reg.operation(doc["collective"]))
+    top = _checked(path, doc, MODELS_TABLE)
+    if top["collective"] not in reg.names():
+        raise ScenarioError(f"{path}: collective = {top['collective']!r}; allowed: "
+                            f"{', '.join(reg.names())}")
+    modes = top["modes"]
+    applies = reg.configurations_for(reg.operation(top["collective"]))
     bad = [m for m in modes if m not in applies]
-    if bad or not modes:
-        raise ScenarioError(f"{path}: modes {bad or '[]'} (allowed for {doc['collective']}: "
+    if bad:
+        raise ScenarioError(f"{path}: modes {bad} (allowed for {top['collective']}: "
                             f"{', '.join(applies)}; a configuration of one's own needs "
                             f"--configs FILE)")
-    models = []
-    for i, md in enumerate(doc["models"]):
-        where = f"{path}: models[{i}]"
-        if not isinstance(md, dict):
-            raise ScenarioError(f"{where}: must be a table ([[models]])")
-        _typed(where, md, _MODEL)
-        for key in ("hidden", "layers", "seq_len", "batch"):
-            if md[key] < 1:
-                raise ScenarioError(f"{where}: {key} = {md[key]} must be >= 1")
-        if not md["tp"] or not all(isinstance(t, int) and t >= 1 for t in md["tp"]):
-            raise ScenarioError(f"{where}: tp = {md['tp']!r} must be a list of integers >= 1")
-        badsl = [s for s in md["sublayers"] if s not in SUBLAYERS]
-        if badsl or not md["sublayers"]:
-            raise ScenarioError(f"{where}: sublayers {badsl or '[]'} (allowed: "
-                                f"{', '.join(SUBLAYERS)})")
-        models.append(Model(md["name"], md["hidden"], md["layers"], md["seq_len"], md["batch"],
-                            tuple(md["tp"]), tuple(md["sublayers"])))
+    models = [Model(md["name"], md["hidden"], md["layers"], md["seq_len"], md["batch"],
+                    md["tp"], md["sublayers"]) for md in top["models"]]
     points = []
     sets = _set_grid(str(path), doc.get("set", {}), system=False)
     for md, overrides in [(md, o) for md in models for o in sets]:
@@ -246,40 +255,24 @@ def load_scenario(name_or_path: str, configs: tuple[str, ...] = ()) -> Scenario:
     keys = [p.key for p in points]
     if len(set(keys)) != len(keys):
         raise ScenarioError(f"{path}: the same point appears twice")
-    return Scenario(doc["name"], doc.get("description", ""), doc["device"], doc["collective"],
-                    doc["topology"], doc["dtype"], modes, tuple(models), str(path), tuple(points))
+    return Scenario(top["name"], top["description"], top["device"], top["collective"],
+                    top["topology"], top["dtype"], modes, tuple(models), str(path), tuple(points))
 
 
 def _load_cases(path: Path, doc: dict, reg) -> Scenario:
     """A scenario of ``[[cases]]`` (see the module's docstring)."""
     from collectives import default_algorithm
-    from devices.spec import SpecError
     from devices.system import load_system, system_size
 
-    _typed(str(path), doc, _CASES_TOP)
-    if doc["dtype"] not in DTYPES:
-        raise ScenarioError(f"{path}: dtype = {doc['dtype']!r} (allowed: {', '.join(DTYPES)})")
+    top = _checked(path, doc, CASES_TABLE)
     points, all_modes, ops = [], [], []
     sets = _set_grid(str(path), doc.get("set", {}), system=True)
-    for i, case in enumerate(doc["cases"]):
+    for i, case in enumerate(top["cases"]):
         where = f"{path}: cases[{i}]"
-        if not isinstance(case, dict):
-            raise ScenarioError(f"{where}: must be a table ([[cases]])")
-        _typed(where, case, _CASE)
         if case["operation"] not in reg.names():
             raise ScenarioError(f"{where}: operation = {case['operation']!r} (allowed: "
                                 f"{', '.join(reg.names())})")
         op = reg.operation(case["operation"])
-        if case["shard"] not in SHARDS:
-            raise ScenarioError(f"{where}: shard = {case['shard']!r} (allowed: "
-                                f"{', '.join(SHARDS)})")
-        if not case["m"] or not all(isinstance(m, int) and m >= 1 for m in case["m"]):
-            raise ScenarioError(f"{where}: m = {case['m']!r} must be a list of integers >= 1")
-        for key in ("n", "k"):
-            if case[key] < 1:
-                raise ScenarioError(f"{where}: {key} = {case[key]} must be >= 1")
-        if not case["modes"] or not case["systems"]:
-            raise ScenarioError(f"{where}: modes and systems must not be empty")
         for name, overrides in [(s, o) for s in case["systems"] for o in sets]:
             if name.endswith(".toml") and not Path(name).is_absolute():
                 near = path.parent / name  # a system file next to the scenario
@@ -335,8 +328,8 @@ def _load_cases(path: Path, doc: dict, reg) -> Scenario:
         raise ScenarioError(f"{path}: the same point appears twice")
     topologies = ",".join(dict.fromkeys(p.topology for p in points))
     devices = ",".join(dict.fromkeys(p.system_name for p in points))
-    return Scenario(doc["name"], doc.get("description", ""), devices, ",".join(ops), topologies,
-                    doc["dtype"], tuple(all_modes), (), str(path), tuple(points))
+    return Scenario(top["name"], top["description"], devices, ",".join(ops), topologies,
+                    top["dtype"], tuple(all_modes), (), str(path), tuple(points))
 
 
 def _set_grid(where: str, given: dict, system: bool) -> list[tuple[tuple[str, object], ...]]:
@@ -346,7 +339,6 @@ def _set_grid(where: str, given: dict, system: bool) -> list[tuple[tuple[str, ob
     import itertools
 
     from devices.overrides import check, flatten
-    from devices.spec import SpecError
 
     given = flatten(given)
     names = sorted(given)

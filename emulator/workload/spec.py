@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devices.spec import SpecError, checked_value, read_toml
+from devices.schema import OMIT, REQUIRED, Key, Table, check
+from devices.spec import SpecError, read_toml
 
 MODEL_DIR = Path(__file__).resolve().parent / "models"
 FFN_KINDS = ("gelu", "swiglu")
@@ -86,89 +87,63 @@ class DlrmSpec:
 
 ModelSpec = TransformerSpec | DlrmSpec
 
-# section -> key -> (type, required); "" is the top level
-_KEYS: dict[str, dict[str, dict[str, tuple[type, bool]]]] = {
-    "transformer": {
-        "": {"name": (str, False), "kind": (str, True), "description": (str, False)},
-        "transformer": {"hidden": (int, True), "heads": (int, True), "kv_heads": (int, False),
-                        "head_dim": (int, False), "ffn": (str, True),
-                        "ffn_hidden": (int, True), "layers": (int, True),
-                        "vocab": (int, True)},
-        "moe": {"experts": (int, True), "top_k": (int, True),
-                "expert_ffn_hidden": (int, False)},
-        "run": {"seq": (int, True), "batch": (int, True)},
-    },
-    "dlrm": {
-        "": {"name": (str, False), "kind": (str, True), "description": (str, False)},
-        "dlrm": {"tables_per_gpu": (int, True), "rows_per_table": (int, True),
-                 "dim": (int, True), "pooling": (int, True), "dense_features": (int, True),
-                 "bottom_mlp": (list, True), "top_mlp": (list, True),
-                 "interaction": (str, True), "interaction_width": (int, False)},
-        "run": {"batch": (int, True)},
-    },
+def _count(doc: str = "", default=REQUIRED) -> Key:
+    return Key(int, doc=doc, default=default, minimum=1)
+
+
+_WIDTHS = Key(list, items=int, minimum=1, nonempty=True, doc="output widths of its layers")
+_TOP = {"name": Key(str, default=OMIT, doc="default: the file's name"),
+        "description": Key(str, default=OMIT)}
+# A model file's schema (``devices/schema.py``), one per kind
+TABLES: dict[str, Table] = {
+    "transformer": Table({
+        **_TOP, "kind": Key(str, choices=("transformer",)),
+        "transformer": Table({
+            "hidden": _count("hidden size H"), "heads": _count("attention heads"),
+            "kv_heads": _count("key/value heads (default: heads)", OMIT),
+            "head_dim": _count("default: hidden / heads", OMIT),
+            "ffn": Key(str, choices=FFN_KINDS), "ffn_hidden": _count("the FFN's width F"),
+            "layers": _count(), "vocab": _count()}),
+        "moe": Table({"experts": _count(), "top_k": _count("experts each token is routed to"),
+                      "expert_ffn_hidden": _count("an expert's FFN width (default F)", OMIT)},
+                     required=False, doc="every layer's FFN a mixture of experts"),
+        "run": Table({"seq": _count("sequence length"), "batch": _count("sequences")}),
+    }, doc="A transformer model (t3emu model)"),
+    "dlrm": Table({
+        **_TOP, "kind": Key(str, choices=("dlrm",)),
+        "dlrm": Table({
+            "tables_per_gpu": _count(), "rows_per_table": _count(),
+            "dim": _count("embedding dimension D"), "pooling": _count("rows per bag L"),
+            "dense_features": _count(), "bottom_mlp": _WIDTHS, "top_mlp": _WIDTHS,
+            "interaction": Key(str, choices=INTERACTIONS),
+            "interaction_width": _count("features the interaction feeds the top MLP", OMIT)}),
+        "run": Table({"batch": _count("global batch of samples")}),
+    }, doc="A DLRM model (t3emu model)"),
 }
-_OPTIONAL_SECTIONS = {"moe"}
 
 
 def list_models() -> list[str]:
     return sorted(p.stem for p in MODEL_DIR.glob("*.toml"))
 
 
-def _checked(source: str, section: str, data: dict[str, Any],
-             keys: dict[str, tuple[type, bool]]) -> dict[str, Any]:
-    where = f"{source}: [{section}]" if section else f"{source}:"
-    extra = set(data) - set(keys) - ({"transformer", "dlrm", "moe", "run"} if not section
-                                     else set())
-    if extra:
-        raise ModelError(f"{where} unknown key(s) {sorted(extra)}; allowed: {sorted(keys)}")
-    out = {}
-    for key, (typ, required) in keys.items():
-        if key not in data:
-            if required:
-                raise ModelError(f"{where} missing key '{key}'")
-            continue
-        value = data[key]
-        if typ is list:
-            if (not isinstance(value, list) or not value
-                    or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
-                           for v in value)):
-                raise ModelError(f"{where} {key} must be a non-empty list of positive "
-                                 f"integers, got {value!r}")
-            out[key] = tuple(value)
-        else:
-            out[key] = checked_value(f"{where} {key}", value, typ, 1, False)
-    return out
-
-
 def parse_model(data: dict[str, Any], source: str) -> ModelSpec:
     """Validate a parsed model file; return its spec."""
     kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in _KEYS:
-        raise ModelError(f"{source}: kind = {kind!r}; allowed: {', '.join(_KEYS)}")
-    schema = _KEYS[kind]
-    top = _checked(source, "", data, schema[""])
+    if not isinstance(kind, str) or kind not in TABLES:
+        raise ModelError(f"{source}: kind = {kind!r}; allowed: {', '.join(TABLES)}")
+    table = TABLES[kind]
     for section in data:
-        if isinstance(data[section], dict) and section not in schema:
+        if isinstance(data[section], dict) and section not in table.sections():
             raise ModelError(f"{source}: section [{section}] does not apply to a {kind} model; "
-                             f"allowed: {', '.join(s for s in schema if s)}")
-    sections = {}
-    for section, keys in schema.items():
-        if not section:
-            continue
-        if section not in data:
-            if section in _OPTIONAL_SECTIONS:
-                continue
-            raise ModelError(f"{source}: missing section [{section}]")
-        if not isinstance(data[section], dict):
-            raise ModelError(f"{source}: [{section}] must be a table")
-        sections[section] = _checked(source, section, data[section], keys)
-    name = top.get("name", Path(source).stem)
+                             f"allowed: {', '.join(table.sections())}")
+    try:
+        sections = check(data, table, source)
+    except SpecError as exc:
+        raise ModelError(str(exc)) from None
+    name = sections.get("name", Path(source).stem)
     run = sections["run"]
     if kind == "dlrm":
         d = sections["dlrm"]
-        if d["interaction"] not in INTERACTIONS:
-            raise ModelError(f"{source}: [dlrm] interaction = {d['interaction']!r}; allowed: "
-                             f"{', '.join(INTERACTIONS)}")
         if d["bottom_mlp"][-1] != d["dim"]:
             raise ModelError(f"{source}: [dlrm] bottom_mlp ends at {d['bottom_mlp'][-1]}, but "
                              f"the dot interaction needs the embedding dimension {d['dim']}")
@@ -177,9 +152,6 @@ def parse_model(data: dict[str, Any], source: str) -> ModelSpec:
                         d["interaction"], run["batch"], "dlrm",
                         d.get("interaction_width", 0))
     t = sections["transformer"]
-    if t["ffn"] not in FFN_KINDS:
-        raise ModelError(f"{source}: [transformer] ffn = {t['ffn']!r}; allowed: "
-                         f"{', '.join(FFN_KINDS)}")
     kv = t.get("kv_heads", t["heads"])
     if t["heads"] % kv:
         raise ModelError(f"{source}: [transformer] kv_heads = {kv} must divide heads = "
@@ -209,5 +181,5 @@ def load_model(name_or_path: str) -> ModelSpec:
         return parse_model(data, path.stem if path.parent == MODEL_DIR else str(path))
     except ModelError:
         raise
-    except SpecError as exc:  # (an unknown name, malformed TOML, checked_value's message)
+    except SpecError as exc:  # (an unknown name, malformed TOML)
         raise ModelError(str(exc)) from None
