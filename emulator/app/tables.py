@@ -41,8 +41,8 @@ def _fit(rows: list, headers: list[str], limit: int, wrap: list[bool] | None = N
         return widths
 
     def table_width() -> int:
-        text = tabulate(rows, headers, tablefmt="simple", maxcolwidths=widths,
-                        maxheadercolwidths=widths, disable_numparse=True, colalign=align)
+        text = tabulate(*_wrapped(rows, headers, widths), tablefmt="simple",
+                        disable_numparse=True, colalign=align)
         return max((len(line) for line in text.splitlines()), default=0)
 
     natural = [max([len(x) for x in h.splitlines() or [""]] + [len(r[i]) for r in cells])
@@ -61,6 +61,24 @@ def _fit(rows: list, headers: list[str], limit: int, wrap: list[bool] | None = N
         widths[i] = max(floor[i], current[i] - max(2, over))
         over = table_width() - limit
     return widths
+
+
+def _wrapped(rows: list, headers: list[str], widths: list[int | None]) -> tuple[list, list]:
+    """The rows and headers with each cell of a column of a set width wrapped to it (at
+    word boundaries, as tabulate's maxcolwidths does; here, so a cell such as "1,090" is
+    never parsed as a number on the way)."""
+    import textwrap
+
+    from tabulate import SEPARATING_LINE
+
+    def cell(text: str, w: int | None) -> str:
+        if w is None:
+            return text
+        return "\n".join("\n".join(textwrap.wrap(line, w)) for line in text.splitlines()
+                         if line.strip())
+
+    return ([r if r is SEPARATING_LINE else [cell(c, w) for c, w in zip(r, widths)]
+             for r in rows], [cell(h, w) for h, w in zip(headers, widths)])
 
 
 def render(rows: list[dict | None], columns: list[str], fmt: str = "table",
@@ -102,7 +120,7 @@ def render(rows: list[dict | None], columns: list[str], fmt: str = "table",
     try:
         widths = _fit(body, heads, limit or width(),
                       None if wrap is None else [c in wrap for c in columns], colalign)
-        return tabulate(body, heads, tablefmt="simple", maxcolwidths=widths,
-                        maxheadercolwidths=widths, disable_numparse=True, colalign=colalign)
+        return tabulate(*_wrapped(body, heads, widths), tablefmt="simple",
+                        disable_numparse=True, colalign=colalign)
     finally:
         tb.MIN_PADDING = padding
