@@ -99,8 +99,9 @@ def run(command: str, timeout: float = 900) -> list[str]:
         raise ValueError(f"a shown command must start with t3emu: {command!r}")
     from tests.conftest import test_env
 
+    # the tables fitted to a fixed width (the docs' 120 columns), whatever the terminal
     proc = subprocess.run([sys.executable, "-m", "emulator.app.cli", *argv[1:]], cwd=ROOT,
-                          env=test_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          env={**test_env(), "COLUMNS": "120"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{command!r} exited {proc.returncode}:\n{proc.stdout}")
@@ -149,7 +150,9 @@ def check(example) -> str | None:
 
 
 def _key(line: str) -> str:
-    """A line without its numbers: which printed line a shown one stands for."""
+    """A line without its numbers and its spacing (a table's rule: one ``--``): which
+    printed line a shown one stands for."""
+    line = re.sub(r"^[ -]*-{2,}[ -]*$", "--", line)
     return " ".join(re.sub(r"[-+]?\d[\d,]*(\.\d+)?", "#", line).split())
 
 
