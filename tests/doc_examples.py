@@ -101,7 +101,8 @@ def run(command: str, timeout: float = 900) -> list[str]:
 
     # the tables fitted to a fixed width (the docs' 120 columns), whatever the terminal
     proc = subprocess.run([sys.executable, "-m", "emulator.app.cli", *argv[1:]], cwd=ROOT,
-                          env={**test_env(), "COLUMNS": "120"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          env={**test_env(), "COLUMNS": "120"}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{command!r} exited {proc.returncode}:\n{proc.stdout}")
