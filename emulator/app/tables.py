@@ -74,7 +74,7 @@ def _wrapped(rows: list, headers: list[str], widths: list[int | None]) -> tuple[
     def cell(text: str, w: int | None) -> str:
         if w is None:
             return text
-        return "\n".join("\n".join(textwrap.wrap(line, w)) for line in text.splitlines()
+        return "\n".join("\n".join(textwrap.wrap(line, w, break_on_hyphens=False)) for line in text.splitlines()
                          if line.strip())
 
     return ([r if r is SEPARATING_LINE else [cell(c, w) for c, w in zip(r, widths)]
