@@ -4,7 +4,8 @@ A shown output is a fenced ``console`` block: ``$ t3emu ...`` lines (a trailing 
 continues one), each followed by the lines it prints. ``tests/test_doc_examples.py``
 runs each command as a user does (``python -m emulator.app.cli``, from the checkout) and
 requires every shown line, in order, among the lines it printed (stdout and stderr
-together), equal after masking this host's wall times; a shown line ending in ``...`` is
+together), equal after masking this host's wall times and the spacing (a table's
+columns widen with its wall times); a shown line ending in ``...`` is
 abridged (the printed line starts with what precedes the ``...``), and the printed lines
 not shown are left out of the docs on purpose. So every modelled figure a doc shows is
 the code's.
@@ -48,10 +49,13 @@ def files() -> list[Path]:
 
 
 def mask(line: str) -> str:
+    """A line without this host's wall times and without its spacing (a table's columns
+    are as wide as their widest cell, a wall time's among them), a table's rule as one
+    ``--``."""
     line = line.rstrip()
     for pat, rep in WALL:
         line = pat.sub(rep, line)
-    return line
+    return " ".join(re.sub(r"^[ -]*-{2,}[ -]*$", "--", line).split())
 
 
 def commands(text: str, raw: bool = False) -> list[tuple]:
