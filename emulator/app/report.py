@@ -406,9 +406,10 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
 
 
 def _grid(rows: list[tuple], rule_before: int | None = None, head: int = 1) -> str:
-    """A text table fitted to the terminal (``emulator.app.tables``): ``head`` header rows
-    (stacked in each column), a rule, the rest (another rule before row index
-    ``rule_before``); the first column aligned left, the others right."""
+    """A text table (``emulator.app.tables``'s layout): ``head`` header rows (stacked in
+    each column), a rule, the rest (another rule before row index ``rule_before``); the
+    first column aligned left, the others right. No column wraps: the cells are numbers
+    and the headers are the names the report's readers (and tests) look for."""
     from emulator.app.tables import render
 
     cols = [str(i) for i in range(len(rows[0]))]
@@ -420,7 +421,8 @@ def _grid(rows: list[tuple], rule_before: int | None = None, head: int = 1) -> s
             body.append(None)
         body.append({c: str(x) for c, x in zip(cols, r)})
     return "\n".join(line.rstrip() for line in render(
-        body, cols, labels=labels, align={c: "right" for c in cols[1:]}).splitlines())
+        body, cols, labels=labels, align={c: "right" for c in cols[1:]},
+        wrap=[]).splitlines())
 
 
 def sections(doc: dict) -> list[tuple[str, str]]:
