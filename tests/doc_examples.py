@@ -4,7 +4,8 @@ A shown output is a fenced ``console`` block: ``$ t3emu ...`` lines (a trailing 
 continues one), each followed by the lines it prints. ``tests/test_doc_examples.py``
 runs each command as a user does (``python -m emulator.app.cli``, from the checkout) and
 requires every shown line, in order, among the lines it printed (stdout and stderr
-together), equal after masking this host's wall times; a shown line ending in ``...`` is
+together), equal after masking this host's wall times and the spacing (a table's
+columns widen with its wall times); a shown line ending in ``...`` is
 abridged (the printed line starts with what precedes the ``...``), and the printed lines
 not shown are left out of the docs on purpose. So every modelled figure a doc shows is
 the code's.
@@ -48,10 +49,13 @@ def files() -> list[Path]:
 
 
 def mask(line: str) -> str:
+    """A line without this host's wall times and without its spacing (a table's columns
+    are as wide as their widest cell, a wall time's among them), a table's rule as one
+    ``--``."""
     line = line.rstrip()
     for pat, rep in WALL:
         line = pat.sub(rep, line)
-    return line
+    return " ".join(re.sub(r"^[ -]*-{2,}[ -]*$", "--", line).split())
 
 
 def commands(text: str, raw: bool = False) -> list[tuple]:
@@ -99,8 +103,10 @@ def run(command: str, timeout: float = 900) -> list[str]:
         raise ValueError(f"a shown command must start with t3emu: {command!r}")
     from tests.conftest import test_env
 
+    # the tables fitted to a fixed width (the docs' 120 columns), whatever the terminal
     proc = subprocess.run([sys.executable, "-m", "emulator.app.cli", *argv[1:]], cwd=ROOT,
-                          env=test_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          env={**test_env(), "COLUMNS": "120"}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"{command!r} exited {proc.returncode}:\n{proc.stdout}")
@@ -149,7 +155,9 @@ def check(example) -> str | None:
 
 
 def _key(line: str) -> str:
-    """A line without its numbers: which printed line a shown one stands for."""
+    """A line without its numbers and its spacing (a table's rule: one ``--``): which
+    printed line a shown one stands for."""
+    line = re.sub(r"^[ -]*-{2,}[ -]*$", "--", line)
     return " ".join(re.sub(r"[-+]?\d[\d,]*(\.\d+)?", "#", line).split())
 
 

@@ -157,3 +157,69 @@ def test_device_file_errors_name_the_key(tmp_path):
     bad.write_text("name = [")
     with pytest.raises(SpecError, match="malformed TOML"):
         load_device(str(bad))
+
+
+def test_gemm_table_fits_the_terminal_and_gives_the_same_rows_in_every_form():
+    import csv
+    import io
+    import json
+
+    from tests.conftest import test_env
+
+    args = ["gemm", "--device", "a100-sxm", "--m", "8192", "--n", "6144", "--k", "12288"]
+    for cols in (80, 100):
+        env = {**test_env(), "COLUMNS": str(cols)}
+        text = run_cli(args, timeout=60, env=env).stdout.splitlines()
+        assert max(len(line) for line in text[1:]) <= cols, "\n".join(text)
+    rows = json.loads(run_cli(args + ["--format", "json"], timeout=60).stdout)
+    assert rows[0]["pick"] == "<- the heuristic's pick" and len(rows) > 1
+    got = list(csv.DictReader(io.StringIO(run_cli(args + ["--format", "csv"], timeout=60).stdout)))
+    assert [r["kernel"] for r in got] == [r["kernel"] for r in rows]
+    assert [r["predicted_us"] for r in got] == [r["predicted_us"] for r in rows]
+    md = run_cli(args + ["--format", "markdown"], timeout=60).stdout
+    assert all(f"| {r['kernel']} " in md for r in rows)
+
+
+def test_run_summary_and_report_tables_fit_the_terminal(tmp_path, monkeypatch):
+    """The run's summary table (tables.render): as wide as $COLUMNS where the words
+    allow; the report's grids in the same layout, their headers whole (never wrapped),
+    the numbers as printed before (e.g. 1.143x)."""
+    import json
+
+    from emulator.app.report import _grid
+    from emulator.app.worker import summary_table
+
+    out = tmp_path / "run.json"
+    proc = run_cli(["run", "-n", "2", "--collective", "ar", "--m", "256", "--n", "256", "--k",
+                    "64", "--timing-only", "--json", str(out)], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    modes = [r["mode"] for r in doc["runs"]]
+    rows = [{"name": f"point {i}", "speedup": f"{1 + i / 7:.3f}x",
+             "note": "a long note of many words " * 3} for i in range(3)]
+    for cols in (80, 100):
+        monkeypatch.setenv("COLUMNS", str(cols))
+        lines = summary_table(doc).splitlines()
+        table = [ln for ln in lines if ln.startswith(("mode ", "---", *modes))
+                 and not ln.startswith(tuple(f"{m} beats" for m in modes))]
+        assert len(table) >= len(modes) + 2
+        assert max(len(ln) for ln in table) <= cols, "\n".join(lines)
+        grid = _grid([("name", "speedup", "note")] + [tuple(r.values()) for r in rows], 3)
+        assert grid.splitlines()[0].split() == ["name", "speedup", "note"]
+        assert "1.143x" in grid and grid.count("\n--") == 2  # the header's rule, the rule
+
+
+def test_tables_render_aligns_rules_and_keeps_every_form_to_the_rows():
+    import json
+
+    from emulator.app.tables import render
+
+    rows = [{"a": "x", "b": "1,090", "c": "one two three four"}, None,
+            {"a": "yy", "b": "10.0 us", "c": "z"}]
+    table = render(rows, ["a", "b", "c"], limit=20, align={"b": "right"}, wrap=["c"])
+    assert max(len(ln) for ln in table.splitlines()) <= 20, table
+    assert "x     1,090" in table and table.count("\n--  ") == 2
+    assert json.loads(render(rows, ["a", "b"], "json")) == [{"a": "x", "b": "1,090"},
+                                                            {"a": "yy", "b": "10.0 us"}]
+    assert render(rows, ["a", "b"], "csv").splitlines() == ["a,b", 'x,"1,090"', "yy,10.0 us"]
+    assert "|   1,090 |" in render(rows, ["a", "b"], "markdown", align={"b": "right"})

@@ -62,7 +62,7 @@ def _table_rows(text: str, header: str) -> list[list[str]]:
     for line in lines[i + 2:]:
         if not line.strip() or line.startswith("MB per GPU"):
             break
-        if set(line) <= {"-"}:
+        if set(line) <= {"-", " "}:  # a rule
             continue
         rows.append(re.split(r"\s{2,}", line.strip()))
     return rows
@@ -206,9 +206,10 @@ def test_dram_table_lists_every_configuration_run():
         table = report.dram_table(doc)
         assert "configuration" in table.splitlines()[0]
         # a point's first row starts with its label, the others with blanks
+        lines = table.splitlines()
+        body = lines[next(i for i, ln in enumerate(lines) if ln.startswith("--")) + 1:]
         configs = [re.split(r"\s{2,}", line.strip())[0 if line.startswith(" ") else 1]
-                   for line in table.splitlines()[2:] if not line.startswith(("MB per GPU",
-                                                                              "DRAM traffic"))]
+                   for line in body if not line.startswith(("MB per GPU", "DRAM traffic"))]
         want = [r["mode"] for p in doc["points"] for r in p["runs"]]
         assert sorted(configs) == sorted(want), doc["scenario"]
 

@@ -438,15 +438,16 @@ def table(doc: dict) -> str:
     det = doc["details"]
     lines = [f"t3emu bench{' (--quick: toy sizes, not performance figures)' if doc['quick'] else ''}"
              f" on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; Python "
-             f"{m['python']}, numpy {m['numpy']}, {m['mpi']}",
-             f"{'figure':<28} {'value':>9}  {'target':<14} notes", "-" * 100]
+             f"{m['python']}, numpy {m['numpy']}, {m['mpi']}"]
+    rows: list[dict] = []
 
     def row(key: str, fmt: str, note: str) -> None:
         if key not in doc:
             return
         t = doc["targets"].get(key)
         mark = "" if t is None else f"{t['want']}{'' if t['met'] else ' MISSED'}"
-        lines.append(f"{key:<28} {format(doc[key], fmt):>9}  {mark:<14} {note}")
+        rows.append({"figure": key, "value": format(doc[key], fmt), "target": mark,
+                     "notes": note})
 
     if "gemm" in det:
         g = det["gemm"]
@@ -478,15 +479,21 @@ def table(doc: dict) -> str:
             f"{s['same_modelled_times']}")
     for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
         pss = e["pss_mb_per_rank_mean"]
-        lines.append(f"{'scale: ' + ranks + ' ranks':<28} {e['wall_s']:>8.1f}s  {'':<14} "
-                     f"timing-only AR (sequential, t3): peak RSS {e['rss_mb_per_rank_max']:.0f} "
-                     f"MB/rank (PSS {'-' if pss is None else f'{pss:.0f}'} MB), host memory "
-                     f"+{_gb(e['host_memory_used_mb'])}; t3 {e['t3_speedup']:.3f}x")
+        rows.append({"figure": f"scale: {ranks} ranks", "value": f"{e['wall_s']:.1f}s",
+                     "target": "", "notes": f"timing-only AR (sequential, t3): peak RSS "
+                     f"{e['rss_mb_per_rank_max']:.0f} MB/rank (PSS "
+                     f"{'-' if pss is None else f'{pss:.0f}'} MB), host memory "
+                     f"+{_gb(e['host_memory_used_mb'])}; t3 {e['t3_speedup']:.3f}x"})
     for mn, e in sorted(det.get("size", {}).items(), key=lambda kv: int(kv[0])):
-        lines.append(f"{'size: M=N=' + mn:<28} {e['wall_s']:>8.1f}s  {'':<14} numeric AR, 4 "
-                     f"ranks, K=1024 fp32 (sequential, t3; t3 run {e['mode_wall_s']['t3']:.2f} "
-                     f"s): peak RSS {e['rss_mb_per_rank_max']:.0f} MB/rank, "
-                     f"{'/'.join(e['numerics'])}")
+        rows.append({"figure": f"size: M=N={mn}", "value": f"{e['wall_s']:.1f}s", "target": "",
+                     "notes": f"numeric AR, 4 ranks, K=1024 fp32 (sequential, t3; t3 run "
+                     f"{e['mode_wall_s']['t3']:.2f} s): peak RSS "
+                     f"{e['rss_mb_per_rank_max']:.0f} MB/rank, "
+                     f"{'/'.join(e['numerics'])}"})
+    from emulator.app.tables import render
+
+    lines.append(render(rows, ["figure", "value", "target", "notes"], align={"value": "right"},
+                        wrap=["notes"]))
     lines.append(f"bench wall time {doc['bench_wall_s']:.0f} s")
     return "\n".join(lines)
 

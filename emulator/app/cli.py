@@ -851,7 +851,8 @@ def _gemm_line(spec) -> str:
               help="WGs per output tile, each over a K slice.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Change a key of the GPU (or system) for this table (as t3emu run).")
-def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
+@_table_format
+def gemm(device, system, m, n, k, dtype, split_k, overrides, fmt, as_json) -> None:
     """The GEMM kernel the library's heuristic picks for an M x N x K GEMM on a GPU, with
     every tile of its catalogue at its best K decomposition (data-parallel, split-K, or
     stream-K): WGs, waves, predicted time and throughput (emulator/model/gemm.py; what
@@ -869,10 +870,19 @@ def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
         _fail_usage(ValueError(spec.dtype_refusal(dtype)))
     flops = 2.0 * m * n * k
     peak = spec.peak_flops(dtype)
-    click.echo(f"t3emu: GEMM {m} x {n} x {k} {dtype}" + (f", split-K {split_k}"
-               if split_k > 1 else "") + f" on {spec.name}: {flops / peak * 1e6:.1f} us at "
-               f"the peak ({peak / 1e12:.1f} TFLOP/s)")
-    click.echo(f"  {_gemm_line(spec)}")
+    fmt = "json" if as_json else fmt
+    if fmt in ("table", "markdown"):  # (csv and json: the rows alone)
+        click.echo(f"t3emu: GEMM {m} x {n} x {k} {dtype}" + (f", split-K {split_k}"
+                   if split_k > 1 else "") + f" on {spec.name}: {flops / peak * 1e6:.1f} us "
+                   f"at the peak ({peak / 1e12:.1f} TFLOP/s)")
+        if fmt == "table":  # the GEMM line wrapped to the terminal's width
+            import textwrap
+
+            click.echo(textwrap.fill(_gemm_line(spec), max(40, _width()),
+                                     initial_indent="  ", subsequent_indent=" " * 15,
+                                     break_long_words=False, break_on_hyphens=False))
+        else:
+            click.echo(f"\n{_gemm_line(spec)}\n")
     rows = [choose(spec, m, n, k, split_k, dtype)]
     if spec.gemm:  # each tile's best K decomposition (data-parallel, split-K, stream-K)
         rows, seen = [], set()
@@ -880,20 +890,42 @@ def gemm(device, system, m, n, k, dtype, split_k, overrides) -> None:
             if (kern.tile_m, kern.tile_n, kern.tile_k, kern.per_cu) not in seen:
                 seen.add((kern.tile_m, kern.tile_n, kern.tile_k, kern.per_cu))
                 rows.append(kern)
-    click.echo(f"  {'kernel':<25} {'WGs/CU':>6} {'WGs':>8} {'waves':>7} {'predicted us':>13} "
-               f"{'TFLOP/s':>8} {'of peak':>8}")
+    table = []
     for i, kern in enumerate(rows):
         items = -(-m // kern.tile_m) * -(-n // kern.tile_n) * split_k
         per = kern.items(spec.cus)
         wgs = items // per * per * kern.split_k + (
             kern.stage_wgs(items % per, -(-k // split_k), spec.cus)[0] if items % per else 0)
-        waves = items / per
         t = kern.predicted_s
-        tf = (f"{t * 1e6:>13.1f} {flops / t / 1e12:8.1f} {flops / t / peak:8.1%}" if t else
-              f"{'- (fixed tile)':>13} {'-':>8} {'-':>8}")
-        click.echo(f"  {kern.name:<25} {kern.per_cu:>6} "
-                   f"{wgs:>8} {waves:>7.2f} {tf}"
-                   + ("  <- the heuristic's pick" if i == 0 else ""))
+        table.append({"kernel": kern.name, "wgs_per_cu": kern.per_cu, "wgs": wgs,
+                      "waves": f"{items / per:.2f}",
+                      "predicted_us": f"{t * 1e6:.1f}" if t else "- (fixed tile)",
+                      "tflops": f"{flops / t / 1e12:.1f}" if t else "-",
+                      "of_peak": f"{flops / t / peak:.1%}" if t else "-",
+                      "pick": "<- the heuristic's pick" if i == 0 else ""})
+    from emulator.app.tables import render
+
+    cols = list(GEMM_LABELS)
+    if fmt == "table":
+        click.echo("\n".join("  " + line for line in render(
+            table, cols, limit=_width() - 2, labels=GEMM_LABELS, align=GEMM_RIGHT,
+            wrap=["pick"]).splitlines()))
+    else:
+        click.echo(render(table, cols, fmt, labels=GEMM_LABELS, align=GEMM_RIGHT))
+
+
+# t3emu gemm's columns (keys: their headers) and those aligned right
+GEMM_LABELS = {"kernel": "kernel", "wgs_per_cu": "WGs/CU", "wgs": "WGs", "waves": "waves",
+               "predicted_us": "predicted us", "tflops": "TFLOP/s", "of_peak": "of peak",
+               "pick": ""}
+GEMM_RIGHT = {c: "right" for c in ("wgs_per_cu", "wgs", "waves", "predicted_us", "tflops",
+                                   "of_peak")}
+
+
+def _width() -> int:
+    from emulator.app.tables import width
+
+    return width()
 
 
 @main.group(invoke_without_command=True)

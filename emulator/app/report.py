@@ -406,18 +406,23 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
 
 
 def _grid(rows: list[tuple], rule_before: int | None = None, head: int = 1) -> str:
-    """A text table: ``head`` header rows, a rule, the rest (another rule before row
-    index ``rule_before``)."""
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)  # noqa: E731
-                              for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-    rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-    lines = [fmt(r) for r in rows[:head]] + [rule]
+    """A text table (``emulator.app.tables``'s layout): ``head`` header rows (stacked in
+    each column), a rule, the rest (another rule before row index ``rule_before``); the
+    first column aligned left, the others right. No column wraps: the cells are numbers
+    and the headers are the names the report's readers (and tests) look for."""
+    from emulator.app.tables import render
+
+    cols = [str(i) for i in range(len(rows[0]))]
+    labels = {c: "\n".join(str(r[i]) for r in rows[:head]).strip("\n")
+              for i, c in enumerate(cols)}
+    body: list[dict | None] = []
     for i, r in enumerate(rows[head:], start=head):
         if rule_before is not None and i == rule_before:
-            lines.append(rule)
-        lines.append(fmt(r))
-    return "\n".join(lines)
+            body.append(None)
+        body.append({c: str(x) for c, x in zip(cols, r)})
+    return "\n".join(line.rstrip() for line in render(
+        body, cols, labels=labels, align={c: "right" for c in cols[1:]},
+        wrap=[]).splitlines())
 
 
 def sections(doc: dict) -> list[tuple[str, str]]:

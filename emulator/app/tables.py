@@ -26,26 +26,31 @@ def width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def _fit(rows: list[list[str]], headers: list[str], limit: int) -> list[int | None]:
+def _fit(rows: list, headers: list[str], limit: int, wrap: list[bool] | None = None,
+         align: list[str] | None = None) -> list[int | None]:
     """Each column's wrap width (None: as wide as it is) so the table fits ``limit``: the
     widest text column (one with spaces in its cells or header; never the first, the
-    row's name) is narrowed first, never below its longest word, so no word is cut."""
-    from tabulate import tabulate
+    row's name; ``wrap``: the columns that may wrap instead) is narrowed first, never
+    below its longest word, so no word is cut. ``rows`` may hold tabulate's
+    SEPARATING_LINE (a rule)."""
+    from tabulate import SEPARATING_LINE, tabulate
 
     widths: list[int | None] = [None] * len(headers)
-    if not rows:
+    cells = [r for r in rows if r is not SEPARATING_LINE]
+    if not cells:
         return widths
 
     def table_width() -> int:
-        text = tabulate(rows, headers, tablefmt="simple", maxcolwidths=widths,
-                        maxheadercolwidths=widths, disable_numparse=True)
+        text = tabulate(*_wrapped(rows, headers, widths), tablefmt="simple",
+                        disable_numparse=True, colalign=align)
         return max((len(line) for line in text.splitlines()), default=0)
 
-    natural = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    floor = [max([MIN_WIDTH] + [len(w) for r in rows for w in r[i].split()]
+    natural = [max([len(x) for x in h.splitlines() or [""]] + [len(r[i]) for r in cells])
+               for i, h in enumerate(headers)]
+    floor = [max([MIN_WIDTH] + [len(w) for r in cells for w in r[i].split()]
                  + [len(w) for w in headers[i].split()]) for i in range(len(headers))]
-    text = [i > 0 and (" " in headers[i] or any(" " in r[i] for r in rows))
-            for i in range(len(headers))]
+    text = wrap or [i > 0 and (" " in headers[i] or any(" " in r[i] for r in cells))
+                    for i in range(len(headers))]
     over = table_width() - limit
     while over > 0:
         current = [w if w is not None else natural[i] for i, w in enumerate(widths)]
@@ -58,13 +63,40 @@ def _fit(rows: list[list[str]], headers: list[str], limit: int) -> list[int | No
     return widths
 
 
-def render(rows: list[dict], columns: list[str], fmt: str = "table",
-           limit: int | None = None, labels: dict[str, str] | None = None) -> str:
-    """``rows`` (dicts, ``columns`` their keys in order) in form ``fmt``; ``labels``: the
-    headers of the table and Markdown forms (CSV and JSON keep the keys)."""
+def _wrapped(rows: list, headers: list[str], widths: list[int | None]) -> tuple[list, list]:
+    """The rows and headers with each cell of a column of a set width wrapped to it (at
+    word boundaries, as tabulate's maxcolwidths does; here, so a cell such as "1,090" is
+    never parsed as a number on the way)."""
+    import textwrap
+
+    from tabulate import SEPARATING_LINE
+
+    def cell(text: str, w: int | None) -> str:
+        if w is None:
+            return text
+        return "\n".join("\n".join(textwrap.wrap(line, w, break_on_hyphens=False)) for line in text.splitlines()
+                         if line.strip())
+
+    return ([r if r is SEPARATING_LINE else [cell(c, w) for c, w in zip(r, widths)]
+             for r in rows], [cell(h, w) for h, w in zip(headers, widths)])
+
+
+def render(rows: list[dict | None], columns: list[str], fmt: str = "table",
+           limit: int | None = None, labels: dict[str, str] | None = None,
+           align: dict[str, str] | None = None, wrap: list[str] | None = None) -> str:
+    """``rows`` (dicts, ``columns`` their keys in order; None: a rule across the table
+    form, nothing in the others) in form ``fmt``; ``labels``: the headers of the table
+    and Markdown forms (CSV and JSON keep the keys); ``align``: "right" (or "center") for
+    the columns not aligned left; ``wrap``: the columns the table form may wrap to fit
+    (default: the text columns, those with spaces, but the first)."""
+    from tabulate import SEPARATING_LINE
+
+    rules = [r is None for r in rows]
+    rows = [r for r in rows if r is not None]
     if fmt == "json":
         return json.dumps([{c: r.get(c) for c in columns} for r in rows], indent=1)
     cells = [["" if r.get(c) is None else str(r.get(c)) for c in columns] for r in rows]
+    colalign = [(align or {}).get(c, "left") for c in columns]
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -75,15 +107,20 @@ def render(rows: list[dict], columns: list[str], fmt: str = "table",
 
     heads = [(labels or {}).get(c, c) for c in columns]
     if fmt == "markdown":
-        return tabulate(cells, heads, tablefmt="github", disable_numparse=True)
+        return tabulate(cells, heads, tablefmt="github", disable_numparse=True,
+                        colalign=colalign)
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
     import tabulate as tb
 
     padding, tb.MIN_PADDING = tb.MIN_PADDING, 0  # (headers padded as the cells are)
+    body, it = [], iter(cells)
+    for rule in rules:
+        body.append(SEPARATING_LINE if rule else next(it))
     try:
-        widths = _fit(cells, heads, limit or width())
-        return tabulate(cells, heads, tablefmt="simple", maxcolwidths=widths,
-                        maxheadercolwidths=widths, disable_numparse=True)
+        widths = _fit(body, heads, limit or width(),
+                      None if wrap is None else [c in wrap for c in columns], colalign)
+        return tabulate(*_wrapped(body, heads, widths), tablefmt="simple",
+                        disable_numparse=True, colalign=colalign)
     finally:
         tb.MIN_PADDING = padding

@@ -44,7 +44,36 @@ def header(cfg: RunConfig, spec, world: int) -> str:
             + "".join(f", --set {k}={v}" for k, v in cfg.overrides))
 
 
+# the summary's columns (keys: their headers) and those aligned right
+SUMMARY_LABELS = {"mode": "mode", "modelled": "modelled", "speedup": "speedup",
+                  "phases": "phases (us)", "dram": "DRAM", "numerics": "numerics",
+                  "wall": "wall"}
+SUMMARY_RIGHT = {c: "right" for c in ("modelled", "speedup", "dram", "wall")}
+
+
+def _summary_rows(doc: dict) -> list[dict]:
+    """A row per configuration of the summary's table, each cell as it is printed."""
+    rows = []
+    for run in doc["runs"]:
+        phases = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in run["phases"].items())
+        if run["numerics"] == "timing-only":
+            verdict = "timing-only"
+        else:
+            frac = run.get("max_error_vs_tolerance")
+            verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g}" + (
+                f", {frac:.2g} of tol)" if frac is not None and frac == frac and frac > 0
+                and frac != float("inf") else ")")
+        sp = run.get("speedup", run.get("speedup_vs_sequential"))
+        rows.append({"mode": run["mode"], "modelled": f"{run['modelled_time_s'] * 1e6:.1f} us",
+                     "speedup": f"{sp:.3f}x" if sp else "-", "phases": phases,
+                     "dram": _fmt_bytes(sum(run["dram_bytes"].values())),
+                     "numerics": verdict, "wall": f"{run['wall_time_s']:.2f}s"})
+    return rows
+
+
 def summary_table(doc: dict) -> str:
+    from emulator.app.tables import render, width
+
     lines = []
     cfg = doc["config"]
     system = doc["device"].get("system")
@@ -61,24 +90,8 @@ def summary_table(doc: dict) -> str:
         lines.append("counterfactual (--ablate): " + "; ".join(
             f"{a}: {HELP[a]}" for a in cfg["ablate"]))
     w = max([13] + [len(run["mode"]) for run in doc["runs"]])  # the mode column
-    head = f"{'mode':<{w}} {'modelled':>11} {'speedup':>8}  {'phases (us)':<40} {'DRAM':>11}  " \
-           f"{'numerics':<22} {'wall':>7}"
-    lines.append(head)
-    lines.append("-" * len(head))
-    for run in doc["runs"]:
-        phases = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in run["phases"].items())
-        if run["numerics"] == "timing-only":
-            verdict = "timing-only"
-        else:
-            frac = run.get("max_error_vs_tolerance")
-            verdict = run["numerics"].upper() + f" (max err {run['max_abs_error']:.3g}" + (
-                f", {frac:.2g} of tol)" if frac is not None and frac == frac and frac > 0
-                and frac != float("inf") else ")")
-        sp = run.get("speedup", run.get("speedup_vs_sequential"))
-        lines.append(f"{run['mode']:<{w}} {run['modelled_time_s'] * 1e6:>8.1f} us "
-                     f"{(f'{sp:.3f}x' if sp else '-'):>8}  {phases:<40} "
-                     f"{_fmt_bytes(sum(run['dram_bytes'].values())):>11}  {verdict:<22} "
-                     f"{run['wall_time_s']:>6.2f}s")
+    lines.append(render(_summary_rows(doc), list(SUMMARY_LABELS), labels=SUMMARY_LABELS,
+                        align=SUMMARY_RIGHT, wrap=["phases"]))
     bw = [(run["mode"], run.get("bandwidth") or {}) for run in doc["runs"]]
     if any(b for _, b in bw):
         lines.append("collective bandwidth, GB/s (nccl-tests: algbw = bytes / time, busbw = "
@@ -137,9 +150,11 @@ def summary_table(doc: dict) -> str:
     if ov and alone:
         lines.append(f"overlap (Flux's metrics; GEMM alone {alone * 1e6:.1f} us): ECT = time - "
                      f"GEMM alone, E = 1 - ECT / ECT of the baseline:")
-        for m, e, x in ov:
-            lines.append(f"  {m:<{w}} ECT {e * 1e6:>9.1f} us" + (f"  E {x:+.2f}" if x is not None
-                                                                 else ""))
+        ect = [{"mode": m, "ECT": f"{e * 1e6:.1f} us", "E": "" if x is None else f"{x:+.2f}"}
+               for m, e, x in ov]
+        lines += ["  " + line for line in render(ect, ["mode", "ECT", "E"], limit=width() - 2,
+                                                 align={"ECT": "right", "E": "right"},
+                                                 wrap=[]).splitlines()]
     causes = [(run["mode"], run["causes"]) for run in doc["runs"] if run.get("causes")]
     if causes:
         from emulator.app.causes import line

@@ -2,12 +2,50 @@
 
 from __future__ import annotations
 
+import textwrap
+
 
 def _us(s: float) -> str:
     return f"{s * 1e6:10.1f}"
 
 
-def text(doc: dict) -> str:
+def _rows(doc: dict) -> tuple[list[dict], list[dict]]:
+    """The rows of the per-item table (part, item, op, comm, each design's time and
+    exposed communication) and of the totals (what, each design's), as printed."""
+    designs = list(doc["designs"])
+    base = doc["baseline"]
+    dlrm = doc["setting"].get("kind") == "dlrm"
+    items = []
+    for i, r in enumerate(doc["designs"][base]["items"]):
+        row = {"part": r["part"],
+               "item": r["item"] + (f" x{r['repeat']}" if r.get("repeat", 1) > 1 else ""),
+               "op": r["op"], "comm": (f"{r['baseline_comm_s'] / r['time_s'] * 100:.0f}%"
+                                       if r.get("baseline_comm_s") else "")}
+        for d in designs:
+            row[d] = _us(doc["designs"][d]["items"][i]["time_s"]).strip()
+            row[f"exposed {d}"] = _us(doc["designs"][d]["items"][i]["exposed_comm_s"]).strip()
+        items.append(row)
+    unit = "pass" if dlrm else "layer"
+    totals = []
+    for key, what in (("layer_forward_s", f"{unit} forward"), ("layer_backward_s",
+                                                               f"{unit} backward"),
+                      ("pipeline_s", estimated(doc)["passes"] + ("" if dlrm else
+                                                                 " (pipeline)")),
+                      ("dp_exposed_s", "data-parallel all-reduce, exposed"),
+                      ("optimizer_s", "optimizer step"), ("iteration_s", "iteration"),
+                      ("exposed_comm_s", "exposed communication" if dlrm else
+                       "exposed TP communication")):
+        totals.append({"": what, **{d: _us(doc["designs"][d][key]).strip() for d in designs}})
+    for key, what in (("layer_speedup", f"{unit} speedup over " + base),
+                      ("speedup", "iteration speedup over " + base)):
+        totals.append({"": what, **{d: f"{doc['designs'][d][key]:.3f}x" for d in designs}})
+    return items, totals
+
+
+def text(doc: dict, limit: int | None = None) -> str:
+    """The estimate's tables, fitted to ``limit`` columns (default: the terminal's)."""
+    from emulator.app.tables import render, width
+
     st = doc["setting"]
     designs = list(doc["designs"])
     base = doc["baseline"]
@@ -32,33 +70,21 @@ def text(doc: dict) -> str:
         what = "per layer and per model item, modelled us"
     lines = [title, "", what + f" (comm: the share of {base}'s time in its collective; "
              "exposed communication: the time less the computation alone)"]
-    head = f"{'part':9s} {'item':30s} {'operation':10s} {'comm':>5s} " + " ".join(
-        f"{d:>10s}" for d in designs) + "  exposed " + " ".join(f"{d:>10s}" for d in designs)
-    lines += [head, "-" * len(head)]
-    rows = doc["designs"][base]["items"]
-    for i, r in enumerate(rows):
-        times = " ".join(_us(doc["designs"][d]["items"][i]["time_s"]) for d in designs)
-        exp = " ".join(_us(doc["designs"][d]["items"][i]["exposed_comm_s"]) for d in designs)
-        name = r["item"] + (f" x{r['repeat']}" if r.get("repeat", 1) > 1 else "")
-        share = (f"{r['baseline_comm_s'] / r['time_s'] * 100:4.0f}%"
-                 if r.get("baseline_comm_s") else f"{'':5s}")
-        lines.append(f"{r['part']:9s} {name:30s} {r['op']:10s} {share} {times}          {exp}")
-    lines.append("")
-    unit = "pass" if dlrm else "layer"
-    for key, what in (("layer_forward_s", f"{unit} forward"), ("layer_backward_s",
-                                                               f"{unit} backward"),
-                      ("pipeline_s", estimated(doc)["passes"] + ("" if dlrm else
-                                                                 " (pipeline)")),
-                      ("dp_exposed_s", "data-parallel all-reduce, exposed"),
-                      ("optimizer_s", "optimizer step"), ("iteration_s", "iteration"),
-                      ("exposed_comm_s", "exposed communication" if dlrm else
-                       "exposed TP communication")):
-        vals = " ".join(_us(doc["designs"][d][key]) for d in designs)
-        lines.append(f"{what:42s} {vals}")
-    for key, what in (("layer_speedup", f"{unit} speedup over " + base),
-                      ("speedup", "iteration speedup over " + base)):
-        lines.append(f"{what:42s} " + " ".join(f"{doc['designs'][d][key]:9.3f}x"
-                                              for d in designs))
+    items, totals = _rows(doc)
+    right = {c: "right" for c in items[0]} if items else {}
+    right.update(part="left", item="left", op="left")
+    cols = ["part", "item", "op", "comm"] + designs + [f"exposed {d}" for d in designs]
+    labels = {"op": "operation"}
+    table = render(items, cols, labels=labels, align=right, wrap=["item"], limit=limit)
+    if max(len(line) for line in table.splitlines()) > (limit or width()):
+        # too wide for one table: the times, then the exposed communication
+        table = (render(items, cols[:4 + len(designs)], labels=labels, align=right,
+                        wrap=["item"], limit=limit) + "\n\nexposed communication, modelled us\n"
+                 + render(items, cols[:3] + cols[4 + len(designs):],
+                          labels={**labels, **{f"exposed {d}": d for d in designs}},
+                          align=right, wrap=["item"], limit=limit))
+    lines += [table, "", render(totals, [""] + designs, align={d: "right" for d in designs},
+                                wrap=[""], limit=limit)]
     lines += ["", f"communication share of the {base} iteration (its collectives' phases): "
               f"{doc['comm_share'] * 100:.1f}%"]
     if dlrm:
@@ -70,7 +96,10 @@ def text(doc: dict) -> str:
                      "another, layers / PP per stage, 1F1B over the micro-batches, then the "
                      "data-parallel all-reduce's exposed part and the optimizer "
                      "(docs/models.md)")
-    return "\n".join(lines)
+    prose = {0, 2, len(lines) - 2, len(lines) - 1}  # the notes, wrapped to the width
+    return "\n".join(textwrap.fill(line, limit or width(), break_long_words=False,
+                                   break_on_hyphens=False) if i in prose else line
+                     for i, line in enumerate(lines))
 
 
 def estimated(doc: dict) -> dict[str, str]:
