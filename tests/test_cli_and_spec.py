@@ -196,7 +196,7 @@ def test_run_summary_and_report_tables_fit_the_terminal(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     modes = [r["mode"] for r in doc["runs"]]
     rows = [{"name": f"point {i}", "speedup": f"{1 + i / 7:.3f}x",
-             "note": "a long note of many words " * 3} for i in range(3)]
+             "note": ("a long note of many words " * 3)[:66].strip()} for i in range(3)]
     for cols in (80, 100):
         monkeypatch.setenv("COLUMNS", str(cols))
         lines = summary_table(doc).splitlines()
@@ -205,8 +205,37 @@ def test_run_summary_and_report_tables_fit_the_terminal(tmp_path, monkeypatch):
         assert len(table) >= len(modes) + 2
         assert max(len(ln) for ln in table) <= cols, "\n".join(lines)
         grid = _grid([("name", "speedup", "note")] + [tuple(r.values()) for r in rows], 3)
-        assert grid.splitlines()[0].split() == ["name", "speedup", "note"]
-        assert "1.143x" in grid and grid.count("\n--") == 2  # the header's rule, the rule
+        assert max(len(ln) for ln in grid.splitlines()) <= cols, grid
+        # too wide for 80 columns: two tables, each led by the row names, no blank line
+        # between them (a blank line ends a report's section)
+        heads = [ln.split() for ln in grid.splitlines() if ln.startswith("name")]
+        assert heads == ([["name", "speedup"], ["name", "note"]] if cols == 80
+                         else [["name", "speedup", "note"]]), grid
+        assert "1.143x" in grid and "" not in grid.splitlines()
+        assert grid.count("\n--") == 2 * len(heads)  # each table's header rule and rule
+
+
+def test_a_table_too_wide_for_the_terminal_is_split_into_column_groups(monkeypatch):
+    from emulator.app.tables import column_groups, fill, render
+
+    assert column_groups([10, 5, 5, 30, 40], 30) == [[0, 1, 2], [0, 3], [0, 4]]
+    assert column_groups([10, 5], 30) == [[0, 1]]
+    rows = [{"n": f"row {i}", **{f"c{j}": f"{i * j:>6}" for j in range(8)}} for i in range(3)]
+    cols = ["n", *(f"c{j}" for j in range(8))]
+    whole = render(rows, cols, split=True, limit=200)
+    assert len(whole.splitlines()) == 5  # header, rule, 3 rows
+    parts = render(rows, cols, split=True, limit=30)
+    assert max(len(ln) for ln in parts.splitlines()) <= 30, parts
+    assert [ln.split()[0] for ln in parts.splitlines() if not ln.startswith("-")].count(
+        "row") == 3 * parts.count("\n--")  # every row in every group
+    assert sorted(w for ln in parts.splitlines() if ln.startswith("n ")
+                  for w in ln.split()[1:]) == sorted(cols[1:])
+    monkeypatch.delenv("COLUMNS", raising=False)  # output no terminal: whole, as piped
+    assert render(rows, cols, split=True) == render(rows, cols)
+    assert fill("word " * 40) == ("word " * 40)
+    monkeypatch.setenv("COLUMNS", "30")
+    assert render(rows, cols, split=True) == parts
+    assert max(len(ln) for ln in fill("word " * 40).splitlines()) <= 30
 
 
 def test_tables_render_aligns_rules_and_keeps_every_form_to_the_rows():

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from emulator.app.catalog import registry
 from emulator.app.scenario import SUBLAYERS, ScenarioError, geomean
+from emulator.app.tables import fill
 
 _REG = registry()
 FUSED_ORDER = tuple(_REG.configurations)  # the registry's order
@@ -317,9 +318,9 @@ def dram_table(doc: dict) -> str:
     order = modes_of(doc)
     for (m, b), vals in sorted(reductions.items(), key=lambda kv: order.index(kv[0][0])):
         mean = sum(vals) / len(vals)
-        lines.append(f"DRAM traffic reduction of {m} vs {b}: mean {mean * 100:.1f}%, max "
-                     f"{max(vals) * 100:.1f}%" + (" (negative: more traffic)" if mean < 0
-                                                  else ""))
+        lines.append(fill(f"DRAM traffic reduction of {m} vs {b}: mean {mean * 100:.1f}%, max "
+                          f"{max(vals) * 100:.1f}%" + (" (negative: more traffic)"
+                                                       if mean < 0 else "")))
     return "\n".join(lines)
 
 
@@ -402,14 +403,15 @@ def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
                      f"{(seq - r['other_gemms_s']) / seq * 100:.0f}%",
                      *(f"{seq / r[m]:.3f}x" if m in r else "-" for m in modes
                        if m != BASE)))
-    return _grid(rows) + "\n" + E2E_METHOD, out
+    return _grid(rows) + "\n" + fill(E2E_METHOD), out
 
 
 def _grid(rows: list[tuple], rule_before: int | None = None, head: int = 1) -> str:
     """A text table (``emulator.app.tables``'s layout): ``head`` header rows (stacked in
     each column), a rule, the rest (another rule before row index ``rule_before``); the
-    first column aligned left, the others right. No column wraps: the cells are numbers
-    and the headers are the names the report's readers (and tests) look for."""
+    first column aligned left, the others right. No column wraps (the cells are numbers
+    and the headers are the names the report's readers and tests look for): a table wider
+    than the terminal is printed in groups of columns, each led by the row's name."""
     from emulator.app.tables import render
 
     cols = [str(i) for i in range(len(rows[0]))]
@@ -422,7 +424,7 @@ def _grid(rows: list[tuple], rule_before: int | None = None, head: int = 1) -> s
         body.append({c: str(x) for c, x in zip(cols, r)})
     return "\n".join(line.rstrip() for line in render(
         body, cols, labels=labels, align={c: "right" for c in cols[1:]},
-        wrap=[]).splitlines())
+        wrap=[], split=True).splitlines())
 
 
 def sections(doc: dict) -> list[tuple[str, str]]:
@@ -480,8 +482,8 @@ def text_report(doc: dict) -> str:
                      f"reporting; rerun the sweep to run them again): " + "; ".join(
                          f"{k} {m}" for k, m in bad))
     for title, body in sections(doc):
-        parts += ["", title, body]
-    return "\n".join(parts)
+        parts += ["", fill(title), body]
+    return "\n".join([fill(parts[0]), *parts[1:]])
 
 
 # ---------------------------------------------------------------------------- figures

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from collectives import ficco
 from emulator.app.catalog import registry
+from emulator.app.tables import fill
 
 _REG = registry()
 SERIAL, DIL, CIL = "ficco-serial", "ficco-dil", "ficco-cil"
@@ -189,8 +190,8 @@ def text(doc: dict) -> str:
         rows = [("GEMM", *keys)]
         for pt, x in ls:
             rows.append((_label(pt), *(f"{x[k]:.2f}" if k in x else "-" for k in keys)))
-        parts += ["Decomposition (DIL) and contention (CIL) losses: decomposed over whole, "
-                  "concurrent over alone (1.00 = no loss)", _grid(rows)]
+        parts += [fill("Decomposition (DIL) and contention (CIL) losses: decomposed over "
+                       "whole, concurrent over alone (1.00 = no loss)"), _grid(rows)]
     return "\n".join(parts).rstrip()
 
 

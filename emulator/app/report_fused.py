@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from emulator.app.catalog import registry
+from emulator.app.tables import fill
 
 DESIGN = "Fused ops"
 _REG = registry()
@@ -107,8 +108,9 @@ def text(doc: dict) -> str:
                            for m in fused),
                          *(f"{max(runs[m]['rank_skew']):.3f}"
                            if m in runs and runs[m].get("rank_skew") else "-" for m in fused)))
-        parts += [f"{case} on {system}: time per configuration, the fused operators' cut of "
-                  f"the {_REG.baseline()} time (%) and their rank skew (slowest / fastest)",
+        parts += [fill(f"{case} on {system}: time per configuration, the fused operators' cut "
+                       f"of the {_REG.baseline()} time (%) and their rank skew (slowest / "
+                       f"fastest)"),
                   _grid(rows), ""]
     for (case, system, m), pts in occupancy_groups(doc).items():
         names = [n for n in modes if any(n in _runs(p) for p in pts)]
@@ -118,8 +120,8 @@ def text(doc: dict) -> str:
             rows.append((f"{pt['params']['occupancy']:g}",
                          *(f"{runs[n]['modelled_time_s'] * 1e6:.1f}" if n in runs else "-"
                            for n in names)))
-        parts += [f"{case} on {system}, m = {m}: time against occupancy (fraction of the most "
-                  f"persistent WGs the fused kernel can have)", _grid(rows), ""]
+        parts += [fill(f"{case} on {system}, m = {m}: time against occupancy (fraction of "
+                       f"the most persistent WGs the fused kernel can have)"), _grid(rows), ""]
     return "\n".join(parts).rstrip()
 
 

@@ -26,6 +26,38 @@ def width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
+def terminal_width() -> int | None:
+    """``$COLUMNS``, else the terminal's width; None when the output is no terminal (a
+    file or a pipe keeps a wide table whole, for scripts and ``less -S``)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def fill(text: str) -> str:
+    """A line of prose wrapped to the terminal (`terminal_width`; whole when there is none)."""
+    import textwrap
+
+    room = terminal_width()
+    return textwrap.fill(text, room, break_on_hyphens=False) if room else text
+
+
+def column_groups(col_widths: list[int], limit: int, gap: int = 2) -> list[list[int]]:
+    """The columns of a table too wide for ``limit`` as groups that each fit, every group
+    led by the first column (the row's name), the others in order; a column wider than
+    the room left beside the first stands alone with it."""
+    groups: list[list[int]] = []
+    for i in range(1, len(col_widths)):
+        if groups and sum(col_widths[j] + gap for j in groups[-1]) + col_widths[i] <= limit:
+            groups[-1].append(i)
+        else:
+            groups.append([0, i])
+    return groups or [[0]]
+
+
 def _fit(rows: list, headers: list[str], limit: int, wrap: list[bool] | None = None,
          align: list[str] | None = None) -> list[int | None]:
     """Each column's wrap width (None: as wide as it is) so the table fits ``limit``: the
@@ -83,12 +115,16 @@ def _wrapped(rows: list, headers: list[str], widths: list[int | None]) -> tuple[
 
 def render(rows: list[dict | None], columns: list[str], fmt: str = "table",
            limit: int | None = None, labels: dict[str, str] | None = None,
-           align: dict[str, str] | None = None, wrap: list[str] | None = None) -> str:
+           align: dict[str, str] | None = None, wrap: list[str] | None = None,
+           split: bool = False) -> str:
     """``rows`` (dicts, ``columns`` their keys in order; None: a rule across the table
     form, nothing in the others) in form ``fmt``; ``labels``: the headers of the table
     and Markdown forms (CSV and JSON keep the keys); ``align``: "right" (or "center") for
     the columns not aligned left; ``wrap``: the columns the table form may wrap to fit
-    (default: the text columns, those with spaces, but the first)."""
+    (default: the text columns, those with spaces, but the first); ``split``: a table
+    form still wider than the terminal (`terminal_width`; ``limit`` if given) is printed
+    as several tables of `column_groups`, one under the other, each led by the first
+    column."""
     from tabulate import SEPARATING_LINE
 
     rules = [r is None for r in rows]
@@ -120,7 +156,19 @@ def render(rows: list[dict | None], columns: list[str], fmt: str = "table",
     try:
         widths = _fit(body, heads, limit or width(),
                       None if wrap is None else [c in wrap for c in columns], colalign)
-        return tabulate(*_wrapped(body, heads, widths), tablefmt="simple",
-                        disable_numparse=True, colalign=colalign)
+        rows_w, heads_w = _wrapped(body, heads, widths)
+        text = tabulate(rows_w, heads_w, tablefmt="simple", disable_numparse=True,
+                        colalign=colalign)
+        room = limit or terminal_width() if split else None
+        if room is None or max(len(line) for line in text.splitlines()) <= room:
+            return text
+        col_widths = [max(len(x) for x in [*h.splitlines(), *(
+            line for r in rows_w if r is not SEPARATING_LINE for line in r[i].splitlines())]
+                          or [""]) for i, h in enumerate(heads_w)]
+        return "\n".join(tabulate(  # (no blank line: a blank line ends a report's section)
+            [r if r is SEPARATING_LINE else [r[i] for i in group] for r in rows_w],
+            [heads_w[i] for i in group], tablefmt="simple", disable_numparse=True,
+            colalign=[colalign[i] for i in group])
+            for group in column_groups(col_widths, room))
     finally:
         tb.MIN_PADDING = padding
