@@ -7,15 +7,13 @@ import numpy as np
 
 from collectives.common import Problem
 from emulator.engine.registry import Param
+from emulator.model import params
 
 # The design: the ROC_SHMEM context costs registers, so the fused embedding kernel reaches
-# 12.5% lower occupancy than the plain kernel (the fused operators' paper, "Costs": measured
-# on its embedding kernel only). Applied where it was measured, in whole WGs per CU (a
-# register budget admits whole WGs): 8 resident per CU on MI210 -> 7. The fused GEMV and
-# GEMM kernels carry no loss (ASSUMPTION: not measured; a GEMM at 1 or 2 WGs per CU is
-# limited by its LDS and tiles before its registers).
-SHMEM_OCCUPANCY_LOSS = 0.125
-
+# lower occupancy than the plain kernel (``shmem_occupancy_loss``, measured on its
+# embedding kernel only); applied in whole WGs per CU (a register budget admits whole WGs):
+# 8 resident per CU on MI210 -> 7. The fused GEMV and GEMM kernels lose
+# ``shmem_occupancy_loss_unmeasured`` (an assumption: emulator/model/params.py).
 OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can have "
                   "resident (the fused-operator study's occupancy knob)", 0.01, 1.0)
 
@@ -23,11 +21,13 @@ OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can
 def grid(p: Problem, per_cu: int | None = None, shmem_loss: bool = False) -> int:
     """Physical WGs of a fused persistent kernel: the occupancy knob x the most it can have
     resident (the device's light-kernel limit, or ``per_cu`` WGs per CU); ``shmem_loss``:
-    less the communication context's 12.5% in whole WGs per CU (the embedding kernel,
-    where the design measured it)."""
+    less the communication context's measured loss in whole WGs per CU (the embedding
+    kernel, where the design measured it; elsewhere the unmeasured loss)."""
     per = per_cu or (p.spec.max_wgs_per_cu or p.spec.wgs_per_cu)
-    if shmem_loss:
-        per = max(1, int(per * (1.0 - SHMEM_OCCUPANCY_LOSS) + 1e-9))
+    loss = params.value("shmem_occupancy_loss" if shmem_loss
+                        else "shmem_occupancy_loss_unmeasured")
+    if loss:
+        per = max(1, int(per * (1.0 - loss) + 1e-9))
     most = p.spec.cus * per
     return max(1, round(p.param("occupancy", OCCUPANCY.default) * most))
 

@@ -8,7 +8,8 @@ Keys:
   ``gpu.memory.hbm_gb_per_s``); the short form when the key name is in one section only;
 - ``nodes``, ``gpus_per_node``, ``intra.KEY``, ``network.KEY``: a key of the system file
   (``--system``). Without a system, ``intra.KEY`` is the GPU file's own
-  ``[interconnect]`` key of that name (the run's intra-node links).
+  ``[interconnect]`` key of that name (the run's intra-node links);
+- ``model.NAME``: a parameter of the model's code (``t3emu params`` lists them).
 
 Values are TOML values (``160``, ``0.9``, ``true``, ``"switch"``; a bare word is a
 string).
@@ -116,7 +117,11 @@ def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def split(key: str, system: bool) -> tuple[str, str, str]:
-    """(file, section, key) an override key names: file "gpu" or "system"."""
+    """(file, section, key) an override key names: file "gpu" or "system", or "model" (a
+    parameter of the model's code, ``emulator/model/params.py``; its name is checked
+    where the run's parameters are activated)."""
+    if key.startswith("model.") and key[len("model."):]:
+        return ("model", "", key[len("model."):])
     if key.startswith("gpu."):
         where = _gpu_key(key)
         if where == ("interconnect", "topology"):  # always the run's own (--topology)
@@ -138,7 +143,7 @@ def split(key: str, system: bool) -> tuple[str, str, str]:
             return "gpu", "interconnect", rest
         raise SpecError(f"{key} needs --system" + (" (without one, use --topology)"
                                                    if rest == "topology" else ""))
-    allowed = sorted({"gpu.KEY", *(k for k in sections[""] if k != "gpu"),
+    allowed = sorted({"gpu.KEY", "model.NAME", *(k for k in sections[""] if k != "gpu"),
                       *(f"{s}.{k}" for s in ("intra", "network") for k in sections[s])})
     raise SpecError(f"unknown key {key}; allowed: {', '.join(allowed)}")
 

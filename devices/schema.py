@@ -48,7 +48,9 @@ class Key:
     ``items``: a list's element, a type or a `Table` (a list of tables); ``choices``: the
     allowed strings (of the value, or of a list's elements); ``zero``: a hardware number
     may be 0; ``minimum`` / ``maximum`` (``open_min``: > rather than >=) with ``why``, the
-    reason shown when a bound is broken; ``nonempty``: a list needs an element."""
+    reason shown when a bound is broken; ``nonempty``: a list needs an element;
+    ``source``: where the default comes from (``devices/sources.py``: "KIND: reference"
+    or an assumption table), for a hardware file's key with a default."""
 
     kind: type
     doc: str = ""
@@ -64,6 +66,7 @@ class Key:
     why: str = ""
     nonempty: bool = False
     unit: str = ""
+    source: Any = None
 
 
 @dataclass(frozen=True)

@@ -276,11 +276,17 @@ def _k(kind: type, scale: float = 1.0, attr: str = "", default: Any = REQUIRED, 
 
 
 _FRACTION = dict(minimum=0, maximum=1, open_min=True)
+_OFF = "off: "  # the provenance of a default that turns a mechanism off (devices/sources.py)
+_GPGPUSIM = ("library: GPGPU-Sim's HBM2 memory controller (gpgpu-sim_distribution, "
+             "configs: the simulator family of T3's Table 1)")
 # The GPU file's schema (``devices/schema.py``): required keys first, then the optional
 # ones with the defaults a file that leaves them out gets.
 DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu devices)", keys={
     "name": _k(str, doc="the GPU's name"),
     "description": _k(str, doc="one line: the GPU and its sources"),
+    "sources": _k(dict, default=OMIT, doc="where each key's value comes from "
+                  "(devices/sources.py): \"SECTION.KEY\" = \"KIND: reference\" or "
+                  "{assumption = \"reason\", low = X, high = Y}"),
     "compute": Table({
         "cus": _k(int, doc="compute units (SMs)"),
         "clock_ghz": _k(float, 1e9, "clock_hz", unit="GHz"),
@@ -290,24 +296,32 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "wg_tile_n": _k(int, doc="the fixed GEMM tile's columns per WG"),
         "wgs_per_cu": _k(int, doc="resident GEMM WGs per CU"),
         "fp16_vector_flops_per_cycle_per_cu": _k(int, attr="vfp16", default=None,
-                                                 doc="vector ALU FLOP/cycle/CU (GEMV)"),
-        "fp32_vector_flops_per_cycle_per_cu": _k(int, attr="vfp32", default=None),
+                                                 doc="vector ALU FLOP/cycle/CU (GEMV)",
+                                                 source=_OFF + "vector FLOPs are not timed"),
+        "fp32_vector_flops_per_cycle_per_cu": _k(int, attr="vfp32", default=None,
+                                                 source=_OFF + "vector FLOPs are not timed"),
         "launch_us": _k(float, 1e-6, "launch_s", 0.0, zero=True, unit="us",
-                        doc="cost of each kernel launch"),
+                        doc="cost of each kernel launch", source=_OFF + "launches are free"),
         "launch_source": _k(str, default="", doc="where launch_us comes from"),
         # the GPU's architecture (CUDA compute capability "sm80", "sm90"; AMD "gfx90a", ...):
         # forms that exist on one architecture only (Flux's Hopper RS) check it
         "arch": _k(str, default="", doc="sm80, sm90, gfx90a, gfx942, ..."),
-        "bf16_flops_per_cycle_per_cu": _k(int, attr="bf16", default=None),
+        "bf16_flops_per_cycle_per_cu": _k(int, attr="bf16", default=None,
+                                          source=_OFF + "no bf16 matrix rate (bf16 refused)"),
         # the GEMMs' WG rasterisation: 1 = row-major; G > 1 = grouped (bands of G tile rows
         # walked column by column: CUTLASS's threadblock swizzle, Triton's GROUP_SIZE_M)
-        "wg_raster_group": _k(int, default=1, doc="1: row-major; G > 1: bands of G tile rows"),
+        "wg_raster_group": _k(int, default=1, doc="1: row-major; G > 1: bands of G tile rows",
+                              source=_OFF + "row-major WG order, no rasterisation"),
         # a stage of fewer WGs than its slots: "slots" = each WG still runs at 1/S of the
         # peak (T3's model); "spread" = the WGs spread over the CUs first, each CU holding
         # ceil(n / CUs) of them (NVIDIA's block scheduler fills SMs before doubling up)
-        "partial_stage": _k(str, default="slots", choices=PARTIAL_STAGES),
+        "partial_stage": _k(str, default="slots", choices=PARTIAL_STAGES,
+                            source="paper: T3 section 4 (a partial stage's WGs each at 1/S "
+                                   "of the peak, T3's model)"),
         # resident WGs per CU of a light memory-bound kernel (persistent grids' maximum)
-        "max_wgs_per_cu": _k(int, default=0, zero=True),
+        "max_wgs_per_cu": _k(int, default=0, zero=True,
+                             source="derived: wgs_per_cu (0: a light kernel's residency is "
+                                    "the GEMM's)"),
         "atomic_dtypes": _k(list, default=OMIT, items=str, choices=DTYPES,
                             doc="dtypes with native atomic adds"),
     }),
@@ -316,31 +330,46 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "hbm_gb_per_s": _k(float, 1e9, "hbm_bw", unit="GB/s", doc="the datasheet's rate"),
         "nmc_update_cost": _k(float, minimum=1, why="an update costs at least a write",
                               doc="an op-and-store's time relative to a write"),
-        "dram_channels": _k(int, default=0, zero=True),
-        "dram_queue_depth": _k(int, default=DramSpec.queue_depth),
-        "dram_access_bytes": _k(int, default=DramSpec.access_bytes),
+        "dram_channels": _k(int, default=0, zero=True,
+                            source="derived: hbm_gb_per_s / 32 (an HBM2 channel at 1 GHz DDR)"),
+        "dram_queue_depth": _k(int, default=DramSpec.queue_depth, source=_GPGPUSIM),
+        "dram_access_bytes": _k(int, default=DramSpec.access_bytes, source=_GPGPUSIM),
         "dram_turnaround_ns": _k(float, 1e-9, "dram_turnaround_s", DramSpec.turnaround_s,
-                                 zero=True, unit="ns"),
-        "dram_write_batch": _k(int, default=DramSpec.write_batch),
+                                 zero=True, unit="ns", source=_GPGPUSIM + " (tWTR + tRTW)"),
+        "dram_write_batch": _k(int, default=DramSpec.write_batch, source=_GPGPUSIM),
         "dram_burst_kb": _k(float, 1 << 10, "dram_burst_bytes", DramSpec.burst_bytes,
-                            unit="KiB"),
+                            unit="KiB", source={
+                                "assumption": "the model's batching of DRAM requests into "
+                                              "bursts: a time resolution, not hardware; a "
+                                              "quarter to 4x of it moves queueing detail only",
+                                "low": 16, "high": 256}),
         "dram_starvation_ns": _k(float, 1e-9, "dram_starvation_s", DramSpec.starvation_s,
-                                 unit="ns"),
+                                 unit="ns", source={
+                                     "assumption": "T3 names an anti-starvation wait but not "
+                                                   "its value; from a full queue's drain "
+                                                   "(~128 ns) to a tenth of a GEMM stage",
+                                     "low": 128, "high": 10000}),
         # memory-bound kernels (``cost.py``, "latency and row locality"): the loaded DRAM
         # latency, the bytes a WG keeps in flight, and a row miss's channel time
-        "latency_ns": _k(float, 1e-9, "mem_latency_s", 0.0, zero=True, unit="ns"),
-        "wg_inflight_bytes": _k(int, default=0, zero=True),
-        "l2_gb_per_s": _k(float, 1e9, "l2_bw", 0.0, zero=True, unit="GB/s"),
-        "dram_banks": _k(int, default=0, zero=True),
-        "dram_bank_groups": _k(int, default=0, zero=True),
+        "latency_ns": _k(float, 1e-9, "mem_latency_s", 0.0, zero=True, unit="ns",
+                         source=_OFF + "no loaded-latency bound"),
+        "wg_inflight_bytes": _k(int, default=0, zero=True,
+                                source=_OFF + "no Little's-law bound"),
+        "l2_gb_per_s": _k(float, 1e9, "l2_bw", 0.0, zero=True, unit="GB/s",
+                          source=_OFF + "no L2 bandwidth bound"),
+        "dram_banks": _k(int, default=0, zero=True, source=_OFF + "no row locality"),
+        "dram_bank_groups": _k(int, default=0, zero=True,
+                               source=_OFF + "every update pays nmc_update_cost"),
         "dram_row_miss_cost": _k(float, default=1.0, minimum=1,
-                                 why="a row miss costs at least a hit"),
+                                 why="a row miss costs at least a hit",
+                                 source=_OFF + "a row miss costs a hit"),
         # the share of the datasheet's rate a streaming kernel sustains, measured: the HBM's
         # ceiling in the model is hbm_gb_per_s x this where a measurement exists (the
         # datasheet's rate still sets the channel count; a what-if on hbm_gb_per_s keeps
         # the share); its source
         "sustained_fraction": _k(float, 1, "hbm_sustained", 0.0, zero=True, maximum=1,
-                                 why="the share of hbm_gb_per_s a streaming kernel sustains"),
+                                 why="the share of hbm_gb_per_s a streaming kernel sustains",
+                                 source=_OFF + "the HBM at its datasheet rate"),
         "sustained_source": _k(str, 1, "hbm_sustained_source", ""),
     }),
     "dma": Table({
@@ -352,10 +381,13 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "link_gb_per_s_per_direction": _k(float, 1e9, "link_bw", unit="GB/s"),
         "link_latency_ns": _k(float, 1e-9, "link_latency_s", zero=True, unit="ns"),
         "links": _k(int),
-        "library_fraction": _k(float, default=1.0, **_FRACTION),
+        "library_fraction": _k(float, default=1.0, **_FRACTION,
+                               source=_OFF + "the library at the link's peak"),
         "library": _k(str, default="", choices=LIBRARIES,
-                      why="or leave it out: no library model"),
-        "library_link": _k(str, default="", choices=("pci",), why="or leave it out"),
+                      why="or leave it out: no library model",
+                      source=_OFF + "no library tuning model (collectives at link rate)"),
+        "library_link": _k(str, default="", choices=("pci",), why="or leave it out",
+                           source="derived: the topology (pcie: PCI latencies)"),
     }),
     # every data mover's achieved share of its port's peak, its fixed costs and the source
     # of each (``ExecutorSpec``)
@@ -370,10 +402,14 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "library_source": _k(str),
     }),
     "nic": Table({
-        "count": _k(int, attr="nics", default=0, zero=True),
-        "gb_per_s": _k(float, 1e9, "nic_bw", 0.0, zero=True, unit="GB/s"),
-        "latency_ns": _k(float, 1e-9, "nic_latency_s", 0.0, zero=True, unit="ns"),
-        "issue_ns": _k(float, 1e-9, "nic_issue_s", 0.0, zero=True, unit="ns"),
+        "count": _k(int, attr="nics", default=0, zero=True,
+                    source=_OFF + "no GPU-initiated NIC (a system's [network] gives them)"),
+        "gb_per_s": _k(float, 1e9, "nic_bw", 0.0, zero=True, unit="GB/s",
+                       source=_OFF + "no GPU-initiated NIC"),
+        "latency_ns": _k(float, 1e-9, "nic_latency_s", 0.0, zero=True, unit="ns",
+                         source=_OFF + "no GPU-initiated NIC"),
+        "issue_ns": _k(float, 1e-9, "nic_issue_s", 0.0, zero=True, unit="ns",
+                       source=_OFF + "a put costs its WG nothing to issue"),
     }, required=False, empty=True),
     # the library's GEMM kernels: a list of tiles (their K step, pipeline depth and resident
     # WGs per CU), the mainloop's measured fraction of the peak, where they come from,
@@ -387,8 +423,8 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "mainloop_efficiency": _k(float, **_FRACTION,
                                   why="a measured fraction of the matrix peak"),
         "source": _k(str, default=""),
-        "enabled": _k(bool, default=True),
-        "stream_k": _k(bool, default=False),
+        "enabled": _k(bool, default=True, source="derived: a [gemm] section is used"),
+        "stream_k": _k(bool, default=False, source=_OFF + "no stream-K kernels"),
     }, hardware=True, required=False),
 })
 GEMM_KEYS = tuple(sorted(DEVICE_TABLE.keys["gemm"].keys))

@@ -29,6 +29,8 @@ SYSTEM_TABLE = Table(hardware=True, doc="A system preset: GPUs, their topology, 
     "name": Key(str, doc="the system's name"),
     "description": Key(str),
     "gpu": Key(str, doc="a GPU preset or a path to a GPU file (relative: to this file)"),
+    "sources": Key(dict, default=OMIT, doc="where each key's value comes from "
+                   "(devices/sources.py)"),
     "nodes": Key(int),
     "gpus_per_node": Key(int, zero=True, doc="0: any number of GPUs (nodes = 1)"),
     "intra": Table({

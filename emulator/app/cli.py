@@ -1054,6 +1054,60 @@ def probe_preset(file, base, name, out_path) -> None:
 
 
 @main.command()
+@click.option("--device", type=str, default=None, help="One GPU preset (or a GPU file).")
+@click.option("--system", type=str, default=None,
+              help="One system preset: its keys, then its GPU's.")
+@click.option("--model", "model_only", is_flag=True,
+              help="Only the model's code parameters and the configurations' knobs.")
+@click.option("--assumptions", "only_assumptions", is_flag=True,
+              help="Only the ASSUMPTION parameters (each with its range).")
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout instead of a table.")
+def params(device, system, model_only, only_assumptions, as_json) -> None:
+    """Every parameter the clock reads, with its provenance (datasheet, measured, library
+    code, paper, derived, ASSUMPTION with its range, or off) and where it is read: a GPU
+    preset's keys (--device), a system's and its GPU's (--system), the model's code and
+    the configurations' knobs (--model); with no option, all of them."""
+    import json
+
+    from devices.spec import SpecError
+    from emulator.app.params import model_rows, rows_for
+    from emulator.app.tables import render
+
+    if sum(map(bool, (device, system, model_only))) > 1:
+        _fail_usage(click.UsageError("give at most one of --device, --system and --model"))
+    try:
+        rows = model_rows() if model_only else rows_for(device, system)
+    except SpecError as exc:
+        click.echo(f"t3emu: error: {exc}", err=True)
+        sys.exit(2)
+    if only_assumptions:
+        rows = [r for r in rows if r.source.kind == "assumption"]
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        return
+    table = [{"scope": r.scope, "key": r.key, "value": _shown(r.value), "unit": r.unit,
+              "source": r.source.text(), "--set": r.set_key, "read in": r.where}
+             for r in rows]
+    click.echo(render(table, list(table[0]) if table else ["key"],
+                      wrap=["source", "read in"]))
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r.source.kind] = kinds.get(r.source.kind, 0) + 1
+    click.echo(f"{len(rows)} parameters: " + ", ".join(f"{n} {k}" for k, n in
+                                                     sorted(kinds.items())))
+    if kinds.get("missing"):
+        click.echo(f"t3emu: warning: {kinds['missing']} parameter(s) have no source", err=True)
+
+
+def _shown(value) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return f"{len(value)} tiles"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "" if value is None else str(value)
+
+
+@main.command()
 @click.argument("kind", required=False, type=click.Choice(("device", "system", "scenario",
                                                           "model")))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),

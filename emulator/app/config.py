@@ -85,10 +85,16 @@ class RunConfig:
 
         from devices.overrides import check
 
+        from emulator.model import params
+
         try:
             check(self.overrides, bool(self.system))
-        except SpecError as exc:
+            for key, value in self.overrides:
+                if key.startswith("model."):
+                    params.check(key, value)
+        except (SpecError, params.ParamError) as exc:
             raise ConfigError("--set", set_text(self.overrides), str(exc)) from None
+        params.activate(self.overrides)  # this process's runs read them (every rank)
         try:
             if self.system:
                 return load_system(self.system, self.overrides)

@@ -41,6 +41,15 @@ class Param:
     integer: bool = False
     at_most: str = ""  # another parameter of the same run this one must not exceed (a
     # low/high or min/max pair: ``otb_low`` at most ``otb_high``)
+    source: object = None  # where the default comes from (``devices/sources.py``: "KIND:
+    # reference" or an assumption table; ``t3emu params`` lists it)
+
+    def source_of(self):
+        """The default's provenance (``devices.sources.Source``)."""
+        from devices.sources import parse
+
+        return parse(self.source, f"--param default {self.default!r}") if self.source \
+            else None
 
     def check(self, name: str, value: float) -> str:
         """Why ``value`` is not allowed ("" : it is)."""
