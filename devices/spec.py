@@ -189,6 +189,8 @@ class DeviceSpec:
     # the vector ALUs (GEMV, reductions); None: their FLOPs are not timed (memory-bound)
     launch_s: float = 0.0  # cost of each kernel launch (the GPU-side gap between kernels)
     launch_source: str = ""  # where launch_s comes from
+    matrix_efficiency: float = 1.0  # the fixed tile's GEMM stages' share of the matrix peak
+    # (a device without [gemm]; 1: at the peak)
     hbm_datasheet: float = 0.0  # bytes/s the datasheet gives (``hbm_bw`` is the measured
     # sustained rate where the preset has one: x ``[memory] sustained_fraction``)
     hbm_sustained_source: str = ""
@@ -303,6 +305,12 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
         "launch_us": _k(float, 1e-6, "launch_s", 0.0, zero=True, unit="us",
                         doc="cost of each kernel launch", source=_OFF + "launches are free"),
         "launch_source": _k(str, default="", doc="where launch_us comes from"),
+        # the share of the matrix peak the fixed tile's GEMM stages reach (a device without
+        # a [gemm] section: its kernels are the fixed wg_tile_m x wg_tile_n tile)
+        "matrix_efficiency": _k(float, default=1.0, **_FRACTION,
+                                why="a share of the matrix peak",
+                                doc="the fixed tile's share of the matrix peak",
+                                source=_OFF + "the fixed tile at the matrix peak"),
         # the GPU's architecture (CUDA compute capability "sm80", "sm90"; AMD "gfx90a", ...):
         # forms that exist on one architecture only (Flux's Hopper RS) check it
         "arch": _k(str, default="", doc="sm80, sm90, gfx90a, gfx942, ..."),
@@ -501,6 +509,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                                        else {"fp16": values["vfp16"], "fp32": values["vfp32"]}),
         launch_s=values["launch_s"],
         launch_source=values["launch_source"],
+        matrix_efficiency=values["matrix_efficiency"],
         arch=values["arch"],
         wg_raster_group=values["wg_raster_group"],
         atomic_dtypes=values.get("atomic_dtypes", DeviceSpec.atomic_dtypes),

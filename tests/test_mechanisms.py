@@ -61,6 +61,30 @@ def test_elementwise_and_gemv_costs_are_memory_bound():
     assert compute == pytest.approx(flops * spec.wgs_per_stage / spec.vector_flops("fp16"))
 
 
+def test_the_fixed_tile_runs_at_its_matrix_efficiency_and_the_counterfactual_removes_it():
+    """A fixed-tile stage's compute: max WG FLOPs x S / (P x matrix_efficiency), by hand; the
+    gemm-efficiency counterfactual puts it back at the peak; vector work is not scaled."""
+    import dataclasses
+
+    from devices.spec import load_device
+    from emulator.model.ablation import ablate
+    from emulator.model.cost import CostModel
+
+    spec = dataclasses.replace(load_device("t3-sim"), matrix_efficiency=0.8)
+    wgs = np.array([[0, 128, 0, 128, 0, 768], [128, 256, 0, 64, 0, 768]], np.int64)
+    slots, peak = spec.wgs_per_stage, spec.peak_flops("fp16")
+    by_hand = 2 * 128 * 128 * 768 * slots / peak  # the largest WG's share of the peak
+    _, compute, _ = CostModel(spec, "fp16").gemm_compute(wgs)
+    assert compute == pytest.approx(by_hand / 0.8)
+    _, compute, _ = CostModel(ablate(spec, ("gemm-efficiency",)), "fp16").gemm_compute(wgs)
+    assert compute == pytest.approx(by_hand)
+    gemv = np.array([[0, 128, 0, 1, 0, 4096]], np.int64)
+    _, v, _ = CostModel(spec, "fp16").gemm_compute(gemv, vector=True)
+    _, v1, _ = CostModel(ablate(spec, ("gemm-efficiency",)), "fp16").gemm_compute(gemv,
+                                                                                   vector=True)
+    assert v == v1
+
+
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_a_plugin_configuration_pulls_with_per_wg_gates_on_several_engines(emulate, ranks):
     doc = emulate(["-n", str(ranks), "--configs", PLUGIN, "--collective", "ag+gemm",

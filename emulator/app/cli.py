@@ -541,7 +541,15 @@ def report(out_dir, timeline, timeline_modes, no_figures) -> None:
               help="Results of t3-2x-cu (the same as giving the directory as an argument).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="docs/validation",
               show_default=True, help="Directory of the pages (index.md and one per paper).")
-def validate(results, results2x, out_dir) -> None:
+@click.option("--sensitivity", "run_sensitivity", is_flag=True,
+              help="First run each figure's points again with each ASSUMPTION parameter "
+                   "they read at the low and the high end of its range (timing-only, into "
+                   "RESULTS/sensitivity/; reused while made by the same code); without it, "
+                   "variants already there are shown.")
+@click.option("--only", "only", type=str, default="",
+              help="With --sensitivity: vary only these --set keys (comma-separated; "
+                   "t3emu params --assumptions lists them).")
+def validate(results, results2x, out_dir, run_sensitivity, only) -> None:
     """Write the validation pages: every published figure of T3, Flux, the fused operators
     and FiCCO beside the emulator's from sweeps of their scenarios (t3-paper, t3-2x-cu,
     flux-paper, fused-ops-paper, ficco-paper; each RESULTS directory's scenario is read from
@@ -549,17 +557,21 @@ def validate(results, results2x, out_dir) -> None:
     --out DIR`: DIR/estimates.json)."""
     from pathlib import Path
 
-    from emulator.app.validation import SCENARIOS, ValidationError, read_sweeps, write
+    from emulator.app.validation import SCENARIOS, ValidationError, read_dirs, write
 
     dirs = [*results, *([results2x] if results2x else [])]
     if not dirs:
         _fail_usage(click.UsageError("give at least one sweep directory (RESULTS), e.g. "
                                      "results/t3-paper"))
     try:
-        sweeps = read_sweeps([Path(d) for d in dirs])
+        sweeps, where = read_dirs([Path(d) for d in dirs])
         # the pages show the commands as a user types them: results/SCENARIO
         shown = " ".join(f"results/{n}" for n in SCENARIOS if n in sweeps)
-        pages = write(sweeps, Path(out_dir), f"t3emu validate {shown} --out {out_dir}")
+        keys = _names(only)
+        pages = write(sweeps, Path(out_dir), f"t3emu validate {shown} --out {out_dir}",
+                      where, run_sensitivity, keys,
+                      lambda v: click.echo(f"t3emu: sensitivity: {v.scenario} {v.label} on "
+                                           f"{len(v.points)} point(s)", err=True))
     except ValidationError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)

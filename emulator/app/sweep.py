@@ -111,6 +111,7 @@ def _record(p: Point, doc: dict) -> dict:
             "params": dict(p.params), "set": dict(doc["config"].get("overrides") or ()),
             "algorithm": doc["config"]["algorithm"], "device_spec": doc["device"],
             "lower_bounds_s": doc["lower_bounds_s"],
+            "model_params_read": doc.get("model_params_read"),
             "gemm_kernel": doc.get("gemm_kernel"),  # the kernel the point's GEMMs ran
             "provenance": doc.get("provenance"),  # the code and files that made it
             "runs": [{k: r.get(k) for k in RUN_KEYS} for r in doc["runs"]]}

@@ -502,6 +502,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
             if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
                 run["causes"] = causes_of(run["mode"], run["baseline"], times_cf)
     from emulator.app import provenance
+    from emulator.model import params as model_params
 
     doc = {
         "header": header(cfg, spec, world),
@@ -511,6 +512,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
         # the version, commit, code hash and the files it read (``app/provenance.py``)
         "provenance": provenance.of_run(cfg, spec),
         "params": dict(cfg.resolved_params()),  # every --param of the run, defaults too
+        # the model's code parameters its runs read (``emulator/model/params.py``)
+        "model_params_read": model_params.reads(),
         "lower_bounds_s": lower_bounds(cfg, spec, world, chunks),
         # the fraction of elements in which one rank's contribution exceeds the numerics
         # check's tolerance (``reference.detection``; None: timing-only, exact integer

@@ -22,7 +22,8 @@ plugins included, gets the same counterfactuals. What each removes:
   false on the clock's device): a stage of a modelled kernel takes its useful FLOPs at
   the matrix peak, with no tile or wave quantisation, main-loop efficiency, latency, L2
   bound or split-K workspace (its tiles stay the ones the heuristic chose). GEMMs of
-  the device's fixed tile (no ``[gemm]`` section) are unchanged.
+  the device's fixed tile (no ``[gemm]`` section) run at the matrix peak
+  (``matrix_efficiency`` = 1).
 - ``link-efficiency``: every executor achieves the link's (and NIC's) peak:
   library collectives' ``library_fraction`` (and ``[network]
   library_fraction``) = 1, and the ``[executors]`` fractions of the GPU's own
@@ -98,6 +99,8 @@ def ablate(spec, names: tuple[str, ...]):
         spec = dataclasses.replace(spec, dma_setup_s=0.0)
     if "gemm-efficiency" in names and spec.gemm is not None:
         spec = dataclasses.replace(spec, gemm=dataclasses.replace(spec.gemm, enabled=False))
+    if "gemm-efficiency" in names and spec.matrix_efficiency != 1.0:
+        spec = dataclasses.replace(spec, matrix_efficiency=1.0)
     if "link-efficiency" in names:
         spec = dataclasses.replace(spec, interconnect=dataclasses.replace(
             spec.interconnect, library_fraction=1.0, library_fraction_network=1.0),

@@ -186,8 +186,9 @@ class CostModel:
                 area, self.delay, None if resident is None else max(
                     resident, cus if vector else cus * kernel.per_cu))
             fixup = kernel.fixup_bytes(len(flops), float(kk.max()), cus)
-        else:
-            compute = (self.wg_seconds(float(flops.max()), peak, resident, vector)
+        else:  # the fixed tile: its stages at ``matrix_efficiency`` of the matrix peak
+            eff = 1.0 if vector else self.spec.matrix_efficiency
+            compute = (self.wg_seconds(float(flops.max()), peak, resident, vector) / eff
                        if len(flops) else 0.0)
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))

@@ -1,0 +1,69 @@
+"""The sensitivity of a figure to an assumption (``emulator/app/validation/sensitivity.py``):
+a toy figure whose verdict flips within an assumption's range is "decided by an
+assumption"; one that stays in band is not; the range and the movers are the variants'."""
+
+from __future__ import annotations
+
+from emulator.app.validation.common import Claim, Direction, Measured, Published
+from emulator.app.validation.sensitivity import Spread, Variant, merged, section, spreads
+
+
+def _sweeps(speedup: float) -> dict:
+    return {"toy": {"scenario": "toy", "points": [{"key": "p0", "x": speedup},
+                                                  {"key": "p1", "x": 1.0}]}}
+
+
+def _claim(text="1.30x", value=1.30, needs=("toy",)) -> Claim:
+    return Claim("toy speedup", "Fig. 0", Published.value(value, "speedup", text), needs,
+                 lambda s: Measured(s["toy"]["points"][0]["x"]))
+
+
+def _variant(end: str, value: float, key="gpu.dma.setup_ns") -> Variant:
+    return Variant("toy", "toy-gpu", key, end, value, 50, ("p0",), "a guess")
+
+
+def _under(base: dict, v: Variant, x: float) -> tuple[Variant, dict]:
+    return v, merged(base, v, {"points": [{"key": "p0", "x": x}]})
+
+
+def test_a_verdict_flipping_within_the_range_is_decided_by_an_assumption():
+    base = _sweeps(1.30)  # within 1.30x's band (1.225x to 1.375x)
+    low, high = _variant("low", 10), _variant("high", 500)
+    [sp] = spreads((_claim(),), base, [_under(base, low, 1.28), _under(base, high, 1.10)])
+    assert sp.decided
+    assert [(v.end, s) for v, s in sp.flips()] == [("high", "outside")]
+    assert sp.range() == (1.10, 1.30)
+    # moved by more than the band's half-width (0.075x): only the high end (0.20x)
+    assert [(v.end, round(d, 6)) for v, d in sp.movers()] == [("high", 0.2)]
+    text = "\n".join(section([sp], [low, high], [], [], "t3emu validate --sensitivity"))
+    assert "**decided by an assumption**: gpu.dma.setup_ns=500 (toy-gpu) -> outside" in text
+    assert "1 of 1 figures are decided by an assumption." in text
+
+
+def test_a_figure_in_band_across_the_range_is_not_decided():
+    base = _sweeps(1.30)
+    vs = [_under(base, _variant("low", 10), 1.29), _under(base, _variant("high", 500), 1.33)]
+    [sp] = spreads((_claim(),), base, vs)
+    assert not sp.decided and sp.movers() == [] and sp.range() == (1.29, 1.33)
+
+
+def test_a_finding_that_stops_holding_is_decided():
+    claim = Claim("toy finding", "Sec. 0", None, ("toy",),
+                  lambda s: Direction(s["toy"]["points"][0]["x"] > 1.0, "faster"))
+    base = _sweeps(1.05)
+    [sp] = spreads((claim,), base, [_under(base, _variant("high", 500), 0.98)])
+    assert sp.decided and sp.flips()[0][1] == "does not hold"
+
+
+def test_merged_keeps_the_points_a_variant_did_not_run():
+    base = _sweeps(1.30)
+    out = merged(base, _variant("low", 10), {"points": [{"key": "p0", "x": 9.0}]})
+    assert [p["x"] for p in out["toy"]["points"]] == [9.0, 1.0]
+    assert base["toy"]["points"][0]["x"] == 1.30  # the base is not changed
+
+
+def test_a_variant_of_another_scenario_leaves_the_figure_unvaried():
+    base = _sweeps(1.30)
+    other = Variant("other", "g", "gpu.cus", "low", 1, 2, ("q",))
+    [sp] = spreads((_claim(),), base, [(other, base)])
+    assert not sp.varied and isinstance(sp, Spread)
