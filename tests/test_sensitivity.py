@@ -67,3 +67,17 @@ def test_a_variant_of_another_scenario_leaves_the_figure_unvaried():
     other = Variant("other", "g", "gpu.cus", "low", 1, 2, ("q",))
     [sp] = spreads((_claim(),), base, [(other, base)])
     assert not sp.varied and isinstance(sp, Spread)
+
+
+def test_a_subset_says_on_how_many_points_a_figure_was_varied():
+    from emulator.app.validation.sensitivity import points_read
+
+    claim = Claim("toy mean", "Fig. 0", Published.value(1.2, "speedup", "1.20x"), ("toy",),
+                  lambda s: Measured(sum(p["x"] for p in s["toy"]["points"]) / 2))
+    base = _sweeps(1.30)
+    assert points_read(claim, base) == {("toy", "p0"), ("toy", "p1")}
+    subset = {"toy": (lambda pt: pt["key"] == "p0", "p0 only")}
+    [sp] = spreads((claim,), base, [_under(base, _variant("high", 500), 1.50)], subset)
+    assert sp.of == (1, 2) and sp.range() == (1.15, 1.25)
+    text = "\n".join(section([sp], [_variant("high", 500)], [], [], "cmd", subset))
+    assert "(varied on 1 of its 2 points)" in text and "Subset varied in `toy`: p0 only" in text

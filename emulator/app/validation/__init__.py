@@ -160,7 +160,8 @@ def sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
     from emulator.app.validation import sensitivity as sv
 
     done, failed, used = [], [], []
-    for v in sv.plan(sweeps, mod.PAPER.scenarios, only):
+    subset = getattr(mod, "SENSITIVITY_SUBSET", None)
+    for v in sv.plan(sweeps, mod.PAPER.scenarios, only, subset):
         doc = sv.load(v, dirs[v.scenario], sweeps[v.scenario])
         if doc is None and run_missing:
             if progress:
@@ -174,7 +175,7 @@ def sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
         done.append((v, sv.merged(sweeps, v, doc)))
         used.append(v)
     estimates = [s for s in mod.PAPER.scenarios if s in sweeps and "points" not in sweeps[s]]
-    return sv.spreads(mod.CLAIMS, sweeps, done), used, failed, estimates
+    return sv.spreads(mod.CLAIMS, sweeps, done, subset), used, failed, estimates
 
 
 def write(sweeps: Sweeps, out: Path, validate_command: str, dirs: dict[str, Path] | None = None,
@@ -196,7 +197,8 @@ def write(sweeps: Sweeps, out: Path, validate_command: str, dirs: dict[str, Path
         if dirs is not None and any(s in sweeps for s in mod.PAPER.scenarios):
             spreads, used, failed, estimates = sensitivity(mod, sweeps, dirs, run_sensitivity,
                                                            only, progress)
-            details = details + sv.section(spreads, used, failed, estimates, sens_command)
+            details = details + sv.section(spreads, used, failed, estimates, sens_command,
+                                           getattr(mod, "SENSITIVITY_SUBSET", None))
             decided[mod.PAPER.key] = sum(sp.decided for sp in spreads) if used else None
         texts[f"{mod.PAPER.key}.md"] = page(mod.PAPER, sweeps, rows, details,
                                             validate_command)

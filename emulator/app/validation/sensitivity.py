@@ -59,10 +59,12 @@ def _assumption_rows(device: str | None, system: str | None) -> list:
     return assumptions(device, system)
 
 
-def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = ()
-         ) -> list[Variant]:
+def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = (),
+         subset: dict | None = None) -> list[Variant]:
     """The variants of a paper's sweeps: per scenario, per assumption its points read
-    (``only``: these --set keys alone), its low and its high end."""
+    (``only``: these --set keys alone), its low and its high end; ``subset``: scenario ->
+    (predicate of a point, why), the points a paper varies where all of them would take
+    too long (the others keep their values)."""
     from emulator.app.scenario import load_scenario
 
     out: list[Variant] = []
@@ -73,9 +75,10 @@ def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = ()
             continue  # whole-model estimates: not varied (the page says so)
         spec_points = {p.key: p for p in load_scenario(s).points}
         found: dict[tuple[str, str], tuple] = {}
+        keep = (subset or {}).get(s, (lambda pt: True, ""))[0]
         for pt in doc["points"]:
             p = spec_points.get(pt["key"])
-            if p is None:
+            if p is None or not keep(pt):
                 continue
             target = (p.system or None, None if p.system else p.device)
             if target not in cache:
@@ -177,13 +180,48 @@ def _compute(claim: Claim, sweeps: Sweeps) -> Outcome:
         return NotComputed(f"{type(exc).__name__}")
 
 
+class _Seen(dict):
+    """A point that records being read (``points_read``) in ``log`` as (scenario, key)."""
+
+    log: set
+    scenario: str
+
+    def __getitem__(self, k):
+        self.log.add((self.scenario, dict.get(self, "key")))
+        return dict.__getitem__(self, k)
+
+    def get(self, k, default=None):
+        self.log.add((self.scenario, dict.get(self, "key")))
+        return dict.get(self, k, default)
+
+
+def points_read(claim: Claim, sweeps: Sweeps) -> set[tuple[str, str]]:
+    """(scenario, point key) of every point ``claim``'s figure reads a field of."""
+    log: set = set()
+    tracked = {}
+    for name, doc in sweeps.items():
+        if "points" not in doc:
+            tracked[name] = doc
+            continue
+        pts = []
+        for pt in doc["points"]:
+            x = _Seen(pt)
+            x.log, x.scenario = log, name
+            pts.append(x)
+        tracked[name] = {**doc, "points": pts}
+    _compute(claim, tracked)
+    return log
+
+
 @dataclass
 class Spread:
-    """A figure's emulated value under the variants that touch its sweeps."""
+    """A figure's emulated value under the variants that touch its sweeps; ``of``: (points
+    varied, points it reads) where a subset was varied."""
 
     claim: Claim
     base: Outcome
     under: list[tuple[Variant, Outcome]] = field(default_factory=list)
+    of: tuple[int, int] | None = None
 
     @property
     def varied(self) -> bool:
@@ -232,10 +270,16 @@ class Spread:
         return bool(self.flips())
 
 
+def _point(sweeps: Sweeps, scenario: str, key: str) -> dict:
+    return next(p for p in sweeps[scenario]["points"] if p["key"] == key)
+
+
 def spreads(claims: tuple[Claim, ...], sweeps: Sweeps,
-            variants: list[tuple[Variant, Sweeps]]) -> list[Spread]:
+            variants: list[tuple[Variant, Sweeps]], subset: dict | None = None
+            ) -> list[Spread]:
     """Each claim's spread: computed on ``sweeps`` and on each variant's merged sweeps that
-    touch a scenario it needs."""
+    touch a scenario it needs (``subset``: as ``plan``'s; a figure reading points outside
+    it says how many of its points were varied)."""
     out = []
     for c in claims:
         if any(s not in sweeps for s in c.needs):
@@ -245,6 +289,12 @@ def spreads(claims: tuple[Claim, ...], sweeps: Sweeps,
         for v, merged_sweeps in variants:
             if v.scenario in c.needs:
                 sp.under.append((v, _compute(c, merged_sweeps)))
+        if subset:
+            read = points_read(c, sweeps)
+            varied = {(s, k) for s, k in read
+                      if subset.get(s, (lambda pt: True,))[0](_point(sweeps, s, k))}
+            if varied != read:
+                sp.of = (len(varied), len(read))
         out.append(sp)
     return out
 
@@ -255,7 +305,7 @@ def _value_text(claim: Claim, x: float) -> str:
 
 
 def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
-            estimates: list[str], command: str) -> list[str]:
+            estimates: list[str], command: str, subset: dict | None = None) -> list[str]:
     """Markdown: the sensitivity of each figure and the variants that were run."""
     lines = ["## Sensitivity to the assumptions", "",
              "Each figure computed again with each ASSUMPTION parameter its runs read "
@@ -265,6 +315,10 @@ def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
              "assumptions that move the value by more than its band's half-width; "
              "\"decided by an assumption\": the verdict changes within the ranges. Made by:",
              "", f"    {command}", ""]
+    for s, (_, why) in (subset or {}).items():
+        lines += [f"Subset varied in `{s}`: {why}; the other points keep their values as "
+                  f"run (a figure reading them says on how many of its points it was "
+                  f"varied).", ""]
     if not variants:
         return lines + ["Not computed: run the command above (`--sensitivity`).", ""]
     lines += ["| # | emulator (as run) | range over the assumptions | moved beyond band | "
@@ -289,6 +343,8 @@ def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
         cls = ("**decided by an assumption**: " + "; ".join(f"{v.label} -> {s}"
                                                             for v, s in flips[:3])
                if flips else "holds across the ranges")
+        if sp.of:
+            cls += f" (varied on {sp.of[0]} of its {sp.of[1]} points)"
         lines.append(f"| {i} | {shown} | {rng} | {movers} | {cls} |")
     decided = sum(sp.decided for sp in spreads_)
     lines += ["", f"{decided} of {len(spreads_)} figures are decided by an assumption.", "",
