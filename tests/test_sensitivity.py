@@ -81,3 +81,13 @@ def test_a_subset_says_on_how_many_points_a_figure_was_varied():
     assert sp.of == (1, 2) and sp.range() == (1.15, 1.25)
     text = "\n".join(section([sp], [_variant("high", 500)], [], [], "cmd", subset))
     assert "(varied on 1 of its 2 points)" in text and "Subset varied in `toy`: p0 only" in text
+
+
+def test_a_rate_is_varied_only_on_points_of_its_dtype():
+    from emulator.app.validation.sensitivity import reads_rate
+
+    assert reads_rate("compute.fp16_flops_per_cycle_per_cu", "fp16")
+    assert not reads_rate("compute.fp32_flops_per_cycle_per_cu", "fp16")
+    assert reads_rate("compute.fp32_vector_flops_per_cycle_per_cu", "bf16")
+    assert not reads_rate("compute.fp32_flops_per_cycle_per_cu", "bf16")
+    assert reads_rate("dma.setup_ns", "fp16")

@@ -5,8 +5,9 @@ code parameter, each with a plausible range) that a paper's runs read is set in 
 the low and the high end of its range, one at a time, and each figure is computed again.
 A variant runs only the points its parameter can change: the points of the GPU or system
 whose preset states the assumption, or, for a model code parameter, the points whose runs
-read it (recorded by each run: ``model_params_read``); every other point keeps its value
-exactly, so the figure is computed on the whole of its points. Variants run timing-only
+read it (recorded by each run: ``model_params_read``), and a matrix or vector rate only on
+points of its dtype (``reads_rate``); every other point keeps its value exactly, so the
+figure is computed on the whole of its points. Variants run timing-only
 (the same modelled times as numeric runs) into ``DIR/sensitivity/KEY=VALUE`` beside the
 sweep ``DIR`` and are reused while they were made by the same code as the sweep.
 
@@ -19,6 +20,7 @@ holding or not) changes within the ranges.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,20 @@ def _assumption_rows(device: str | None, system: str | None) -> list:
     return assumptions(device, system)
 
 
+_RATE = re.compile(r"compute\.(fp16|bf16|fp32)_(vector_)?flops_per_cycle_per_cu$")
+
+
+def reads_rate(key: str, dtype: str) -> bool:
+    """Whether a run in ``dtype`` reads the matrix or vector rate ``key`` names: a run reads
+    its own dtype's rates (``DeviceSpec.peak_flops``, ``vector_flops``), and a bf16 run
+    the fp32 vector rate as well (its elementwise work is widened to fp32)."""
+    m = _RATE.search(key)
+    if m is None:
+        return True
+    return m.group(1) == dtype or (dtype == "bf16" and m.group(1) == "fp32"
+                                   and bool(m.group(2)))
+
+
 def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = (),
          subset: dict | None = None) -> list[Variant]:
     """The variants of a paper's sweeps: per scenario, per assumption its points read
@@ -85,7 +101,8 @@ def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = (),
                 cache[target] = _assumption_rows(target[1], target[0])
             own = {k for k, _ in p.overrides}
             for r in cache[target]:
-                if (only and r.set_key not in only) or r.set_key in own:
+                if (only and r.set_key not in only) or r.set_key in own \
+                        or not reads_rate(r.key, doc.get("dtype", "fp16")):
                     continue
                 if r.scope == "model":
                     read = pt.get("model_params_read")
