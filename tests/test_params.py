@@ -82,7 +82,7 @@ def test_the_rule_catches_a_literal(tmp_path):
     for d in MODEL_DIRS[1:]:
         (tmp_path / d).mkdir(parents=True, exist_ok=True)
     (tmp_path / "emulator/model/toy.py").write_text(
-        "SETUP_S = 50e-9 * 3\n"  # a time from an unnamed 3: caught
+        "SETUP_S = 1e-9 * 3\n"  # a time from an unnamed 3 ns: caught (1e-9 a unit)
         "X = a[4] + (1 << 20) + b.reshape(-1, 6).sum()\n"  # index, shift, shape: exempt
         "Y = 7  # not a parameter: a test's marker\n"
         "Z = define('z', 12.5, 'us', 'doc', 'paper: x')\n")
