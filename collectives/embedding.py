@@ -46,16 +46,23 @@ from emulator.engine.producers import EmbeddingBag
 from emulator.engine.registry import Param
 from emulator.engine.steps import CuStep
 
-TABLES = Param(8, "embedding tables per GPU", 1, 65536, integer=True)
+FUSED_PAPER = "paper: the fused operators' study (Punniyamurthy et al., SC 2024)"
+TABLES = Param(8, "embedding tables per GPU", 1, 65536, integer=True,
+               source="off: a small default for runs that give none (the study's 256 per "
+                      "GPU is its scenarios' value)")
 ROWS = Param(1024, "rows per embedding table (sizes the numeric check's tables; the cost "
              "model takes every looked-up row from DRAM, as production tables far exceed "
-             "the L2)", 1, 1 << 24, integer=True)
+             "the L2)", 1, 1 << 24, integer=True,
+             source="off: sizes the numeric check only (every looked-up row is read from DRAM)")
 SLICE = Param(32, "samples per slice: the unit a fused kernel's last WG sends across nodes "
-              "(the study's S)", 1, 1 << 20, integer=True)
+              "(the study's S)", 1, 1 << 20, integer=True,
+              source=f"{FUSED_PAPER}, evaluation: S = 32")
 FIXED = Param(0, "1: every bag pools exactly --k rows (DLRM's --num-indices-per-lookup-fixed); "
               "0: a random count in 1..k per bag, as DLRM's random data generator draws by "
-              "default", 0, 1, integer=True)
-INDEX_BYTES = 8  # int64 row ids
+              "default", 0, 1, integer=True,
+              source="library: facebookresearch/dlrm, dlrm_data_pytorch.py random lengths "
+                     "(--num-indices-per-lookup-fixed off by default)")
+INDEX_BYTES = 8  # not a parameter: int64 row ids (DLRM's indices)
 
 
 def bag_lengths(seed: int, rank: int, samples: int, tables: int, rows: int, L: int,
@@ -309,7 +316,7 @@ def reference(comm, cfg, x: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
             return ref, np.zeros_like(ref)
         return ref, u * np.abs(ref)
     mag = a2a(_pool(np.abs(table), x["I"], T, rows, L, lengths))
-    return ref, (L * UNIT_ROUNDOFF["fp32"] + 2 * u) * mag * 1.01
+    return ref, (L * UNIT_ROUNDOFF["fp32"] + 2 * u) * mag * 1.01  # not a parameter: numerics
 
 
 def bounds(cfg, spec, world: int) -> tuple[float, float]:
@@ -332,12 +339,13 @@ def host_memory(cfg, spec) -> int:
 
     T, W = int(cfg.param("tables")), cfg.ranks
     bags = cfg.m * T
-    plan = (64 << 20) + 160 * bags
+    plan = (64 << 20) + 160 * bags  # not a parameter: host memory
     if cfg.timing_only:
         return plan
     e = DTYPE_BYTES[cfg.dtype]
     table = T * int(cfg.param("rows")) * cfg.n
     pooled = cfg.m * T * cfg.n
     out = -(-cfg.m // W) * W * T * cfg.n
-    return plan + (200 << 20) + table * (e + 4) + bags * cfg.k * 8 + pooled * (e + 8) \
-        + out * (e + 16)
+    return (plan + (200 << 20) + table * (e + 4)  # not a parameter: host memory
+            + bags * cfg.k * 8 + pooled * (e + 8)  # not a parameter: host memory
+            + out * (e + 16))  # not a parameter: host memory

@@ -38,25 +38,34 @@ from emulator.engine.kernel import Kernel, LaunchItems
 from emulator.engine.plan import KernelPhase, Plan, Slots
 from emulator.engine.producers import TiledGemm
 from emulator.engine.registry import Operation, Param
+from emulator.model import params
 
 ARBITRATION = "fr-fcfs"  # a stock GPU's HBM (as Flux's)
 SCHEDULES = ("uniform-fused-1d", "hetero-fused-1d", "hetero-unfused-1d", "uniform-fused-2d")
 # ASSUMPTION: RCCL's collective kernels on MI300X run 32 channels of one thread block
 # each (RCCL's default channel count on a full mesh of 8), 32 of 304 CUs
 CU_SHARE = Param(32 / 304, "share of the CUs the CU-driven (library) transfers hold "
-                 "(FiCCO-CU)", low=0.01, high=0.5)
+                 "(FiCCO-CU)", low=0.01, high=0.5, source={
+                     "assumption": "RCCL's kernels on MI300X hold one CU per channel, 32 "
+                                   "channels (RCCL's default on gfx942 is not stated by "
+                                   "FiCCO); 16 to 64 channels",
+                     "low": 16 / 304, "high": 64 / 304})
 COPY2D = Param(1, "2D copies: 1 = emulated as one 1D copy of the same bytes (as the study "
                "did), 0 = strided (one DMA command per band of tile rows)", low=0, high=1,
-               integer=True)
+               integer=True, source="paper: FiCCO (Pal et al., arXiv:2512.10236): 2D "
+                                    "copies emulated as 1D ones of the same bytes")
 TILE_LEVEL = Param(0, "1: build every tile and work item as arrays (the tile-level path) "
                    "instead of computing them when a stage asks (the same modelled times; "
-                   "for checking the coalesced path)", low=0, high=1, integer=True)
+                   "for checking the coalesced path)", low=0, high=1, integer=True,
+                   source="off: a check of the emulator's own paths (same times)")
 # the heuristic's thresholds, in multiples of the machine balance (peak FLOP/s over HBM
 # bytes/s): below LOW uniform-fused-1D, above HIGH hetero-unfused-1D, else hetero-fused
 OTB_LOW = Param(1.0, "ficco-auto: op-to-byte ratio (x the machine balance) below which "
-                "uniform-fused-1D is picked", low=0.0, high=1e6, at_most="otb_high")
+                "uniform-fused-1D is picked", low=0.0, high=1e6, at_most="otb_high",
+                source="paper: FiCCO's heuristic, below the machine's balance")
 OTB_HIGH = Param(5.0, "ficco-auto: op-to-byte ratio (x the machine balance) above which "
-                 "hetero-unfused-1D is picked", low=0.0, high=1e6)
+                 "hetero-unfused-1D is picked", low=0.0, high=1e6,
+                 source="paper: FiCCO's heuristic, above about 5x the machine's balance")
 
 
 def dispatch(op: Operation) -> bool:
@@ -755,7 +764,10 @@ def dispatch_reference(comm, cfg, x: dict[str, np.ndarray]):
 
 
 # ---------------------------------------------------------------- losses (DIL, CIL)
-SPLITS = (8, 64)
+SPLITS = params.table("ficco_dil_splits", (8, 64), "pieces",
+                      "the ways FiCCO's DIL splits a GEMM (by rows or by K)",
+                      "paper: FiCCO (Pal et al., arXiv:2512.10236), inefficiency losses: "
+                      "GEMMs split 8 and 64 ways")
 
 
 def _pieces(n: int, ways: int) -> dict[int, int]:
@@ -844,7 +856,7 @@ def cil(p: Problem, op: Operation) -> Plan:
                                                      kernel.local_writes(), local_ok=True)],
                            stream, clock=name)
 
-    rows8, shards = launches(8), launches(p.world)
+    rows8, shards = launches(SPLITS[0]), launches(p.world)
     phases = first.phases + [alone(rows, rows8())]
     phases += _comm_phase(p, op, slots, "cil-dma", False, "dma", rows8).phases
     phases += _comm_phase(p, op, slots, "cil-cu", False, "cu", rows8).phases

@@ -31,12 +31,12 @@ wide_reduction = flux_rs.wide_reduction
 ag_gemm = flux_ag.ag_gemm
 ag_gemm_tile2 = partial(flux_ag.ag_gemm, halvings=1)
 ag_gemm_tile4 = partial(flux_ag.ag_gemm, halvings=2)
-ag_gemm_tile8 = partial(flux_ag.ag_gemm, halvings=3)
+ag_gemm_tile8 = partial(flux_ag.ag_gemm, halvings=3)  # not a parameter: tile / 2^3
 ag_gemm_unswizzled = partial(flux_ag.ag_gemm, swizzle=False)
 ag_gemm_pull = partial(flux_ag.ag_gemm, pull=True)
 ag_gemm_pull_tile2 = partial(flux_ag.ag_gemm, pull=True, halvings=1)
 ag_gemm_pull_tile4 = partial(flux_ag.ag_gemm, pull=True, halvings=2)
-ag_gemm_pull_tile8 = partial(flux_ag.ag_gemm, pull=True, halvings=3)
+ag_gemm_pull_tile8 = partial(flux_ag.ag_gemm, pull=True, halvings=3)  # not a parameter: tile / 8
 
 
 def ag_ring(p, op, algorithm):

@@ -55,7 +55,7 @@ ahead of the fetches the peers wait for. The fetch warp's remote read of a peer'
 peer's own warp sending it into this rank's receive buffer once it is written: the same
 bytes on the same link direction, at the SM-driven ``store_fraction``, without the read
 request's latency. The fetch and reduce warps take no CUs from the GEMM (they are idle
-warps of its load warp group); the reduce warp's adds run at ``HOPPER_REDUCE_SHARE`` of
+warps of its load warp group); the reduce warp's adds run at ``flux_hopper_reduce_share`` of
 the CUs' vector issue.
 
 ASSUMPTION (ring forms): Flux's RS kernel pulls from the right neighbour; a CU
@@ -75,12 +75,11 @@ from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
 from emulator.engine.registry import Operation
 from emulator.engine.steps import CuStep
+from emulator.model import params
 
 ARBITRATION = "fr-fcfs"  # a stock GPU's HBM: no T3-style memory-controller policy
-HOPPER_REDUCE_SHARE = 0.25  # ASSUMPTION: one warp of four per SM sub-partition scheduler:
-# a reduce warp issues at most a quarter of an SM's vector instructions
-RS_CTAS = 6  # Flux's PCIe reduce-scatter kernel: 6 thread blocks by default (its source,
-# ths_op/gemm_reduce_scatter.cc: num_blocks = 6), one per SM
+# ``flux_hopper_reduce_share`` and ``flux_pcie_rs_ctas`` (emulator/model/params.py): the
+# share of an SM a Hopper reduce warp issues at, and the PCIe RS kernel's thread blocks
 
 
 def flux_order(p: Problem, space, swizzle: bool) -> list[int]:
@@ -206,8 +205,9 @@ def rs_pull(p: Problem, op: Operation, algorithm: str) -> Plan:
     job = p.gemm(space, [t for c in chunks for t in space.tiles_in(p.chunk_region(c))])
     amap = AddressMap(space, p.rank, p.world, p.producer_op(), job.local_writes(),
                       incoming_op="store")
-    fetch = Executor("cu", 0, HOPPER_REDUCE_SHARE, resident=True)
-    reduce = Executor("cu", 1, HOPPER_REDUCE_SHARE, resident=True)
+    share = params.value("flux_hopper_reduce_share")
+    fetch = Executor("cu", 0, share, resident=True)
+    reduce = Executor("cu", 1, share, resident=True)
     peers = [node * g + (local + s) % g for s in range(1, g)]  # the node's other ranks
     if nodes > 1:  # Y: the node sums this rank puts; their arrivals at the owner count on
         # its Y slots of its own chunk's tiles
@@ -294,7 +294,7 @@ def socket_groups(p: Problem) -> int:
 
 
 def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> Plan:
-    """Flux's PCIe GEMM + RS: the GEMM beside a ring RS kernel on ``RS_CTAS`` CUs (1D, or
+    """Flux's PCIe GEMM + RS: the GEMM beside a ring RS kernel on ``flux_pcie_rs_ctas`` CUs (1D, or
     ``two_d`` over the sockets, also across nodes; 1D where a node has no two equal
     sockets)."""
     slots = Slots()
@@ -313,7 +313,7 @@ def rs_ring(p: Problem, op: Operation, algorithm: str, two_d: bool = False) -> P
     ring = any(s > 0 for _, s, *_ in steps)  # partials pass from rank to rank
     across = across_of(steps)  # and across the sockets
     split_final = p.topology.nodes > 1 and across  # and across nodes
-    share = p.sm_share(RS_CTAS)
+    share = p.sm_share(int(params.value("flux_pcie_rs_ctas")))
     # 2D: half the thread blocks send across the sockets while the rest work the ring;
     # sums for another node go by NIC (GPU-initiated puts, as Flux's NVSHMEM across nodes)
     cu = Executor("cu", 0, share / 2 if across else share)

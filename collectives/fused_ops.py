@@ -33,11 +33,8 @@ from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.kernel import Kernel, make_wgs
 from emulator.engine.plan import KernelPhase, Plan, Slots
 from emulator.engine.producers import Elementwise, Gemv, Source, TiledGemm
+from emulator.model import params
 
-# ASSUMPTION: a decode GEMV's WG computes 8 output rows (two per wavefront of a 256-thread
-# WG, each streaming its weight rows once), so even the smallest decode shapes give the
-# grid hundreds of tiles.
-GEMV_ROWS = 8
 
 
 def across_nodes_refusal(spec, ranks: int, op: str) -> str:
@@ -55,7 +52,7 @@ def across_nodes_refusal(spec, ranks: int, op: str) -> str:
 
 
 def gemv_tiles(p: Problem, blocks) -> np.ndarray:
-    return tile_grid(list(blocks), p.n, GEMV_ROWS, p.n)
+    return tile_grid(list(blocks), p.n, int(params.value("gemv_rows")), p.n)
 
 
 def plain_gemv(p: Problem, slots: Slots) -> tuple[Kernel, AddressMap]:

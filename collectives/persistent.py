@@ -15,7 +15,9 @@ from emulator.model import params
 # 8 resident per CU on MI210 -> 7. The fused GEMV and GEMM kernels lose
 # ``shmem_occupancy_loss_unmeasured`` (an assumption: emulator/model/params.py).
 OCCUPANCY = Param(1.0, "fraction of the most persistent WGs the fused kernel can have "
-                  "resident (the fused-operator study's occupancy knob)", 0.01, 1.0)
+                  "resident (the fused-operator study's occupancy knob)", 0.01, 1.0,
+                  source="paper: the fused operators' study, occupancy knob: the most "
+                         "resident by default")
 
 
 def grid(p: Problem, per_cu: int | None = None, shmem_loss: bool = False) -> int:

@@ -43,9 +43,9 @@ from devices.hbm import STORAGE_DTYPES
 UNIT_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8, "fp32": 2.0**-24}
 UNDERFLOW = {"fp16": 2.0**-25, "bf16": 2.0**-134, "fp32": 2.0**-150}  # the largest error of
 # a rounding into the subnormal range (half the smallest subnormal), where u |x| is less
-LAMBDA = 8.0  # Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019), Theorem 2.4: the
+LAMBDA = 8.0  # not a parameter: numerics. Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019), Theorem 2.4: the
 # bound lambda sqrt(n) u holds with probability >= 1 - 2 exp(-lambda^2 (1 - u)^2 / 2)
-WEAK = 0.05  # detection below which the run warns (a 64-element tile missing a rank's
+WEAK = 0.05  # not a parameter: numerics; below which the run warns (a 64-element tile missing a rank's
 # contribution would then pass with probability above 3%)
 NP_DTYPE = STORAGE_DTYPES  # the run's dtype name -> its numpy storage type
 
@@ -143,7 +143,7 @@ def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: 
         parts = collective(comm, _slices_abs(a64, b64, split_k, k_blocks), chunks)
         ab = collective(comm, np.abs(a64) @ np.abs(b64), chunks)
     fp32 = LAMBDA * np.sqrt(k) * UNIT_ROUNDOFF["fp32"] * ab
-    tol = (roundings + 1) * (u * (parts + fp32) * 1.01 + UNDERFLOW[dtype]) + fp32
+    tol = (roundings + 1) * (u * (parts + fp32) * 1.01 + UNDERFLOW[dtype]) + fp32  # not a parameter: numerics
     return ref, tol.astype(np.float32)
 
 

@@ -82,7 +82,7 @@ REGISTRY.add_operation(Operation(
     "fused ops sec. 3", ("direct",), operations.GEMV_ALL_REDUCE,
     _mpi_collective("all_reduce"), lambda m, n, k, rows, e: 2 * (m - rows) * e * n,
     aliases=("gemv-ar",), reducing=True, split_k=False, bus_factors=AR, spans={"ar": ("rs", "ag")},
-    passes=2, producer="gemv", shape=(4096, 1, 4096),  # Llama-2-7B's attention projection, TP 4
+    passes=2, producer="gemv", shape=(4096, 1, 4096),  # not a parameter: default size, Llama-2-7B's attention projection, TP 4
     dims="M = output rows, N = right-hand sides (decode tokens), K = this GPU's input slice"))
 REGISTRY.add_operation(Operation(
     "emb+a2a", "embedding-bag pooling of this GPU's tables, all-to-all of the pooled rows "
@@ -93,7 +93,7 @@ REGISTRY.add_operation(Operation(
             "fixed_lookups": embedding.FIXED}, inputs=embedding.inputs,
     check_reference=embedding.reference, bounds=embedding.bounds, split_k=False, exchange=True,
     host_memory=embedding.host_memory, producer="embedding",
-    shape=(1024, 256, 10),  # the fused operators' DLRM: batch 1024, D = 256, and DLRM's data
+    shape=(1024, 256, 10),  # not a parameter: default size; the fused operators' DLRM: batch 1024, D = 256, and DLRM's data
     # generator's default of up to 10 indices per lookup
     dims="M = global batch, N = embedding dimension D, K = pooling factor L"))
 REGISTRY.add_operation(Operation(
@@ -114,7 +114,7 @@ def _t3_op(op) -> bool:
 REGISTRY.add_configuration(Configuration(
     "sequential", "the compute kernel(s), then the collective as a CU-driven library kernel "
     "(baseline)", "T3 baseline", baselines.sequential, baseline=True, color="#7f7f7f",
-    short="S", tile_bytes=1024))
+    short="S", tile_bytes=1024))  # not a parameter: host memory
 REGISTRY.add_configuration(Configuration(
     "t3", "GEMM fused with the collective by track & trigger, NMC updates, round-robin HBM "
     "arbitration", "T3", t3.t3, applies=_t3_op, color="#1f77b4", short="T"))
@@ -123,7 +123,7 @@ REGISTRY.add_configuration(Configuration(
     color="#2ca02c", short="M"))
 REGISTRY.add_configuration(Configuration(
     "ideal-overlap", "max(GEMM alone, collective alone) (+ AG alone), isolated runs",
-    "T3 bound", baselines.ideal_overlap, color="#ff7f0e", tile_bytes=1024))
+    "T3 bound", baselines.ideal_overlap, color="#ff7f0e", tile_bytes=1024))  # not a parameter: host memory
 REGISTRY.add_configuration(Configuration(
     "ideal-rs-nmc", "ideal-overlap with a near-memory RS (reductions only)", "T3 bound",
     baselines.ideal_rs_nmc, applies=lambda op: op.reducing and _t3_op(op), color="#d62728"))
@@ -265,7 +265,7 @@ FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D,
 # FiCCO's plans hold a few arrays per output tile (their WGs and tiles are computed when a
 # stage asks): measured at M = 327680, N = 28672, K = 4096 on 8 ranks, 40 to 100 B per tile
 # per rank above the process's own 80 MB (the gather area included)
-LEAN = {"tile_bytes": 128, "tiles": 1.0}
+LEAN = {"tile_bytes": 128, "tiles": 1.0}  # not a parameter: host memory
 AUTO = {"otb_low": ficco.OTB_LOW, "otb_high": ficco.OTB_HIGH}
 FICCO = (
     ("ficco-uniform-fused-1d", "FiCCO uniform-fused-1D: per step the W pieces gathered into "
@@ -319,7 +319,7 @@ for _name, _build, _help, _color in MEASURES:
     REGISTRY.add_configuration(Configuration(
         _name, _help + " (isolated clocks; its time is not a schedule's)", "FiCCO measure",
         (lambda build: lambda p, op, algorithm: build(p, op))(_build), applies=_ficco_op,
-        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False,
+        algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False,  # not a parameter: host memory
         balanced=True))  # the losses of one GEMM shape, the same on every rank
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "

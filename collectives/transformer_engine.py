@@ -15,8 +15,8 @@ comm_gemm_overlap.cpp``, ``userbuffers/userbuffers.cu``, ``pytorch/module/base.p
   N/2 GEMMs over two-chunk blocks, each block sent on to rank + 2 while it is
   computed (two one-way rings of stride 2, twice the bytes per message).
 - ``te_pipeline_rs`` (``te-pipeline``; TE's ``pipeline`` RS, the default of proj/fc2
-  fprop): the GEMM split in ``TE_SPLITS`` = 4 along the output columns, each split
-  its own launch on the SMs less ``TE_RS_SMS`` = 16 (``set_sm_margin``); after GEMM
+  fprop): the GEMM split in ``te_splits`` = 4 along the output columns, each split
+  its own launch on the SMs less ``te_rs_sms`` = 16 (``set_sm_margin``); after GEMM
   i, the reduce-scatter of its columns runs on 16 SMs (the last on 32,
   ``UB_MAX_SM``) beside GEMM i + 1: one-shot, each rank's block summed from every
   rank's partial.
@@ -63,10 +63,10 @@ from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.plan import KernelPhase, Plan, Slots, StepsPhase
 from emulator.engine.registry import Operation
 from emulator.engine.steps import CuStep
+from emulator.model import params
 
-TE_SPLITS = 4  # pytorch/module/base.py: num_splits of a "pipeline" overlap
-TE_RS_SMS = 16  # num_sm of a "pipeline" overlap's reduce-scatter kernel (the GEMM's margin)
-TE_RS_LAST_SMS = 32  # UB_MAX_SM: the last split's reduce-scatter, with no GEMM beside it
+# TransformerEngine's "pipeline" overlap: its splits and SM counts (``te_splits``,
+# ``te_rs_sms``, ``te_rs_last_sms`` in emulator/model/params.py)
 
 
 def refusal(spec, ranks: int) -> str:
@@ -77,7 +77,7 @@ def refusal(spec, ranks: int) -> str:
         return (f"TransformerEngine's userbuffers run tensor parallelism within one node "
                 f"(its send and receive assert an intra-node peer); {ranks} GPUs span "
                 f"{-(-ranks // per_node)} nodes of {per_node}")
-    if ic.topology == "ring" and ranks > 3:
+    if ic.topology == "ring" and ranks > 3:  # not a parameter: a ring of 4 lacks links
         return (f"TransformerEngine's userbuffers map every peer's buffer (its RS reads "
                 f"every peer); a ring of {ranks} GPUs links neighbours only")
     return ""
@@ -192,10 +192,11 @@ def _cmap(p: Problem, cspace: TileSpace, kernel, held) -> tuple[AddressMap, list
 
 
 def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
-    """TE's pipelined split GEMM + RS: ``TE_SPLITS`` column splits, the RS of split j on
+    """TE's pipelined split GEMM + RS: ``te_splits`` column splits, the RS of split j on
     its own SMs beside GEMM j + 1 (module docstring)."""
     slots = Slots()
-    p = p.with_launch(p.rows_most, -(-p.n // TE_SPLITS))  # a GEMM per column split
+    splits = int(params.value("te_splits"))
+    p = p.with_launch(p.rows_most, -(-p.n // splits))  # a GEMM per column split
     # a split's GEMM spans every chunk's rows: under the kernel model (which charges whole
     # tiles) chunks thinner than its tile are tiled with wider tiles of the tile's area
     # (``Problem.tile_n``), so a tile is charged once, not once per chunk it spans; the
@@ -204,7 +205,7 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
         p, op, algorithm, slots, p.tile_n if p.kernel.modelled else p.kernel.tile_n)
     n, i = p.world, p.rank
     cols = np.unique(cspace.tiles[:, 2:4], axis=0)  # the tile columns (c0, c1)
-    nsplit = min(TE_SPLITS, len(cols))
+    nsplit = min(splits, len(cols))
     edges = [cols[len(cols) * j // nsplit][0] for j in range(nsplit)] + [p.n]
     splits = [(edges[j], edges[j + 1]) for j in range(nsplit)]
 
@@ -212,7 +213,7 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
         r0, r1 = p.chunk(c)
         return (r0, r1, *splits[j])
 
-    margin = p.sm_share(TE_RS_SMS)
+    margin = p.sm_share(int(params.value("te_rs_sms")))
     phases: list = []
     for j in range(nsplit + 1):
         tiles = [t for c in range(n) for t in cspace.tiles_in(block(c, j))] if j < nsplit \
@@ -221,7 +222,8 @@ def te_pipeline_rs(p: Problem, op: Operation, algorithm: str) -> Plan:
         held = [t for c in range(n) for t in cspace.tiles_in(block(c, j - 1))] if j else []
         cmap, preload = _cmap(p, cspace, kernel, held)
         if j:  # the reduce-scatter of the previous split, beside this GEMM
-            cu = Executor("cu", 0, margin if j < nsplit else p.sm_share(TE_RS_LAST_SMS))
+            cu = Executor("cu", 0, margin if j < nsplit else p.sm_share(
+                int(params.value("te_rs_last_sms"))))
             for c in p.others:
                 cmap.dma_map(block(c, j - 1), c, op="store", after=1, to=recv[i], executor=cu)
             cmap.dma_map(block(i, j - 1), i, op="store", after=n, to=ospace, executor=cu,

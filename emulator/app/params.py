@@ -117,10 +117,12 @@ def model_rows() -> list[Row]:
     sites = _read_sites()
     rows = []
     for name, p in sorted(load_all().items()):
-        where = ", ".join(sites.get(name, [])) if not p.table else p.unit
+        where = ", ".join(sites.get(name, [])) if not p.table else \
+            p.module.replace(".", "/") + ".py"
         rows.append(Row("model", name, "(table)" if p.table else p.default,
                         "" if p.table else p.unit, p.source,
-                        "" if p.table else f"model.{name}", where or "(not read)"))
+                        "" if p.table or not isinstance(p.default, (int, float))
+                        else f"model.{name}", where or "(not read)"))
     for name, k in knobs():
         rows.append(Row("knob", name, k.default, "", k.source_of() or MISSING, f"--param {name}",
                         "the configurations that take it (t3emu configs)"))

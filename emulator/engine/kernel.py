@@ -250,7 +250,7 @@ class LaunchItems:
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.k = np.array([(k0, k1) for _, _, k0, k1 in runs], np.int64).reshape(-1, 2)
         self.n = int(self.offsets[-1])
-        self.shape = (self.n, 6)
+        self.shape = (self.n, 6)  # not a parameter: six columns per WG row
         self.tiles = _TileIds(self)
         self._last: tuple = (None, None, None)  # (key, tile ids, rows): a stage asks twice
         self._span: tuple = (None, None)  # (items array, its ``span``)

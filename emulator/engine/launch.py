@@ -600,7 +600,7 @@ class KernelRunner:
 def _narrower(dtype: str):
     """The numpy element type of run dtype ``dtype`` if narrower than fp32, else None."""
     dt = np.dtype(STORAGE_DTYPES[dtype])
-    return dt if dt.itemsize < 4 else None
+    return dt if dt.itemsize < 4 else None  # not a parameter: fp32 is 4 bytes
 
 
 def _kind(op: str) -> str:

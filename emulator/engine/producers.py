@@ -211,7 +211,7 @@ class EmbeddingBag:
     ids: str = "I"  # int64 (samples, tables x L)
     rows: int = 1  # rows per table
     dim: int = 1  # embedding dimension D
-    index_bytes: int = 8  # bytes per row id read
+    index_bytes: int = 8  # not a parameter: int64 row ids, bytes per id read
     kind: str = "embedding"
 
     def cost(self, model, items, resident=None):

@@ -118,7 +118,7 @@ class Operation:
     # allows W roundings on those blocks' partial products
     host_memory: Callable | None = None  # (cfg, spec) -> bytes one rank needs
     dims: str = "M=m N=n K=k"  # what --m, --n and --k mean (help and summaries)
-    shape: tuple[int, int, int] = (8192, 3072, 768)  # (M, N, K) of a run that gives none
+    shape: tuple[int, int, int] = (8192, 3072, 768)  # not a parameter: a run's default size
     producer: str = "gemm"  # the producer kernel ("gemm", "gemv", "embedding"): Flux's ECT
     # and overlap efficiency compare with a GEMM alone, so only a GEMM's runs report them
 
@@ -152,7 +152,7 @@ class Configuration:
     color: str = "#8c564b"  # reports
     short: str = ""  # one-letter label in stacked traffic bars ("" = not drawn)
     params: dict = field(default_factory=dict)  # name -> Param: its knobs
-    tile_bytes: int = 8192  # host memory per output tile of a timing-only run (measured):
+    tile_bytes: int = 8192  # not a parameter: host memory per output tile (measured):
     # plans with an object per tile take about 6 KB; array-only plans far less
     tiles: float = 1.0  # its buffers' tiles per output tile (a gather area adds some)
     over: str = ""  # the baseline its gain is measured against, as its paper does ("":

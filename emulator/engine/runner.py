@@ -37,7 +37,7 @@ STREAMS = ("gemm", "rs", "ag", "a2a")
 @dataclass(frozen=True)
 class RunOptions:
     dtype: str  # "fp16" or "fp32": the stored element type
-    watchdog_s: float = 60.0
+    watchdog_s: float = 60.0  # not a parameter: the host's watchdog
     record: bool = False  # keep the modelled event log (traces, timeline tests)
     record_wall: bool = False  # keep wall-clock stage and queue events too
     fault: tuple[str, int] = ("", -1)  # --inject-fault (kind, rank)
@@ -216,7 +216,7 @@ def _gemm_kernel(plan: Plan) -> dict | None:
     return None
 
 
-PROFILE_BINS = 200
+PROFILE_BINS = 200  # not a parameter: the stage profile's bins (a report)
 
 
 def stage_profile(clock: RankClock, kernel: str, start: float, end: float,
@@ -230,7 +230,7 @@ def stage_profile(clock: RankClock, kernel: str, start: float, end: float,
     bw = clock.hbm.bandwidth(start, bin_s, PROFILE_BINS)
     return {"kernel": kernel, "window_s": [start, end], "bin_s": bin_s,
             "stages_s": [[a, b] for a, b in stages],
-            "hbm_gb_per_s": {s: [round(v / 1e9, 3) for v in vals] for s, vals in bw.items()
+            "hbm_gb_per_s": {s: [round(v / 1e9, 3) for v in vals] for s, vals in bw.items()  # not a parameter: a report's rounding
                              if any(vals)}}
 
 

@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass
 
 from emulator.model.dram import Dram
+from emulator.model import params
 
 
 @dataclass
@@ -118,8 +119,12 @@ class FrFcfs(Alone):
         return (nbytes if window.compute_after else 0.0), None
 
 
-# (the first stage's queue occupancy >=, T): requests per channel, M/M/1 of its utilisation
-MCA_THRESHOLDS = ((3.0, 5), (1.0, 10), (1.0 / 3.0, 30))
+def mca_thresholds() -> tuple[tuple[float, float], ...]:
+    """(the first stage's queue occupancy >=, T): T3's thresholds, each picked from the
+    occupancy (M/M/1) of its utilisation band (``mca_band_low`` + its step)."""
+    low, step = params.value("mca_band_low"), params.value("mca_band_step")
+    bands = (low + 2 * step, low + step, low)  # u1 >= 0.75, 0.5, 0.25 as run
+    return tuple((occupancy(u), t) for u, t in zip(bands, params.value("mca_thresholds")))
 
 
 def occupancy(utilisation: float) -> float:
@@ -145,7 +150,7 @@ class Mca(Alone):
         self.first_stage_utilisation = utilisation
         self.read_utilisation = reads
         q = occupancy(utilisation)
-        self.threshold = next((t for o, t in MCA_THRESHOLDS if q >= o * (1 - 1e-12)),
+        self.threshold = next((t for o, t in mca_thresholds() if q >= o * (1 - 1e-12)),
                               math.inf)
 
     @property

@@ -62,8 +62,8 @@ class BandwidthTimeline:
         chain of communication bursts at the full rate)."""
         t, u, c = self._t, self._u, self._c
         lo, hi = max(lo, 1), min(hi, len(t) - 1)
-        dead = self.rate - self.rate * 0.25e-12  # u above this: no room left to use
-        tiny = self.rate * 0.25e-12  # c under this: nothing to take from compute
+        dead = self.rate - self.rate * 0.25e-12  # not a parameter: a numerical tolerance
+        tiny = self.rate * 0.25e-12  # not a parameter: c under this, nothing to take
 
         if c is None:  # (the test inlined: this runs on every reservation)
             drop = [j for j in range(lo, hi + 1) if u[j] >= dead and u[j - 1] >= dead]

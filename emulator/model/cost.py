@@ -15,7 +15,7 @@ split-K GEMM, whose WGs update the same tile):
   (h + w) kK e and the L2 model (``emulator/model/cost.py``, "the L2 across
   stages"): the WGs of a stage walk K together, so each panel's K-step is read
   from DRAM once and served from the L2 to its other readers while the stage's
-  working set Wk = U x 2 K_STEP / kK (two K-steps of every panel) fits in L2in;
+  working set Wk = U x 2 k_step / kK (two K-steps of every panel) fits in L2in;
   what does not fit is re-read by every WG that uses it. P: the panels this
   stage shares with the previous stage of the same kernel, times the share of
   that stage's panels L2in holds, min(1, L2in / its panels' bytes): all of them
@@ -88,11 +88,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from devices.spec import DeviceSpec
+from emulator.model import params
 
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-# ASSUMPTION: a WG's K loop steps 64 elements at a time (Tensile's DepthU 64, CUTLASS's
-# 32-64 K tiles) and prefetches one step ahead, so the L2 holds two steps per panel.
-K_STEP = 64
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # not a parameter: the dtypes' sizes
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ class CostModel:
         naive = float(((h + w) * kk * self.e).sum())
         l2 = self.l2_inputs(wgs, outputs_cached)
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
-        window = unique * min(1.0, 2 * K_STEP / float(kk.max()))
+        window = unique * min(1.0, 2 * params.value("k_step") / float(kk.max()))
         reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
         if self._resident and self._resident_share:  # panels the previous stage left in L2
             reads -= self._bytes(panels & self._resident) * self._resident_share

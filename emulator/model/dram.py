@@ -85,8 +85,8 @@ class Dram:
         self.log: list[tuple[str, float, float, float]] = []  # (stream, start, end, bytes)
         self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
         self._lanes: dict[float, BandwidthTimeline] = {}
-        self._comm: deque = deque(maxlen=4096)  # (offered at, start, end, bytes) of comm bursts
-        self._queued: deque = deque(maxlen=4096)  # the bursts of ``comm`` alone (``queued``)
+        self._comm: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; (offered at, start, end, bytes) of comm bursts
+        self._queued: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; the bursts of ``comm`` alone (``queued``)
         self.apart: Dram | None = None  # communication's own DRAM (the counterfactual)
         if not dram.shared:
             import dataclasses
@@ -264,7 +264,7 @@ class Dram:
             out.append(Event("counter:HBM GB/s", "bandwidth", t, t,
                              {s: v[b] / 1e9 for s, v in bw.items()}))
             out.append(Event("counter:DRAM queue, communication KB", "backlog", t, t,
-                             {"backlog": min(self.queue_bytes, self.backlog_at(t)) / 1024}))
+                             {"backlog": min(self.queue_bytes, self.backlog_at(t)) / 1024}))  # not a parameter: KiB
         return out
 
     def bandwidth(self, t0: float, bin_s: float, nbins: int) -> dict[str, list[float]]:

@@ -78,6 +78,7 @@ import math
 from dataclasses import dataclass, replace
 
 from devices.spec import TileShape  # noqa: F401  (the catalogue's tiles)
+from emulator.model import params
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class GemmKernel:
     tile_m: int
     tile_n: int
     per_cu: int  # WGs resident per CU
-    tile_k: int = 64
+    tile_k: int = 64  # not a parameter: every caller gives the tile's own K step
     stages: int = 2
     efficiency: float = 1.0  # the main loop's fraction of the matrix peak
     latency_s: float = 0.0  # the memory latency a WG's loads see (0: not modelled)
@@ -135,7 +136,8 @@ class GemmKernel:
         reads back to reduce them (0 when every item is one WG's): each WG sharing a tile
         writes its partial once and the reduction reads it once."""
         wgs, _ = self.stage_wgs(n, kk, cus)
-        return 2.0 * wgs * self.tile_m * self.tile_n * 4 if wgs > n else 0.0
+        fp32 = 4  # not a parameter: the partials are fp32
+        return 2.0 * wgs * self.tile_m * self.tile_n * fp32 if wgs > n else 0.0
 
     def stage_seconds(self, n: int, kk: float, cus: int, peak: float, spread: bool,
                       area: float = 0.0, delay: float = 0.0,
@@ -189,7 +191,10 @@ class GemmKernel:
 # The split-K factors cuBLASLt's own search tries for an algorithm that supports split-K
 # (NVIDIA CUDALibrarySamples, cuBLASLt LtSgemmCustomFind: splitKSequenceA = {2, 3, 4, 5, 6,
 # 8, 12, 16, 32}); the heuristic here predicts each with the model's clock
-SPLIT_K = (2, 3, 4, 5, 6, 8, 12, 16, 32)
+SPLIT_K = params.table("split_k", (2, 3, 4, 5, 6, 8, 12, 16, 32), "factors",
+                       "the split-K factors the GEMM heuristic tries",
+                       "library: NVIDIA CUDALibrarySamples cuBLASLt LtSgemmCustomFind, "
+                       "splitKSequenceA")
 
 
 def _kernel(spec, tile: TileShape, e: int) -> GemmKernel:

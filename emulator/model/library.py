@@ -32,6 +32,24 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from emulator.model import params
+
+_NCCL_SRC = "library: NVIDIA/nccl v2.23.4 src/graph/tuning.cc"
+# search.cc, connect.cc and tuning.cc rules the model follows (each entry: the line it copies)
+RULES = params.table("nccl_rules", {
+    "search_max_channels": 16,  # search.cc: at most 16 ring channels from the search
+    "dup_speed": 25,  # search.cc ncclTopoDupChannels: duplicate when speed >= 25
+    "dup_hopper_speed": 50,  # ... on sm90 not when speed < 50 with more than 4 channels
+    "dup_hopper_channels": 4,
+    "ll_bw_share": 0.5,  # tuning.cc: LL's busBw x 1/2 (half of each line is flags)
+    "ll128_bw_share": 0.92,  # tuning.cc: LL128's busBw x 120/128 (92%)
+    "simple_net_overhead": 3,  # tuning.cc: the intra step overhead x 3 for Simple
+    "ar_simple_multinode_factor": 1.4,  # tuning.cc: multi-node ring Simple all-reduce
+    "ar_simple_multinode_bytes": 64,  # ... when nbytes / (channels x ranks) >= 64
+    "thread_step": 128,  # enqueue.cc: threads halved while a multiple of 128
+}, "", "NCCL's ring search, protocol caps and latency rules",
+    "library: NVIDIA/nccl v2.23.4 src/graph/search.cc, connect.cc, tuning.cc, enqueue.cc")
+
 PROTOCOLS = ("LL", "LL128", "Simple")
 # NCCL's collectives (ncclFunc...): the name a Choice shows, passes over the ring (an
 # all-reduce: a reduce-scatter then an all-gather, 2 x (n-1) steps)
@@ -55,45 +73,66 @@ class Tables:
     ll128_per_channel: float  # perChMaxRingLL128Bw
     ll128: bool  # LL128 enabled on this GPU
     bw_ratio: tuple[float, float, float] = (1.0, 1.0, 1.0)  # RCCL: busBw x ratio per protocol
-    speeds: tuple[float, ...] = (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3)  # search.cc
+    speeds: tuple[float, ...] = ()  # search.cc's speed array (default: _DEFAULTS')
     hopper: bool = False  # sm90: its speed array and channel-duplication rule
-    max_channels: int = 32  # MAXCHANNELS
-    net_overhead: float = 1.0  # us per intra step of a multi-node ring (x3 for Simple)
+    max_channels: int = 0  # MAXCHANNELS (default: _DEFAULTS')
+    net_overhead: float = 0.0  # us per intra step of a multi-node ring (x3 for Simple)
 
 
-_NCCL = dict(  # NCCL v2.23.4 tuning.cc
+_DEFAULTS = params.table("nccl_defaults", {
+    "speeds": (40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3),  # search.cc, sm80 speedArrayIntra
+    "max_channels": 32,  # MAXCHANNELS
+    "net_overhead": 1.0,  # tuning.cc: us per intra step of a multi-node ring (Intel host)
+}, "us, GB/s", "NCCL's search speeds, channel limit and network step overhead",
+    "library: NVIDIA/nccl v2.23.4 src/graph/search.cc, tuning.cc, device.h")
+
+
+def _tables(name: str, **kw) -> Tables:
+    return Tables(name, **{**_DEFAULTS, **kw})
+
+
+_NCCL = params.table("nccl_latencies", dict(  # NCCL v2.23.4 tuning.cc
     base_lat=(6.6, 14.0, 8.4),  # baseLat[RING]
     hw_lat_intra=(0.6, 1.9, 3.4),  # hwLat[NVLINK][RING]
     hw_lat_pci=(1.0, 2.5, 5.7),  # hwLat[PCI][RING]
     hw_lat_net=(2.7, 4.0, 14.0),  # hwLat[NET][RING]
-)
-_RCCL = dict(  # RCCL tuning.cc: every Ring entry of baseLat; PCI as all its models
+), "us", "NCCL's ring base and hardware latencies per protocol", _NCCL_SRC)
+_RCCL = params.table("rccl_common", dict(  # RCCL tuning.cc: every Ring entry of baseLat; PCI as all its models
     base_lat=(12.0, 12.0, 17.0),
     hw_lat_pci=(2.2, 2.2, 5.7),
     ll_max_bw=(87.7, 22.5, 19.0),  # ASSUMPTION: NCCL's Ampere row of llMaxBws
     ll128_per_channel=20.0,
     max_channels=128,  # RCCL MAXCHANNELS
     net_overhead=2.0,  # NCCL's value for an AMD host CPU
-)
+), "us, GB/s", "RCCL's base latencies, PCI latencies, LL caps (NCCL's Ampere row: an "
+    "assumption, RCCL keeps none of its own) and channel limit",
+    "library: ROCm/rccl @0cbce2a7 src/graph/tuning.cc")
 
-LIBRARIES: dict[str, Tables] = {
+LIBRARIES: dict[str, Tables] = params.table("library_tables", {
     # NCCL llMaxBws / perChMaxRingLL128Bws rows: Ampere (compute capability 8.x), Hopper (9.x)
-    "nccl-ampere": Tables("NCCL 2.23.4 (Ampere)", ll_max_bw=(87.7, 22.5, 19.0),
+    "nccl-ampere": _tables("NCCL 2.23.4 (Ampere)", ll_max_bw=(87.7, 22.5, 19.0),
                           ll128_per_channel=20.0, ll128=True, **_NCCL),
-    "nccl-hopper": Tables("NCCL 2.23.4 (Hopper)", ll_max_bw=(141.0, 45.0, 35.0),
+    "nccl-hopper": _tables("NCCL 2.23.4 (Hopper)", ll_max_bw=(141.0, 45.0, 35.0),
                           ll128_per_channel=36.7, ll128=True, hopper=True,
                           speeds=(60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3), **_NCCL),
     # tuning_model_4 (gfx90a: LL128 enabled) and tuning_model_5 (gfx942: LL128 off)
-    "rccl-mi200": Tables("RCCL (tuning model 4, MI200)", hw_lat_intra=(0.8, 2.2, 3.6),
+    "rccl-mi200": _tables("RCCL (tuning model 4, MI200)", hw_lat_intra=(0.8, 2.2, 3.6),
                          hw_lat_net=(35.4, 87.8, 209.2), bw_ratio=(0.15, 0.41, 1.0),
                          ll128=True, **_RCCL),
-    "rccl-mi300": Tables("RCCL (tuning model 5, MI300X)", hw_lat_intra=(0.8, 0.0, 2.1),
+    "rccl-mi300": _tables("RCCL (tuning model 5, MI300X)", hw_lat_intra=(0.8, 0.0, 2.1),
                          hw_lat_net=(9.5, 0.0, 320.0), bw_ratio=(0.08, 0.0, 1.0),
                          ll128=False, **_RCCL),
-}
+}, "us, GB/s", "each library's tuning rows: LL/LL128 caps, hardware latencies, protocol "
+   "bandwidth ratios, speed arrays", "library: NVIDIA/nccl v2.23.4 src/graph/tuning.cc "
+   "(llMaxBws, perChMaxRingLL128Bws, sm90 speedArrayIntra); ROCm/rccl @0cbce2a7 "
+   "src/graph/tuning.cc (tuning models 4 and 5)")
 # enqueue.cc: threads per channel (maxThreads[RING]) and threadThresholds per protocol
-_THREADS = (512, 640, 512)
-_THREAD_THRESHOLD = (8, 8, 64)
+_THREADS = params.table("nccl_threads", (512, 640, 512), "threads",
+                        "threads per channel per protocol (maxThreads[RING])",
+                        "library: NVIDIA/nccl v2.23.4 src/enqueue.cc")
+_THREAD_THRESHOLD = params.table("nccl_thread_threshold", (8, 8, 64), "bytes",
+                                 "bytes per thread below which a call drops channels",
+                                 "library: NVIDIA/nccl v2.23.4 src/enqueue.cc threadThresholds")
 
 
 @dataclass(frozen=True)
@@ -133,11 +172,12 @@ def _channels(tables: Tables, busbw: float) -> tuple[int, int, float]:
     and the communicator runs 2 channels per search channel (connect.cc)."""
     best = (0.0, 1, busbw)
     for speed in tables.speeds:
-        n = min(16, int(busbw // speed))
+        n = min(RULES["search_max_channels"], int(busbw // speed))
         if n >= 1 and n * speed > best[0] + 1e-9:
             best = (n * speed, n, float(speed))
     _, n, speed = best
-    if speed >= 25 and not (tables.hopper and speed < 50 and n > 4):
+    if speed >= RULES["dup_speed"] and not (tables.hopper and speed < RULES["dup_hopper_speed"]
+                                            and n > RULES["dup_hopper_channels"]):
         n, speed = 2 * n, speed / 2
     return n, min(tables.max_channels, 2 * n), speed
 
@@ -165,17 +205,18 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
             continue
         bus = busbw_simple * t.bw_ratio[p]
         if proto == "LL":
-            bus = min(t.ll_max_bw[node_row], bus * 0.5)
+            bus = min(t.ll_max_bw[node_row], bus * RULES["ll_bw_share"])
         elif proto == "LL128":
-            bus = min(bus * 0.92, search_ch * t.ll128_per_channel)
+            bus = min(bus * RULES["ll128_bw_share"], search_ch * t.ll128_per_channel)
         if bus <= 0:
             continue
-        overhead = t.net_overhead * (3 if proto == "Simple" else 1) if nodes > 1 else 0.0
+        overhead = t.net_overhead * (RULES["simple_net_overhead"] if proto == "Simple" else 1) \
+            if nodes > 1 else 0.0
         lat = (t.base_lat[p] + (nsteps - inter_steps) * max(hw_intra[p], overhead)
                + inter_steps * t.hw_lat_net[p])
         if kind == "AllReduce" and proto == "Simple" and nodes > 1 and \
-                nbytes / (comm_ch * n) >= 64:
-            lat *= 1.4  # tuning.cc: multi-node ring Simple all-reduce
+                nbytes / (comm_ch * n) >= RULES["ar_simple_multinode_bytes"]:
+            lat *= RULES["ar_simple_multinode_factor"]  # tuning.cc: multi-node ring Simple AR
         algbw = bus * n / max(1, nsteps)
         time_us = lat + nbytes / (1e3 * algbw)
         if best is None or time_us < best[0]:
@@ -192,7 +233,7 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     while nbytes < nc * nt * threshold:
         if nc > 1:
             nc -= 1
-        elif nt % 128 == 0:
+        elif nt % RULES["thread_step"] == 0:
             nt //= 2
         else:
             break
@@ -202,7 +243,7 @@ def choose(tables_name: str, kind: str, nbytes: int, ranks: int, nodes: int,
     fixed = max(0.0, t.base_lat[p] * 1e-6 - launch_s) + max(0, nsteps - own * passes
                                                              ) * hw_intra_s
     return Choice(t.name, shown, "ring", proto, nc, comm_ch, int(nbytes),
-                  round(call_bus, 3), round(time_us, 3), round(lat, 3),
+                  round(call_bus, 3), round(time_us, 3), round(lat, 3),  # not a parameter: the record's rounding
                   call_bus / busbw_simple, hw_intra_s, hw_net_s, fixed)
 
 

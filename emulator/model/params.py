@@ -44,11 +44,13 @@ class ModelParam:
     doc: str
     source: Source
     table: bool = False  # a structure taken whole from its source (``table``)
+    module: str = ""  # a table's module (where the code reads it)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "value": self.default if not self.table else "(table)",
                 "unit": self.unit, "doc": self.doc, "source": self.source.to_dict(),
-                "set": "" if self.table else f"model.{self.name}"}
+                "set": "" if self.table or not isinstance(self.default, (int, float))
+                else f"model.{self.name}"}
 
 
 REGISTRY: dict[str, ModelParam] = {}
@@ -61,14 +63,14 @@ class ParamError(ValueError):
 
 
 def _register(name: str, default: Any, unit: str, doc: str, source: Any,
-              table: bool = False) -> ModelParam:
+              table: bool = False, module: str = "") -> ModelParam:
     if name in REGISTRY:
         raise ParamError(f"model parameter {name!r} defined twice")
     src = parse(source, f"model parameter {name}")
     if src.kind == "assumption" and not table and not src.low <= default <= src.high:
         raise ParamError(f"model parameter {name}: range {src.low:g} to {src.high:g} does "
                          f"not hold its value {default!r}")
-    p = ModelParam(name, default, unit, doc, src, table)
+    p = ModelParam(name, default, unit, doc, src, table, module)
     REGISTRY[name] = p
     return p
 
@@ -80,7 +82,10 @@ def define(name: str, default: float, unit: str, doc: str, source: Any) -> Model
 
 def table(name: str, obj: Any, unit: str, doc: str, source: Any) -> Any:
     """Register a structure of numbers taken whole from ``source``; returns ``obj``."""
-    _register(name, None, unit, doc, source, table=True)
+    import sys
+
+    _register(name, None, unit, doc, source, table=True,
+              module=sys._getframe(1).f_globals.get("__name__", ""))
     return obj
 
 
@@ -108,9 +113,10 @@ def check(key: str, v: Any) -> None:
     import math
 
     name = key[len("model."):]
-    if name not in REGISTRY or REGISTRY[name].table:
+    if name not in REGISTRY or REGISTRY[name].table \
+            or not isinstance(REGISTRY[name].default, (int, float)):
         raise ParamError(f"unknown model parameter {name!r}; model parameters: "
-                         f"{', '.join(sorted(n for n, p in REGISTRY.items() if not p.table))}")
+                         f"{', '.join(sorted(n for n, p in REGISTRY.items() if not p.table and isinstance(p.default, (int, float))))}")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ParamError(f"{key} = {v!r} must be a finite number")
 
@@ -142,3 +148,46 @@ define("shmem_occupancy_loss_unmeasured", 0.0, "fraction",
        {"assumption": "not measured; a GEMM at 1-2 WGs per CU is limited by its LDS and "
                       "tiles before its registers; at most the embedding's measured loss",
         "low": 0.0, "high": 0.125})
+define("k_step", 64, "elements",
+       "a WG's K loop step; it prefetches one step ahead, so the L2 holds two steps of every "
+       "panel (the fixed tile's L2 model)",
+       {"assumption": "Tensile's DepthU 64 and CUTLASS's 32-64 K tiles; 32 to 128",
+        "low": 32, "high": 128})
+define("mca_thresholds", (5, 10, 30), "requests",
+       "MCA's communication thresholds per channel (besides no limit)",
+       f"paper: {_T3}, memory-controller arbitration (5, 10, 30 or no limit)")
+define("mca_band_low", 0.25, "utilisation",
+       "the first GEMM stage's DRAM utilisation from which MCA limits communication to 30 "
+       "requests (then each further step: 10, then 5)",
+       {"assumption": "T3 names the thresholds, not the occupancies that pick them: the "
+                      "utilisation range split evenly (0.25, 0.5, 0.75); 0.15 to 0.35",
+        "low": 0.15, "high": 0.35})
+define("mca_band_step", 0.25, "utilisation",
+       "the step between MCA's utilisation bands",
+       {"assumption": "as mca_band_low: the range split evenly; 0.2 to 0.3 keeps the top "
+                      "band below full utilisation", "low": 0.2, "high": 0.3})
+define("flux_hopper_reduce_share", 0.25, "share of an SM",
+       "the share of an SM's vector issue a Flux Hopper RS reduce warp gets",
+       {"assumption": "one warp of four per SM sub-partition scheduler issues at most a "
+                      "quarter of an SM's vector instructions; from an eighth (sharing its "
+                      "scheduler with the GEMM's warps) to a half (two warps)",
+        "low": 0.125, "high": 0.5})
+define("flux_pcie_rs_ctas", 6, "thread blocks",
+       "the thread blocks of Flux's PCIe reduce-scatter kernel (one per SM)",
+       "library: bytedance/flux ths_op/gemm_reduce_scatter.cc (num_blocks = 6)")
+define("gemv_rows", 8, "rows",
+       "output rows one WG of a decode GEMV computes",
+       {"assumption": "two rows per wavefront of a 256-thread WG, each streaming its weight "
+                      "rows once, so the smallest decode shapes give hundreds of tiles; 4 "
+                      "(one per wavefront) to 16", "low": 4, "high": 16})
+define("te_splits", 4, "splits",
+       "num_splits of TransformerEngine's pipelined GEMM + reduce-scatter overlap",
+       "library: NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py "
+       "(num_splits of a 'pipeline' overlap)")
+define("te_rs_sms", 16, "SMs",
+       "num_sm of a pipelined overlap's reduce-scatter kernel (the GEMM's SM margin)",
+       "library: NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py "
+       "(num_sm of a 'pipeline' overlap, set_sm_margin)")
+define("te_rs_last_sms", 32, "SMs",
+       "SMs of the last split's reduce-scatter, with no GEMM beside it",
+       "library: NVIDIA/TransformerEngine userbuffers (UB_MAX_SM)")
