@@ -64,6 +64,9 @@ class InterconnectSpec:
     # a switch's (or PCIe's) down port queues the writers of one receiver one after another
     # (the hardware; False only in the ``ingress`` counterfactual, ``ablation.py``)
     ingress_queue: bool = True
+    # the library's own latency: its base latency per call and its protocols' per-step
+    # latency (False only in the ``library-latency`` counterfactual, ``ablation.py``)
+    library_latency: bool = True
 
     def gpus_on_node(self, world: int) -> int:
         return self.gpus_per_node or world

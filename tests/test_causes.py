@@ -9,10 +9,12 @@ import re
 
 import pytest
 
-from emulator.model.ablation import ORDER, AblationError, ablate, check, split, steps
+from emulator.model.ablation import ORDER, RUNS, AblationError, ablate, check, split, steps
 from tests.conftest import run_cli, run_mpi_script, run_pooled
 
 CHECKS = ["launches launch-wait", "launches cu-steps",
+          "library-latency (unablated) cu-steps-library", "library-latency cu-steps-library",
+          "executor-parity wg-stores",
           "gemm-efficiency (unablated) loaded-latency", "gemm-efficiency loaded-latency",
           "link-efficiency (unablated, fraction 0.5) cu-steps", "link-efficiency cu-steps",
           "contention (unablated) dma-push", "contention dma-push",
@@ -36,16 +38,33 @@ def test_each_counterfactual_gives_the_hand_derived_log(job, check_):
 
 
 def test_split_telescopes_to_the_gain():
-    base = [10.0, 9.0, 8.5, 8.0, 8.0, 7.0, 8.0, 5.0]
-    conf = [6.0, 6.0, 5.75, 4.5, 6.0, 4.0, 5.5, 4.0]
-    parts = split(base, conf)
-    # gaps 4, 3, 2.75, 3.5, 2, 3, 2.5, 1: launches 1, DMA set-up 0.25, GEMM efficiency
-    # -0.75, link 1.5, ingress -1, contention 0.5, dram 1.5, overlap 1
-    assert parts == {"launches": 1.0, "dma-setup": 0.25, "gemm-efficiency": -0.75,
-                     "link-efficiency": 1.5, "ingress": -1.0, "contention": 0.5,
+    base = [10.0, 9.0, 9.0, 8.5, 8.0, 8.0, 8.0, 7.0, 8.0]
+    conf = [6.0, 6.0, 5.5, 5.75, 4.5, 4.25, 6.0, 4.0, 5.5]
+    parts = split(base, conf, 1.5)
+    # gaps 4, 3, 3.5, 2.75, 3.5, 3.75, 2, 3, 2.5: launches 1, library latency -0.5, DMA
+    # set-up 0.75, GEMM efficiency -0.75, executor parity -0.25, link 1.75, ingress -1,
+    # contention 0.5; the gap left (2.5) less the differing bytes' DRAM time (1.5):
+    # overlap 1
+    assert parts == {"launches": 1.0, "library-latency": -0.5, "dma-setup": 0.75,
+                     "gemm-efficiency": -0.75, "executor-parity": -0.25,
+                     "link-efficiency": 1.75, "ingress": -1.0, "contention": 0.5,
                      "dram-traffic": 1.5, "overlap": 1.0}
     assert sum(parts.values()) == base[0] - conf[0]
-    assert steps()[-1] == ORDER and len(steps()) == len(ORDER)
+    assert steps()[-1] == RUNS == ORDER[:-1] and len(steps()) == len(ORDER) - 1
+
+
+def test_dram_traffic_credits_only_the_bytes_that_differ():
+    """Two runs moving the same bytes: none of the gap is DRAM traffic, however much DRAM
+    time the configuration overlapped; 2 GB fewer at 1 TB/s: 2 ms of it."""
+    from emulator.app.causes import causes_of
+
+    times = {"b": [5e-3] * len(RUNS) + [5e-3], "c": [3e-3] * (len(RUNS) + 1)}
+    same = causes_of("c", "b", times, {"b": 4e-3, "c": 4e-3})
+    assert same["parts_s"]["dram-traffic"] == 0 and same["parts_s"]["overlap"] == 2e-3
+    fewer = causes_of("c", "b", times, {"b": 4e9 / 1e12, "c": 2e9 / 1e12})
+    assert fewer["parts_s"]["dram-traffic"] == pytest.approx(2e-3)
+    assert fewer["parts_s"]["overlap"] == pytest.approx(0.0)
+    assert sum(fewer["parts_s"].values()) == pytest.approx(fewer["gain_s"])
 
 
 def test_names_are_checked_and_ordered():
@@ -68,12 +87,24 @@ def test_ablate_changes_only_its_fields():
         (spec.cus, spec.clock_hz, spec.interconnect.link_bw)
     on = ablate(load_device("a100-sxm", (("gpu.gemm.enabled", True),)), ("gemm-efficiency",))
     assert on.gemm is not None and not on.gemm.enabled and on.gemm.tiles == spec.gemm.tiles
-    assert ablate(load_device("t3-sim"), ("gemm-efficiency",)) == load_device("t3-sim")
+    # the fixed tile's matrix efficiency (T3's simulated GPU: a Volta GEMM's) goes to 1
+    assert ablate(load_device("t3-sim"), ("gemm-efficiency",)) == dataclasses.replace(
+        load_device("t3-sim"), matrix_efficiency=1.0)
+    assert ablate(load_device("mi210"), ("gemm-efficiency",)).matrix_efficiency == 1.0
     # ingress: only a switch's (or PCIe's) down port; a ring has none to remove
     assert spec.interconnect.topology == "switch" and not free.interconnect.ingress_queue
     assert ablate(spec, ("ingress",)) == dataclasses.replace(spec, interconnect=(
         dataclasses.replace(spec.interconnect, ingress_queue=False)))
     assert ablate(load_device("t3-sim"), ("ingress",)) == load_device("t3-sim")
+    # the library's latency: off where a library is modelled; T3's simulator has none
+    assert not free.interconnect.library_latency
+    assert ablate(load_device("t3-sim"), ("library-latency",)) == load_device("t3-sim")
+    # executor parity: the GPU's own executors at the library's fractions
+    par = ablate(spec, ("executor-parity",))
+    assert (par.executors.store_fraction, par.executors.copy_fraction) == \
+        (spec.interconnect.library_fraction,) * 2
+    assert par.executors.put_fraction == spec.interconnect.library_fraction_network
+    assert ablate(load_device("t3-sim"), ("executor-parity",)) == load_device("t3-sim")
 
 
 def test_run_causes_add_up_and_the_json_carries_them(tmp_path):

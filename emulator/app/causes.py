@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from emulator.model.ablation import ORDER, ablate, split, steps
+from emulator.model.ablation import ORDER, RUNS, ablate, split, steps
 
 
 class Counterfactuals:
@@ -80,13 +80,17 @@ class Counterfactuals:
         return out
 
 
-def causes_of(mode: str, baseline: str, times: dict[str, list[float]]) -> dict:
-    """The ``causes`` object of ``mode``'s run (see docs/concepts.md, 'Causes of a gain')."""
+def causes_of(mode: str, baseline: str, times: dict[str, list[float]],
+              dram_s: dict[str, float] | None = None) -> dict:
+    """The ``causes`` object of ``mode``'s run (see docs/concepts.md, 'Causes of a gain');
+    ``dram_s``: configuration -> its rank-mean DRAM bytes at the HBM's rate (the
+    ``dram-traffic`` part is the baseline's less the configuration's)."""
     b, c = times[baseline], times[mode]
-    parts = split(b, c)
+    diff = (dram_s[baseline] - dram_s[mode]) if dram_s else 0.0
+    parts = split(b, c, diff)
     return {"baseline": baseline, "order": list(ORDER), "baseline_s": b[0], "time_s": c[0],
-            "gain_s": b[0] - c[0], "parts_s": parts,
-            "steps": [{"removed": list(ORDER[:i]), "baseline_s": b[i], "time_s": c[i]}
+            "gain_s": b[0] - c[0], "parts_s": parts, "dram_traffic_s": diff,
+            "steps": [{"removed": list(RUNS[:i]), "baseline_s": b[i], "time_s": c[i]}
                       for i in range(len(b))]}
 
 

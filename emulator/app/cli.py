@@ -88,7 +88,7 @@ def _counterfactuals(command):
     command = click.option(
         "--causes", is_flag=True,
         help="Split each configuration's gain over its baseline into causes by "
-             f"counterfactual runs (up to {len(ORDER)} more timing-only runs of each "
+             f"counterfactual runs (up to {len(ORDER) - 1} more timing-only runs of each "
              "configuration).")(command)
     return click.option(
         "--ablate", type=str, default="",

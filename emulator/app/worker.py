@@ -500,7 +500,9 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     if cfg.causes:
         for run in runs:
             if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
-                run["causes"] = causes_of(run["mode"], run["baseline"], times_cf)
+                run["causes"] = causes_of(run["mode"], run["baseline"], times_cf, {
+                    r["mode"]: sum(r["dram_bytes"].values()) / world / spec.hbm_bw
+                    for r in runs})
     from emulator.app import provenance
     from emulator.model import params as model_params
 

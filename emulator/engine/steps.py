@@ -55,7 +55,8 @@ def run_steps(steps: list[CuStep], hbm: Hbm, tracker: Tracker, clock: RankClock,
     from emulator.runtime import watchdog
 
     t = group_start = max(start, clock.cu.free_at)
-    if library is not None and library.fixed_s and fixed:
+    if library is not None and library.fixed_s and fixed \
+            and cost.spec.interconnect.library_latency:
         clock.log("library", f"{library.protocol} base latency", t, t + library.fixed_s)
         t = group_start = t + library.fixed_s
     for step in steps:

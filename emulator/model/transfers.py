@@ -101,8 +101,9 @@ def library_send(clock: RankClock, cost: CostModel, dst: int, choice=None) -> tu
     share, lat = fraction(clock, cost, dst, "library"), clock.latency(dst)
     if choice is not None:
         share *= choice.bw_ratio
-        lat = (choice.hw_lat_net_s if clock.topology.crosses_network(clock.rank, dst)
-               else choice.hw_lat_intra_s)
+        if clock.topology.ic.library_latency:  # (the library-latency counterfactual: the
+            lat = (choice.hw_lat_net_s if clock.topology.crosses_network(clock.rank, dst)
+                   else choice.hw_lat_intra_s)  # route's own latency, as any executor's)
     return share, lat
 
 

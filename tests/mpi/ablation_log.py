@@ -6,6 +6,12 @@ usage: ablation_log.py   (2 ranks)
 
 - launches:        launch-wait (two launches) and cu-steps with ``launch_us`` = 0: the
                    hand logs of event_log.py with LAUNCH = 0 (and no launch events).
+- library-latency: cu-steps run by a toy library (base latency FIXED, per-step latency
+                   HW_LAT): unablated, its base latency after the launch, then cu-steps'
+                   log from there with each send arriving HW_LAT after it left; ablated,
+                   the plain cu-steps log (no base latency, the link's own LAT).
+- executor-parity: wg-stores with the GPU's stores at 0.5 of the link and the library at
+                   1: ablated, the stores at the library's fraction, so wg-stores' own log.
 - gemm-efficiency: loaded-latency (the dma-push plan whose GEMM runs a modelled kernel,
                    latency-bound) on the toy device given a ``[gemm]`` section: unablated,
                    its hand log; ablated, each stage's 2 tiles take their FLOPs at the peak
@@ -102,6 +108,37 @@ def dma_push_apart_log(r, o):
     ]
 
 
+HW_LAT, FIXED = 3e-6, 5e-6  # the toy library's per-step and base latency
+
+
+def _library_choice():
+    from emulator.model.library import Choice
+
+    return Choice("toy", "all-gather", "ring", "Simple", 1, 1, ev.XB, 0.0, 0.0, 0.0, 1.0,
+                  HW_LAT, HW_LAT, FIXED)
+
+
+def cu_steps_library_plan(spec, r, o):
+    """cu-steps' plan run by a toy library (its choice on the steps phase)."""
+    plan, inputs = ev.cu_steps_plan(spec, r, o)
+    phases = [dataclasses.replace(ph, library=_library_choice()) for ph in plan.phases]
+    return dataclasses.replace(plan, phases=phases), inputs
+
+
+def cu_steps_library_log(r, o):
+    """cu-steps run by the toy library: the launch, the library's base latency (FIXED),
+    then cu-steps' log from there (LAUNCH + FIXED), each send arriving the library's
+    per-step latency (HW_LAT) after it left instead of the link's."""
+    with hand(LAUNCH=ev.LAUNCH + FIXED, LAT=HW_LAT):
+        log = ev.cu_steps_log(r, o)
+    return [("launch", "cu-steps", 0.0, ev.LAUNCH),
+            ("library", "Simple base latency", ev.LAUNCH, ev.LAUNCH + FIXED),
+            *(e for e in log if e[0] != "launch")]
+
+
+ev.CASES["cu-steps-library"] = (cu_steps_library_plan, ev.cu_steps_want, cu_steps_library_log)
+
+
 def _log(case: str, r: int, o: int, **kw) -> list:
     return ev.CASES[case][2](r, o, **kw)
 
@@ -117,6 +154,17 @@ def checks(r: int, o: int):
         for case in ("launch-wait", "cu-steps"):
             out.append(("launches", case, spec, ablate(spec, ("launches",)),
                         no_launches(_log(case, r, o))))
+    lib = dataclasses.replace(spec, interconnect=dataclasses.replace(
+        spec.interconnect, library="nccl-ampere"))  # a library modelled: its latency to remove
+    out.append(("library-latency (unablated)", "cu-steps-library", None, lib,
+                _log("cu-steps-library", r, o)))
+    out.append(("library-latency", "cu-steps-library", lib,
+                ablate(lib, ("library-latency",)), _log("cu-steps", r, o)))
+    stores = dataclasses.replace(spec, executors=dataclasses.replace(
+        spec.executors, store_fraction=0.5))  # the GPU's stores below the library's 1
+    out.append(("executor-parity", "wg-stores", stores,
+                ablate(stores, ("executor-parity",)), _log("wg-stores", r, o)))
+    assert ablate(spec, ("executor-parity",)) == spec  # already at the library's: unchanged
     gemm = dataclasses.replace(spec, gemm=GemmSpec((), 1.0))  # the kernel model on
     out.append(("gemm-efficiency (unablated)", "loaded-latency", None, gemm,
                 _log("loaded-latency", r, o)))
