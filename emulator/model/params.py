@@ -115,8 +115,10 @@ def check(key: str, v: Any) -> None:
     name = key[len("model."):]
     if name not in REGISTRY or REGISTRY[name].table \
             or not isinstance(REGISTRY[name].default, (int, float)):
+        settable = sorted(n for n, p in REGISTRY.items()
+                          if not p.table and isinstance(p.default, (int, float)))
         raise ParamError(f"unknown model parameter {name!r}; model parameters: "
-                         f"{', '.join(sorted(n for n, p in REGISTRY.items() if not p.table and isinstance(p.default, (int, float))))}")
+                         f"{', '.join(settable)}")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ParamError(f"{key} = {v!r} must be a finite number")
 

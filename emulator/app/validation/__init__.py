@@ -152,9 +152,10 @@ def _details(mod, sweeps: Sweeps) -> list[str]:
 
 
 def sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
-                only: tuple[str, ...] = (), progress=None) -> tuple[list, list, list, list]:
-    """(spreads, variants computed, variants failed, whole-model scenarios not varied) of
-    one paper: each variant's results reused when made by the sweep's code, else run when
+                only: tuple[str, ...] = (), progress=None) -> tuple[list, list, list, list, list]:
+    """(spreads, variants computed, variants failed, whole-model scenarios not varied, the
+    assumptions its points read that were not varied) of one paper: each variant's results
+    reused when made by the sweep's code, else run when
     ``run_missing``."""
     from emulator.app.sweep import failing_runs
     from emulator.app.validation import sensitivity as sv
@@ -175,7 +176,12 @@ def sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
         done.append((v, sv.merged(sweeps, v, doc)))
         used.append(v)
     estimates = [s for s in mod.PAPER.scenarios if s in sweeps and "points" not in sweeps[s]]
-    return sv.spreads(mod.CLAIMS, sweeps, done, subset), used, failed, estimates
+    ran = {(v.scope, v.key) for v in used} | {(v.scope, v.key) for v in sv.plan(
+        sweeps, mod.PAPER.scenarios, only, subset) if v.label in failed}
+    unvaried = sorted({f"`{v.key}` ({v.scope})" for v in sv.plan(sweeps, mod.PAPER.scenarios,
+                                                                 (), subset)
+                       if (v.scope, v.key) not in ran})
+    return sv.spreads(mod.CLAIMS, sweeps, done, subset), used, failed, estimates, unvaried
 
 
 def write(sweeps: Sweeps, out: Path, validate_command: str, dirs: dict[str, Path] | None = None,
@@ -195,10 +201,10 @@ def write(sweeps: Sweeps, out: Path, validate_command: str, dirs: dict[str, Path
         results.append((mod, rows))
         details = _details(mod, sweeps)
         if dirs is not None and any(s in sweeps for s in mod.PAPER.scenarios):
-            spreads, used, failed, estimates = sensitivity(mod, sweeps, dirs, run_sensitivity,
-                                                           only, progress)
+            spreads, used, failed, estimates, unvaried = sensitivity(
+                mod, sweeps, dirs, run_sensitivity, only, progress)
             details = details + sv.section(spreads, used, failed, estimates, sens_command,
-                                           getattr(mod, "SENSITIVITY_SUBSET", None))
+                                           getattr(mod, "SENSITIVITY_SUBSET", None), unvaried)
             decided[mod.PAPER.key] = sum(sp.decided for sp in spreads) if used else None
         texts[f"{mod.PAPER.key}.md"] = page(mod.PAPER, sweeps, rows, details,
                                             validate_command)

@@ -317,12 +317,20 @@ def spreads(claims: tuple[Claim, ...], sweeps: Sweeps,
 
 
 # ---------------------------------------------------------------- the page's section
+def _shift_text(claim: Claim, d: float) -> str:
+    """How far a variant moves a figure: x for a speedup, points for a share, else the
+    ratio's difference."""
+    kind = claim.published.kind if claim.published else "ratio"
+    return {"speedup": f"{d:.2f}x", "share": f"{d * 100:.0f} points"}.get(kind, f"{d:.3f}")
+
+
 def _value_text(claim: Claim, x: float) -> str:
     return fmt(x, claim.published.kind) if claim.published else f"{x:.3f}"
 
 
 def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
-            estimates: list[str], command: str, subset: dict | None = None) -> list[str]:
+            estimates: list[str], command: str, subset: dict | None = None,
+            unvaried: list[str] | None = None) -> list[str]:
     """Markdown: the sensitivity of each figure and the variants that were run."""
     lines = ["## Sensitivity to the assumptions", "",
              "Each figure computed again with each ASSUMPTION parameter its runs read "
@@ -337,7 +345,9 @@ def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
                   f"run (a figure reading them says on how many of its points it was "
                   f"varied).", ""]
     if not variants:
-        return lines + ["Not computed: run the command above (`--sensitivity`).", ""]
+        return lines + ["Not computed: run the command above (`--sensitivity`)"
+                        + (f"; the assumptions its points read: {', '.join(unvaried)}"
+                           if unvaried else "") + ".", ""]
     lines += ["| # | emulator (as run) | range over the assumptions | moved beyond band | "
               "verdict class |", "|---|---|---|---|---|"]
     for i, sp in enumerate(spreads_, 1):
@@ -354,8 +364,8 @@ def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
                                else "does not hold"))
         rng = f"{_value_text(sp.claim, r[0])} to {_value_text(sp.claim, r[1])}" if r else \
             ", ".join(sorted({_status(sp.claim, o) or "-" for _, o in sp.under}))
-        movers = "; ".join(f"{v.label} ({_value_text(sp.claim, s) if sp.claim.published.kind != 'speedup' else f'{s:.2f}x'})"
-                           for v, s in sp.movers()[:4]) or "none"
+        movers = "; ".join(f"{v.label} (by {_shift_text(sp.claim, d)})"
+                           for v, d in sp.movers()[:4]) or "none"
         flips = sp.flips()
         cls = ("**decided by an assumption**: " + "; ".join(f"{v.label} -> {s}"
                                                             for v, s in flips[:3])
@@ -380,6 +390,10 @@ def section(spreads_: list[Spread], variants: list[Variant], failed: list[str],
                      f"{vs[0].reason.replace('|', '/')} |")
     if failed:
         lines += ["", "Variants left out (a run failed): " + "; ".join(failed)]
+    if unvaried:
+        lines += ["", "Read by these points but not varied here (`--only` left them out, or "
+                  "their variants were not run): " + ", ".join(unvaried) + "; the verdicts "
+                  "above hold only for the assumptions varied."]
     if estimates:
         lines += ["", "Not varied: the whole-model estimates (" + ", ".join(estimates)
                   + "); their figures keep the value as run."]

@@ -18,6 +18,11 @@ PAPER = Paper(
     "Collectives\", ASPLOS 2024.",
     ("t3-paper", "t3-2x-cu", "t3-models"), "sections 1, 5 and 6")
 MAIN, TWICE = "t3-paper", "t3-2x-cu"
+# the points ``t3emu validate --sensitivity`` varies (all of them would take about 1.5 hours
+# on 2 cores): the 16 sub-layers of T3's main figures (TP 8 and 16); the TP-32 layers of
+# the large models keep their values as run
+SENSITIVITY_SUBSET = {MAIN: (lambda pt: pt["tp"] <= 16,
+                             "the 16 sub-layers of T3's main figures (TP 8 and 16)")}
 MODELS = "t3-models"  # the whole-model estimates (t3emu model --scenario t3-models)
 WHERE_MODEL = ("T3 sec. 6, end-to-end; the emulator's whole-model estimate (t3emu model: "
                "every layer's items composed)")
