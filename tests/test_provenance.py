@@ -44,6 +44,7 @@ def test_a_run_records_what_made_it_and_no_path_of_this_machine(tmp_path):
 
     assert pv["t3emu"] == version("t3emu")
     assert pv["code"] == provenance.code_hash()
+    assert pv["model"] == provenance.model_hash() != pv["code"]
     if (ROOT / ".git").exists():  # a checkout: its commit, and whether it was modified
         head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
                               capture_output=True, text=True).stdout.strip()

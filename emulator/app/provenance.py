@@ -8,6 +8,8 @@ points made by other code or files.
 - ``code``: a hash of every source and data file that decides a result (the Python files
   and the shipped presets, systems, scenarios and models of ``emulator``, ``devices``,
   ``collectives`` and ``run``): what ties a result to code when there is no checkout;
+- ``model``: the same hash less the code that only presents results (pages, reports,
+  tables, the CLI): what a sensitivity variant is compared on;
 - ``files``: each file the result read that the user named (a GPU or system file, a
   scenario, a model, a configuration plugin), with its hash; a shipped preset is named
   by its path in the package, a user file by the name it was given (never an absolute
@@ -44,19 +46,39 @@ def version() -> str:
         return "unknown"
 
 
-@functools.lru_cache(maxsize=1)
-def code_hash() -> str:
-    """The hash of the code and shipped data files (module docstring)."""
+# the code that presents results rather than making them (left out of ``model_hash``)
+PRESENTATION = ("emulator/app/validation/", "emulator/app/report", "emulator/app/tables.py",
+                "emulator/app/cli.py", "emulator/app/params.py", "emulator/app/schemas.py")
+
+
+def _hash(keep=lambda rel: True) -> str:
     h = hashlib.sha256()
     for top in CODE_DIRS:
         base = ROOT / top
         if not base.is_dir():
             continue
         for p in sorted(base.rglob("*")):
-            if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts and p.is_file():
-                h.update(p.relative_to(ROOT).as_posix().encode())
+            rel = p.relative_to(ROOT).as_posix()
+            if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts and p.is_file() \
+                    and keep(rel):
+                h.update(rel.encode())
                 h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def code_hash() -> str:
+    """The hash of the code and shipped data files (module docstring)."""
+    return _hash()
+
+
+@functools.lru_cache(maxsize=1)
+def model_hash() -> str:
+    """The hash of the code and data that make the numbers: ``code_hash`` less the code
+    that only presents them (``PRESENTATION``: the validation pages, reports, tables, the
+    CLI, the parameter listing), so a sensitivity variant stays comparable with its sweep
+    across a change of how pages are written."""
+    return _hash(lambda rel: not rel.startswith(PRESENTATION))
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,7 +134,7 @@ def record(files: list[tuple[str, str | Path]] = ()) -> dict:
         seen.add((role, str(path)))
         entries.append(file_entry(role, path))
     return {"t3emu": version(), "commit": commit, "clean": clean, "code": code_hash(),
-            "files": entries}
+            "model": model_hash(), "files": entries}
 
 
 def spec_path(source: str) -> str | None:

@@ -122,7 +122,10 @@ def plan(sweeps: Sweeps, scenarios: tuple[str, ...], only: tuple[str, ...] = (),
 
 
 def _made_by(doc: dict) -> str | None:
-    return ((doc or {}).get("provenance") or {}).get("code_hash")
+    """The hash of the code that made a sweep's numbers (``provenance.model_hash``; an
+    older sweep's: its whole code's)."""
+    prov = (doc or {}).get("provenance") or {}
+    return prov.get("model") or prov.get("code")
 
 
 def variant_dir(base_dir: Path, v: Variant) -> Path:
@@ -161,7 +164,9 @@ def run(v: Variant, base_dir: Path, base_doc: dict, watchdog_s: float = 120.0) -
     sc = load_scenario(v.scenario)
     keep = set(v.points)
     sub = dataclasses.replace(sc, points=tuple(p for p in sc.points if p.key in keep))
-    run_sweep(sub, out, True, watchdog_s, (), (), False, ((v.key, v.value),))
+    # (points of a resumed variant made by code that differs only in how results are
+    # presented are kept: ``_made_by`` compared the code that makes the numbers)
+    run_sweep(sub, out, True, watchdog_s, (), (), False, ((v.key, v.value),), mixed=True)
     return load_results(out)
 
 
