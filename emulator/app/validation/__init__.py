@@ -151,7 +151,7 @@ def _details(mod, sweeps: Sweeps) -> list[str]:
                 "this page); rerun the sweep.", ""]
 
 
-def sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
+def paper_sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: bool,
                 only: tuple[str, ...] = (), progress=None) -> tuple[list, list, list, list, list]:
     """(spreads, variants computed, variants failed, whole-model scenarios not varied, the
     assumptions its points read that were not varied) of one paper: each variant's results
@@ -201,7 +201,7 @@ def write(sweeps: Sweeps, out: Path, validate_command: str, dirs: dict[str, Path
         results.append((mod, rows))
         details = _details(mod, sweeps)
         if dirs is not None and any(s in sweeps for s in mod.PAPER.scenarios):
-            spreads, used, failed, estimates, unvaried = sensitivity(
+            spreads, used, failed, estimates, unvaried = paper_sensitivity(
                 mod, sweeps, dirs, run_sensitivity, only, progress)
             details = details + sv.section(spreads, used, failed, estimates, sens_command,
                                            getattr(mod, "SENSITIVITY_SUBSET", None), unvaried)
