@@ -379,12 +379,13 @@ def _latency_note() -> str:
     """Why loaded latency leaves T3's GEMM alone: its K step against a full queue's delay,
     from the t3-sim preset."""
     from devices.spec import load_device
-    from emulator.model.cost import K_STEP
+    from emulator.model import params
     from emulator.model.dram import Dram
 
+    K_STEP = params.value("k_step")
     spec = load_device("t3-sim")
     step = 2 * spec.wg_tile_m * spec.wg_tile_n * K_STEP * spec.wgs_per_stage \
-        / spec.peak_flops("fp16")
+        / (spec.peak_flops("fp16") * spec.matrix_efficiency)
     full = Dram("t3-sim", spec.hbm_bw, spec.dram).queue_bytes / spec.hbm_bw
     return (f"T3 finds MCA's gain in the latency that queue-filling bursts add to each "
             f"GEMM read. The model has that latency (a latency-bound kernel's loads wait "
