@@ -20,9 +20,11 @@ PAPER = Paper(
 MAIN, TWICE = "t3-paper", "t3-2x-cu"
 # the points ``t3emu validate --sensitivity`` varies (all of them would take about 1.5 hours
 # on 2 cores): the 16 sub-layers of T3's main figures (TP 8 and 16); the TP-32 layers of
-# the large models keep their values as run
+# the large models, GPU-2X-CU's among them, keep their values as run
 SENSITIVITY_SUBSET = {MAIN: (lambda pt: pt["tp"] <= 16,
-                             "the 16 sub-layers of T3's main figures (TP 8 and 16)")}
+                             "the 16 sub-layers of T3's main figures (TP 8 and 16)"),
+                      TWICE: (lambda pt: False, "none (its six TP-32 layers take about as "
+                                                "long as the 16 sub-layers)")}
 MODELS = "t3-models"  # the whole-model estimates (t3emu model --scenario t3-models)
 WHERE_MODEL = ("T3 sec. 6, end-to-end; the emulator's whole-model estimate (t3emu model: "
                "every layer's items composed)")
