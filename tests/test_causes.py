@@ -14,7 +14,7 @@ from tests.conftest import run_cli, run_mpi_script, run_pooled
 
 CHECKS = ["launches launch-wait", "launches cu-steps",
           "library-latency (unablated) cu-steps-library", "library-latency cu-steps-library",
-          "executor-parity wg-stores",
+          "executor-parity wg-stores", "executor-parity dma-push", "executor-parity nic",
           "gemm-efficiency (unablated) loaded-latency", "gemm-efficiency loaded-latency",
           "link-efficiency (unablated, fraction 0.5) cu-steps", "link-efficiency cu-steps",
           "contention (unablated) dma-push", "contention dma-push",
