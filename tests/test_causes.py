@@ -14,7 +14,7 @@ from tests.conftest import run_cli, run_mpi_script, run_pooled
 
 CHECKS = ["launches launch-wait", "launches cu-steps",
           "library-latency (unablated) cu-steps-library", "library-latency cu-steps-library",
-          "executor-parity wg-stores",
+          "executor-parity wg-stores", "executor-parity dma-push", "executor-parity nic",
           "gemm-efficiency (unablated) loaded-latency", "gemm-efficiency loaded-latency",
           "link-efficiency (unablated, fraction 0.5) cu-steps", "link-efficiency cu-steps",
           "contention (unablated) dma-push", "contention dma-push",
@@ -65,6 +65,89 @@ def test_dram_traffic_credits_only_the_bytes_that_differ():
     assert fewer["parts_s"]["dram-traffic"] == pytest.approx(2e-3)
     assert fewer["parts_s"]["overlap"] == pytest.approx(0.0)
     assert sum(fewer["parts_s"].values()) == pytest.approx(fewer["gain_s"])
+
+
+def test_dram_seconds_are_rank_mean_bytes_at_the_hbm_rate():
+    """Each run's DRAM bytes (summed over ranks and categories) / ranks / rate; the
+    dram-traffic part is the byte difference at that rate and the parts still add up."""
+    from emulator.app.causes import causes_of, dram_seconds
+
+    # 2 ranks at 1 TB/s: the baseline moves 6 GB in all (3 GB a rank), the
+    # configuration 4 GB (2 GB a rank): 1 GB a rank fewer, 1 ms of DRAM time
+    runs = [{"mode": "b", "dram_bytes": {"gemm_read": 4e9, "rs_write": 2e9}},
+            {"mode": "c", "dram_bytes": {"gemm_read": 4e9, "rs_write": 0}}]
+    secs = dram_seconds(runs, 2, 1e12)
+    assert secs == {"b": pytest.approx(3e-3), "c": pytest.approx(2e-3)}
+    # gaps 2 ms under every step; 0.5 ms of the gap goes with the launches
+    times = {"b": [5e-3] + [4.5e-3] * len(RUNS), "c": [3e-3] * (len(RUNS) + 1)}
+    c = causes_of("c", "b", times, secs)
+    assert c["dram_traffic_s"] == c["parts_s"]["dram-traffic"] == pytest.approx(1e-3)
+    assert c["parts_s"]["launches"] == pytest.approx(0.5e-3)
+    assert c["parts_s"]["overlap"] == pytest.approx(1.5e-3 - 1e-3)
+    assert sum(c["parts_s"].values()) == pytest.approx(c["gain_s"]) and c["gain_s"] == 2e-3
+
+
+OLD_ORDER = ["launches", "dma-setup", "gemm-efficiency", "link-efficiency", "ingress",
+             "contention", "dram-traffic"]  # the causes of sweeps before library-latency
+
+
+def _causes(order: list[str], base: float, time: float) -> dict:
+    """A ``causes`` record over ``order``: 1 us launches, the rest overlap."""
+    parts = {k: 0.0 for k in order}
+    parts["launches"] = 1e-6
+    parts["overlap"] = base - time - 1e-6
+    return {"baseline": "sequential", "order": order, "baseline_s": base, "time_s": time,
+            "gain_s": base - time, "parts_s": parts}
+
+
+def test_causes_of_an_older_sweep_read_as_absent():
+    """A sweep written with the older causes (no library-latency, no executor-parity) beside
+    one with today's: the report's table shows the missing causes as '-', the CSV leaves
+    their columns empty, the validation pages' causes read what is there."""
+    from emulator.app import report
+    from emulator.app.sweep import CSV_COLUMNS, csv_text
+    from emulator.app.validation.common import CauseGroup, causes_section, pooled_cause
+
+    def point(sub, causes):
+        run = lambda mode, t, **x: {  # noqa: E731
+            "mode": mode, "modelled_time_s": t, "speedup_vs_sequential": 100e-6 / t,
+            "dram_bytes": {"gemm_read": 1}, "numerics": "timing-only", "max_abs_error": None,
+            "wall_time_s": 0.1, "rank_skew": [1.0, 1.0], "baseline": x.get("b"),
+            "speedup": None, **x}
+        return {"key": sub, "model": "Tiny", "sublayer": sub, "direction": "fwd", "tp": 2,
+                "m": 8, "n": 8, "k": 8, "device": "t3-sim", "collective": "ar",
+                "topology": "ring", "system": "", "params": {}, "algorithm": "ring",
+                "runs": [run("sequential", 100e-6),
+                         run("t3", 80e-6, b="sequential", causes=causes)]}
+
+    old = point("OP", _causes(OLD_ORDER, 100e-6, 80e-6))
+    new = point("FC-2", _causes(list(ORDER), 100e-6, 80e-6))
+    doc = {"scenario": "t3-like", "timing_only": True, "device": "t3-sim",
+           "collective": "ar", "topology": "ring", "dtype": "fp16",
+           "modes": ["sequential", "t3"], "points": [old, new]}
+    table = report.causes_table(doc).splitlines()
+    head = table[0].split()
+    # today's order, the older record's causes among them ("cut %": two words)
+    assert head[6:] == [*ORDER, "overlap"]
+    op = table[2].split()  # (its point's label is three words, "cut %" two: they even out)
+    assert op[head.index("library-latency") + 1] == "-"
+    assert op[head.index("executor-parity") + 1] == "-"
+    assert "Causes of each gain" in report.text_report(doc)
+    rows = [dict(zip(CSV_COLUMNS, line.split(",")))
+            for line in csv_text(doc, doc["points"]).splitlines()[1:]]
+    t3_old, t3_new = [r for r in rows if r["mode"] == "t3"]
+    assert t3_old["cause_library-latency_s"] == "" and t3_old["cause_launches_s"] == "1e-06"
+    assert t3_new["cause_library-latency_s"] == "0.0"
+    assert pooled_cause([old, new], "t3") == "overlap"
+    text = "\n".join(causes_section([CauseGroup("Tiny", [old, new], ["t3"])], ["t3-paper"]))
+    row = next(x for x in text.splitlines() if x.startswith("| t3 |"))
+    head = next(x for x in text.splitlines() if x.startswith("| configuration |"))
+    cells = dict(zip((x.strip() for x in head.split("|")),
+                     (x.strip() for x in row.split("|"))))
+    assert cells["cases"] == "2" and cells["library-latency"] == "+0.0"
+    # means over both cases (the older one's missing causes count 0): they add to the cut
+    assert cells["launches"] == "+1.0" and cells["overlap"] == "+19.0" \
+        and cells["mean cut"] == "20.0%"
 
 
 def test_names_are_checked_and_ordered():

@@ -4,12 +4,15 @@ other, in ``ORDER``), and the gain split by how much each removal closes the gap
 
 The counterfactual runs are timing-only (their modelled times are those of numeric
 runs) and use the plan the configuration's own run built, run on each counterfactual
-device right after that run (one plan alive at a time); a step that leaves the device as
-it was (``gemm-efficiency`` on a GPU without a
-modelled GEMM kernel) reuses the previous step's times instead of running again. A
-search configuration (``flux-best``)
-is timed as the candidate it chose, a heuristic (``ficco-auto``) picks from the real
-device as it did.
+device right after that run (one plan alive at a time): one run per cause found by a
+run (``RUNS``: every cause but ``dram-traffic``), so up to ``len(RUNS)`` more runs of each
+configuration and baseline. A step that leaves the device as it was (no library model for
+``library-latency``, executors already at the library's fractions for
+``executor-parity``, no switch's down port for ``ingress``, nothing of the GEMM model left
+to remove for ``gemm-efficiency``) reuses the previous step's times instead of running
+again. ``dram-traffic`` is no run: the two runs' own DRAM bytes (``dram_seconds``). A
+search configuration (``flux-best``) is timed as the candidate it chose, a heuristic
+(``ficco-auto``) picks from the real device as it did.
 """
 
 from __future__ import annotations
@@ -80,11 +83,22 @@ class Counterfactuals:
         return out
 
 
+def dram_seconds(runs: list[dict], world: int, hbm_bw: float) -> dict[str, float]:
+    """Configuration -> the DRAM time of its run's bytes: its ranks' mean DRAM bytes (the
+    run's ``dram_bytes``, summed over the ranks and its traffic categories, / ``world``)
+    at ``hbm_bw`` (bytes/s, the device's sustained rate). The rank mean, not the bytes of
+    the rank that ends last (whose end is the run's time): which rank that is can differ
+    between the two runs and between ranks of equal load; where every rank moves the
+    same bytes (the symmetric plans) the two are equal."""
+    return {r["mode"]: sum(r["dram_bytes"].values()) / world / hbm_bw for r in runs}
+
+
 def causes_of(mode: str, baseline: str, times: dict[str, list[float]],
               dram_s: dict[str, float] | None = None) -> dict:
     """The ``causes`` object of ``mode``'s run (see docs/concepts.md, 'Causes of a gain');
-    ``dram_s``: configuration -> its rank-mean DRAM bytes at the HBM's rate (the
-    ``dram-traffic`` part is the baseline's less the configuration's)."""
+    ``dram_s``: configuration -> its rank-mean DRAM bytes at the HBM's rate
+    (``dram_seconds``; the ``dram-traffic`` part is the baseline's less the
+    configuration's, none without it)."""
     b, c = times[baseline], times[mode]
     diff = (dram_s[baseline] - dram_s[mode]) if dram_s else 0.0
     parts = split(b, c, diff)
@@ -92,6 +106,19 @@ def causes_of(mode: str, baseline: str, times: dict[str, list[float]],
             "gain_s": b[0] - c[0], "parts_s": parts, "dram_traffic_s": diff,
             "steps": [{"removed": list(RUNS[:i]), "baseline_s": b[i], "time_s": c[i]}
                       for i in range(len(b))]}
+
+
+def columns(records: list[dict]) -> list[str]:
+    """The causes of ``causes`` records as columns: those of ``ORDER`` in its order, then
+    any other a record names (in its own order), then ``overlap``. Records written with an
+    older order (fewer causes) sit beside today's; a cause a record lacks is absent there
+    (the causes it has hold that part)."""
+    seen = list(dict.fromkeys(k for c in records for k in
+                              [*(n for n in c.get("order", []) if n in c["parts_s"]),
+                               *c["parts_s"]]))
+    return [*(k for k in ORDER if k in seen), *(k for k in seen
+                                                 if k not in ORDER and k != "overlap"),
+            *(["overlap"] if "overlap" in seen else [])]
 
 
 def line(mode: str, causes: dict) -> str:

@@ -39,6 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from emulator.app.catalog import registry
+from emulator.app.causes import columns
 from emulator.app.scenario import SUBLAYERS, ScenarioError, geomean
 from emulator.app.tables import fill
 
@@ -332,9 +333,7 @@ def causes_table(doc: dict) -> str:
     found = [(pt, r) for pt in doc["points"] for r in pt["runs"] if r.get("causes")]
     if not found:
         return ""
-    keys = list(dict.fromkeys(k for _, r in found for k in
-                              [*(c for c in r["causes"].get("order", [])
-                                 if c in r["causes"]["parts_s"]), *r["causes"]["parts_s"]]))
+    keys = columns([r["causes"] for _, r in found])  # (an older sweep's lack: "-")
     rows = [("point", "configuration", "over", "speedup", "cut %", *keys)]
     per: dict[tuple[str, str], list[dict]] = defaultdict(list)
     last = None
@@ -360,9 +359,12 @@ def causes_table(doc: dict) -> str:
 
 CAUSES_METHOD = ("cut: the configuration's gain in % of its baseline's time; each cause: how "
                  "much of it goes when that cost is removed from both (cumulatively, in the "
-                 "order of the columns), in points of the baseline's time; overlap: what is "
-                 "left with every cost removed. The parts add up to the cut; the last rows: "
-                 "geomean speedup, mean cut and parts per configuration")
+                 "order of the columns), in points of the baseline's time; dram-traffic: the "
+                 "DRAM bytes the baseline moves beyond the configuration (rank means) at the "
+                 "HBM's rate; overlap: what is left with every cost removed, less that. The "
+                 "parts add up to the cut ('-': a cause the sweep was run without, the causes "
+                 "it has holding its part); the last rows: geomean speedup, mean cut and "
+                 "parts per configuration")
 def end_to_end(doc: dict) -> tuple[str | None, list[dict]]:
     by_case: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for pt in doc["points"]:

@@ -472,7 +472,7 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     if rank != 0:
         return (None if any_fail else {}), traced
     from emulator.app.catalog import registry
-    from emulator.app.causes import causes_of
+    from emulator.app.causes import causes_of, dram_seconds
 
     reg = registry(cfg.configs)
     base = reg.baseline()
@@ -500,9 +500,8 @@ def execute(comm, cfg: RunConfig, device) -> tuple[dict | None, list]:
     if cfg.causes:
         for run in runs:
             if run["baseline"] and run["mode"] in times_cf and run["baseline"] in times_cf:
-                run["causes"] = causes_of(run["mode"], run["baseline"], times_cf, {
-                    r["mode"]: sum(r["dram_bytes"].values()) / world / spec.hbm_bw
-                    for r in runs})
+                run["causes"] = causes_of(run["mode"], run["baseline"], times_cf,
+                                          dram_seconds(runs, world, spec.hbm_bw))
     from emulator.app import provenance
     from emulator.model import params as model_params
 

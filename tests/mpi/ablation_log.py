@@ -11,7 +11,9 @@ usage: ablation_log.py   (2 ranks)
                    log from there with each send arriving HW_LAT after it left; ablated,
                    the plain cu-steps log (no base latency, the link's own LAT).
 - executor-parity: wg-stores with the GPU's stores at 0.5 of the link and the library at
-                   1: ablated, the stores at the library's fraction, so wg-stores' own log.
+                   1: ablated, the stores at the library's fraction, so wg-stores' own log;
+                   likewise dma-push with the copy engines at 0.5 and nic (two nodes) with
+                   the NIC's puts at 0.5 of its line rate (the network library's is 1).
 - gemm-efficiency: loaded-latency (the dma-push plan whose GEMM runs a modelled kernel,
                    latency-bound) on the toy device given a ``[gemm]`` section: unablated,
                    its hand log; ablated, each stage's 2 tiles take their FLOPs at the peak
@@ -164,6 +166,15 @@ def checks(r: int, o: int):
         spec.executors, store_fraction=0.5))  # the GPU's stores below the library's 1
     out.append(("executor-parity", "wg-stores", stores,
                 ablate(stores, ("executor-parity",)), _log("wg-stores", r, o)))
+    copies = dataclasses.replace(spec, executors=dataclasses.replace(
+        spec.executors, copy_fraction=0.5))  # the copy engines below the library's 1
+    out.append(("executor-parity", "dma-push", copies,
+                ablate(copies, ("executor-parity",)), _log("dma-push", r, o)))
+    nodes = ev.two_nodes(spec)
+    puts = dataclasses.replace(nodes, executors=dataclasses.replace(
+        nodes.executors, put_fraction=0.5))  # NIC puts below the network library's 1
+    out.append(("executor-parity", "nic", puts, ablate(puts, ("executor-parity",)),
+                _log("nic", r, o)))
     assert ablate(spec, ("executor-parity",)) == spec  # already at the library's: unchanged
     gemm = dataclasses.replace(spec, gemm=GemmSpec((), 1.0))  # the kernel model on
     out.append(("gemm-efficiency (unablated)", "loaded-latency", None, gemm,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from emulator.app.catalog import registry
+from emulator.app.causes import columns
 
 GAIN = 0.25  # speedups and time ratios: +-25% of the published gain (x - 1) ...
 GAIN_POINTS = 0.02  # ... or +-2 points of it, whichever is wider
@@ -405,21 +406,23 @@ def causes_section(groups: list[CauseGroup], scenarios: list[str]) -> list[str]:
         if not sums:
             continue
         found = True
-        keys = list(dict.fromkeys(k for s in sums.values()
-                                  for k in [*s.order, *s.parts] if k in s.parts))
+        keys = columns([{"order": s.order, "parts_s": s.parts} for s in sums.values()])
         lines += [f"{g.title}: mean over the cases of each cause's part of the cut, in "
                   f"points of the baseline's time (the parts add up to the cut).", "",
                   "| configuration | over | cases | geomean speedup | mean cut | "
                   + " | ".join(keys) + " |", "|---|---|---|---|---|" + "---|" * len(keys)]
         prose = []
         for m, s in sums.items():
+            # the mean over every case: a case without the cause (a sweep written before
+            # it was one, its other causes holding its part) counts 0, so the parts add up
+            part = lambda k: sum(s.parts[k]) / len(s.cuts)  # noqa: E731
             lines.append(f"| {m} | {s.baseline} | {len(s.cuts)} | {geomean(s.speedups):.3f}x"
                          f" | {mean(s.cuts):.1f}% | "
-                         + " | ".join(f"{mean(s.parts[k]):+.1f}" if k in s.parts else "-"
+                         + " | ".join(f"{part(k):+.1f}" if k in s.parts else "-"
                                       for k in keys) + " |")
-            top = max(s.parts, key=lambda k: abs(mean(s.parts[k])))
+            top = max(s.parts, key=lambda k: abs(part(k)))
             prose.append(f"- {m}: of the {mean(s.cuts):.1f}% cut of {s.baseline}'s time, "
-                         f"{mean(s.parts[top]):+.1f} points come from {top}.")
+                         f"{part(top):+.1f} points come from {top}.")
         lines += [""] + prose + [""]
     if not found:
         cmds = "; ".join(f"`{sweep_command(s, causes=True)}`" for s in scenarios)
