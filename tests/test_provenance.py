@@ -150,3 +150,17 @@ def test_the_project_is_citable():
         assert f'title: "{title}"' in cff, title
     assert project["license"] == "MIT" and "MIT License" in (ROOT / "LICENSE").read_text()
     assert project["authors"] and project["classifiers"] and project["urls"]
+
+
+def test_a_source_does_not_change_the_model_hash():
+    """A preset's ``[sources]`` table is provenance no number reads: cut from the text the
+    model hash reads, whatever table follows it; the values before it stay."""
+    import tomllib
+
+    text = (ROOT / "devices" / "presets" / "mi300x.toml").read_bytes()
+    cut = provenance._without_sources(text)
+    assert b"[sources]" in text and b"[sources]" not in cut
+    kept, whole = tomllib.loads(cut.decode()), tomllib.loads(text.decode())
+    assert "sources" not in kept and {k: v for k, v in whole.items() if k != "sources"} == kept
+    moved = text.replace(b"[sources]", b"[sources]\n'x.y' = 'paper: z'", 1) + b"\n[after]\nk = 1\n"
+    assert tomllib.loads(provenance._without_sources(moved).decode())["after"] == {"k": 1}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -46,12 +47,20 @@ def version() -> str:
         return "unknown"
 
 
-# the code that presents results rather than making them (left out of ``model_hash``)
+# the code that presents results rather than making them (left out of ``model_hash``), and
+# the parameters' provenance (``devices/sources.py``; the presets' ``[sources]`` tables are
+# cut from their text there)
 PRESENTATION = ("emulator/app/validation/", "emulator/app/report", "emulator/app/tables.py",
-                "emulator/app/cli.py", "emulator/app/params.py", "emulator/app/schemas.py")
+                "emulator/app/cli.py", "emulator/app/params.py", "emulator/app/schemas.py",
+                "devices/sources.py")
 
 
-def _hash(keep=lambda rel: True) -> str:
+def _without_sources(data: bytes) -> bytes:
+    """A preset's text less its ``[sources]`` table (provenance, which no number reads)."""
+    return re.sub(rb"(?ms)^\[sources\][^\n]*\n.*?(?=^\[|\Z)", b"", data)
+
+
+def _hash(keep=lambda rel: True, text=lambda rel, data: data) -> str:
     h = hashlib.sha256()
     for top in CODE_DIRS:
         base = ROOT / top
@@ -62,7 +71,7 @@ def _hash(keep=lambda rel: True) -> str:
             if p.suffix in CODE_SUFFIXES and "__pycache__" not in p.parts and p.is_file() \
                     and keep(rel):
                 h.update(rel.encode())
-                h.update(p.read_bytes())
+                h.update(text(rel, p.read_bytes()))
     return h.hexdigest()[:16]
 
 
@@ -76,9 +85,11 @@ def code_hash() -> str:
 def model_hash() -> str:
     """The hash of the code and data that make the numbers: ``code_hash`` less the code
     that only presents them (``PRESENTATION``: the validation pages, reports, tables, the
-    CLI, the parameter listing), so a sensitivity variant stays comparable with its sweep
-    across a change of how pages are written."""
-    return _hash(lambda rel: not rel.startswith(PRESENTATION))
+    CLI, the parameter listing) and the parameters' provenance (the presets' ``[sources]``
+    tables), so a sensitivity variant stays comparable with its sweep across a change of how
+    pages are written or a parameter's source."""
+    return _hash(lambda rel: not rel.startswith(PRESENTATION),
+                 lambda rel, data: _without_sources(data) if rel.endswith(".toml") else data)
 
 
 @functools.lru_cache(maxsize=1)
