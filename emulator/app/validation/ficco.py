@@ -22,6 +22,12 @@ PAPER = Paper(
     ("ficco-paper", "ficco-models"), "sections 4, 5 and 6")
 MODELS = "ficco-models"  # the whole-model estimates (t3emu model --scenario)
 SWEEP = "ficco-paper"
+# the points ``t3emu validate --sensitivity`` varies: an SP+TP GEMM and an EP GEMM of the
+# paper's sixteen, g5 and g14 (each of the 36 points runs 15 configurations; all of them at
+# both ends of every assumption would take hours on 2 cores); the others keep their values
+SENSITIVITY_SUBSET = {SWEEP: (lambda pt: pt["key"].split("/")[0] in ("g5", "g14"),
+                              "g5 (SP+TP, Llama-2-70B) and g14 (EP, Mixtral): 2 of the 36 "
+                              "points")}
 ONE_D = ("ficco-uniform-fused-1d", "ficco-hetero-fused-1d", "ficco-hetero-unfused-1d")
 TWO_D = "ficco-uniform-fused-2d"
 AUTO, CU, SHARD, IDEAL = "ficco-auto", "ficco-cu", "ficco-shard", "ficco-ideal"
