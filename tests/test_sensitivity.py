@@ -1,9 +1,14 @@
 """The sensitivity of a figure to an assumption (``emulator/app/validation/sensitivity.py``):
 a toy figure whose verdict flips within an assumption's range is "decided by an
-assumption"; one that stays in band is not; the range and the movers are the variants'."""
+assumption"; one that stays in band is not; the range and the movers are the variants';
+variants run together give what each gives alone."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
+from emulator.app.validation import sensitivity as sv
 from emulator.app.validation.common import Claim, Direction, Measured, Published
 from emulator.app.validation.sensitivity import Spread, Variant, merged, section, spreads
 
@@ -91,3 +96,38 @@ def test_a_rate_is_varied_only_on_points_of_its_dtype():
     assert reads_rate("compute.fp32_vector_flops_per_cycle_per_cu", "bf16")
     assert not reads_rate("compute.fp32_flops_per_cycle_per_cu", "bf16")
     assert reads_rate("dma.setup_ns", "fp16")
+
+
+def test_variants_run_together_as_each_alone(tmp_path):
+    """``run_all`` runs two variants' points as one sweep (each point with its variant's
+    --set as its own override) and writes each variant what a sweep of its points with
+    that --set writes: the same point records, times and bytes, keyed as the scenario's
+    points; ``load`` then finds both complete."""
+    from emulator.app import provenance
+    from emulator.app.scenario import load_scenario
+    from emulator.app.sweep import load_results, run_sweep
+
+    tiny = str(Path(__file__).parent / "data" / "tiny.toml")
+    sc = load_scenario(tiny)
+    keys = tuple(p.key for p in sc.points[:2])
+    vs = [sv.Variant(tiny, "t3-sim", "gpu.dma.engines", "high", 2, 1, keys),
+          sv.Variant(tiny, "t3-sim", "gpu.compute.wgs_per_cu", "low", 1, 2, keys[:1])]
+    base = {"provenance": {"model": provenance.model_hash()}}
+    sv.run_all(vs, tmp_path, base)
+    for v in vs:
+        got = sv.load(v, tmp_path, base)
+        assert got is not None and [p["key"] for p in got["points"]] == list(v.points)
+        alone = tmp_path / "alone" / v.slug
+        sub = dataclasses.replace(sc, points=tuple(p for p in sc.points if p.key in v.points))
+        assert run_sweep(sub, alone, True, 120.0, (), (), False, ((v.key, v.value),)) == 0
+        ref = load_results(alone)
+        assert got["set"] == ref["set"] == [[v.key, v.value]]
+        for a, b in zip(got["points"], ref["points"]):
+            assert a["set"] == b["set"] == {v.key: v.value}
+            assert a["device_spec"] == b["device_spec"]
+            strip = lambda runs: [{k: x for k, x in r.items() if k != "wall_time_s"}  # noqa: E731
+                                  for r in runs]
+            assert strip(a["runs"]) == strip(b["runs"])
+    # the two variants differ from each other: the --set reached each point's device
+    one, two = (sv.load(v, tmp_path, base)["points"][0]["runs"] for v in vs)
+    assert [r["modelled_time_s"] for r in one] != [r["modelled_time_s"] for r in two]

@@ -570,8 +570,10 @@ def validate(results, results2x, out_dir, run_sensitivity, only) -> None:
         keys = _names(only)
         pages = write(sweeps, Path(out_dir), f"t3emu validate {shown} --out {out_dir}",
                       where, run_sensitivity, keys,
-                      lambda v: click.echo(f"t3emu: sensitivity: {v.scenario} {v.label} on "
-                                           f"{len(v.points)} point(s)", err=True))
+                      lambda vs: click.echo(
+                          f"t3emu: sensitivity: {vs[0].scenario}: {len(vs)} variant(s) on "
+                          f"{sum(len(v.points) for v in vs)} point run(s), as one sweep",
+                          err=True))
     except ValidationError as exc:
         click.echo(f"t3emu: error: {exc}", err=True)
         sys.exit(2)

@@ -162,12 +162,16 @@ def paper_sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: b
 
     done, failed, used = [], [], []
     subset = getattr(mod, "SENSITIVITY_SUBSET", None)
-    for v in sv.plan(sweeps, mod.PAPER.scenarios, only, subset):
+    planned = sv.plan(sweeps, mod.PAPER.scenarios, only, subset)
+    if run_missing:  # the variants not yet made, each scenario's run as one sweep
+        for s in mod.PAPER.scenarios:
+            missing = [v for v in planned if v.scenario == s
+                       and sv.load(v, dirs[s], sweeps[s]) is None]
+            if missing and progress:
+                progress(missing)
+            sv.run_all(missing, dirs.get(s), sweeps.get(s))
+    for v in planned:
         doc = sv.load(v, dirs[v.scenario], sweeps[v.scenario])
-        if doc is None and run_missing:
-            if progress:
-                progress(v)
-            doc = sv.run(v, dirs[v.scenario], sweeps[v.scenario])
         if doc is None:
             continue
         if failing_runs(doc) or {p["key"] for p in doc.get("points", [])} != set(v.points):

@@ -8,8 +8,9 @@ whose preset states the assumption, or, for a model code parameter, the points w
 read it (recorded by each run: ``model_params_read``), and a matrix or vector rate only on
 points of its dtype (``reads_rate``); every other point keeps its value exactly, so the
 figure is computed on the whole of its points. Variants run timing-only
-(the same modelled times as numeric runs) into ``DIR/sensitivity/KEY=VALUE`` beside the
-sweep ``DIR`` and are reused while they were made by the same code as the sweep.
+(the same modelled times as numeric runs), those of one scenario together as one sweep
+(``run_all``), each into ``DIR/sensitivity/KEY=VALUE`` beside the sweep ``DIR``, and are
+reused while they were made by the same code as the sweep.
 
 Per figure the page shows the emulated value's range over the variants, the assumptions
 that move it by more than its band's half-width (the tolerance of its band), and the
@@ -148,26 +149,48 @@ def load(v: Variant, base_dir: Path, base_doc: dict) -> dict | None:
     return doc
 
 
-def run(v: Variant, base_dir: Path, base_doc: dict, watchdog_s: float = 120.0) -> dict:
-    """Run (or resume) a variant's points, timing-only, with its --set; its results."""
-    from emulator.app.scenario import load_scenario
-    from emulator.app.sweep import load_results, run_sweep
+BATCH = "batch"  # the directory under DIR/sensitivity where missing variants run together
 
-    out = variant_dir(base_dir, v)
-    have = None
+
+def run_all(variants: list[Variant], base_dir: Path, base_doc: dict,
+            watchdog_s: float = 120.0) -> None:
+    """Run the missing points of several variants of one scenario as one sweep (one pooled
+    job per job size for all of them, not one per variant: a variant is then the cost of
+    its points' runs alone), each point with its variant's --set as its own override, then
+    write each variant's results as ``run`` would have (the same point records, keyed as
+    the scenario's points, under a header with the variant's --set). A point that failed
+    leaves its variant incomplete (``load`` then says it is not there)."""
+    from emulator.app.scenario import load_scenario
+    from emulator.app.sweep import _header, load_results, run_sweep, save
+
+    if not variants:
+        return
+    sc = load_scenario(variants[0].scenario)
+    pts = {p.key: p for p in sc.points}
+    batch, origin = [], {}
+    for v in variants:
+        for k in v.points:
+            q = dataclasses.replace(pts[k], overrides=tuple(pts[k].overrides)
+                                    + ((v.key, v.value),))
+            batch.append(q)
+            origin[q.key] = (v, k)
+    out = Path(base_dir) / DIRNAME / BATCH
     try:
         have = load_results(out)
-    except Exception:  # noqa: BLE001 - damaged or another version's: made again below
+    except Exception:  # noqa: BLE001 - damaged: made again below
         have = {}
-    if have is not None and have and _made_by(have) != _made_by(base_doc):
-        shutil.rmtree(out)  # made by other code: this directory is the variant's own
-    sc = load_scenario(v.scenario)
-    keep = set(v.points)
-    sub = dataclasses.replace(sc, points=tuple(p for p in sc.points if p.key in keep))
-    # (points of a resumed variant made by code that differs only in how results are
-    # presented are kept: ``_made_by`` compared the code that makes the numbers)
-    run_sweep(sub, out, True, watchdog_s, (), (), False, ((v.key, v.value),), mixed=True)
-    return load_results(out)
+    if have and _made_by(have) != _made_by(base_doc):
+        shutil.rmtree(out)  # made by other code: this directory is the batch's own
+    run_sweep(dataclasses.replace(sc, points=tuple(batch)), out, True, watchdog_s, (), (),
+              False, (), mixed=True)
+    got = {p["key"]: p for p in (load_results(out) or {}).get("points", [])}
+    for v in variants:
+        sub = dataclasses.replace(sc, points=tuple(pts[k] for k in v.points))
+        header = _header(sub, True, (), (), False, ((v.key, v.value),))
+        done = [{**got[q], "key": k} for q, (w, k) in origin.items() if w == v and q in got]
+        d = variant_dir(base_dir, v)
+        d.mkdir(parents=True, exist_ok=True)
+        save(d, header, done)
 
 
 def merged(sweeps: Sweeps, v: Variant, doc: dict) -> Sweeps:
