@@ -173,6 +173,8 @@ def paper_sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: b
     for v in planned:
         doc = sv.load(v, dirs[v.scenario], sweeps[v.scenario])
         if doc is None:
+            if run_missing:  # run just now, yet incomplete: a point of it failed
+                failed.append(v.label)
             continue
         if failing_runs(doc) or {p["key"] for p in doc.get("points", [])} != set(v.points):
             failed.append(v.label)
