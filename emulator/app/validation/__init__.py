@@ -163,15 +163,18 @@ def paper_sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: b
     done, failed, used = [], [], []
     subset = getattr(mod, "SENSITIVITY_SUBSET", None)
     planned = sv.plan(sweeps, mod.PAPER.scenarios, only, subset)
+    docs = {v: sv.load(v, dirs[v.scenario], sweeps[v.scenario]) for v in planned}
     if run_missing:  # the variants not yet made, each scenario's run as one sweep
         for s in mod.PAPER.scenarios:
-            missing = [v for v in planned if v.scenario == s
-                       and sv.load(v, dirs[s], sweeps[s]) is None]
-            if missing and progress:
+            missing = [v for v in planned if v.scenario == s and docs[v] is None]
+            if not missing:
+                continue
+            if progress:
                 progress(missing)
-            sv.run_all(missing, dirs.get(s), sweeps.get(s))
+            sv.run_all(missing, dirs[s], sweeps[s])
+            docs.update({v: sv.load(v, dirs[s], sweeps[s]) for v in missing})
     for v in planned:
-        doc = sv.load(v, dirs[v.scenario], sweeps[v.scenario])
+        doc = docs[v]
         if doc is None:
             if run_missing:  # run just now, yet incomplete: a point of it failed
                 failed.append(v.label)
@@ -182,8 +185,8 @@ def paper_sensitivity(mod, sweeps: Sweeps, dirs: dict[str, Path], run_missing: b
         done.append((v, sv.merged(sweeps, v, doc)))
         used.append(v)
     estimates = [s for s in mod.PAPER.scenarios if s in sweeps and "points" not in sweeps[s]]
-    ran = {(v.scope, v.key) for v in used} | {(v.scope, v.key) for v in sv.plan(
-        sweeps, mod.PAPER.scenarios, only, subset) if v.label in failed}
+    ran = {(v.scope, v.key) for v in used} | {(v.scope, v.key) for v in planned
+                                              if v.label in failed}
     unvaried = sorted({f"`{v.key}` ({v.scope})" for v in sv.plan(sweeps, mod.PAPER.scenarios,
                                                                  (), subset)
                        if (v.scope, v.key) not in ran})

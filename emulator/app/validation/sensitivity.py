@@ -157,14 +157,12 @@ def run_all(variants: list[Variant], base_dir: Path, base_doc: dict,
     """Run the missing points of several variants of one scenario as one sweep (one pooled
     job per job size for all of them, not one per variant: a variant is then the cost of
     its points' runs alone), each point with its variant's --set as its own override, then
-    write each variant's results as ``run`` would have (the same point records, keyed as
-    the scenario's points, under a header with the variant's --set). A point that failed
+    write each variant's results as a sweep of its points with that --set writes them (the
+    same point records, keyed as the scenario's points, under its header). A point that failed
     leaves its variant incomplete (``load`` then says it is not there)."""
     from emulator.app.scenario import load_scenario
     from emulator.app.sweep import _header, load_results, run_sweep, save
 
-    if not variants:
-        return
     sc = load_scenario(variants[0].scenario)
     pts = {p.key: p for p in sc.points}
     batch, origin = [], {}
