@@ -221,6 +221,9 @@ class DeviceSpec:
     # next access to its group (``update_cost``; 0: every update pays nmc_update_cost)
     dram_row_miss_cost: float = 1.0  # channel time of a DRAM access that misses the open
     # row, relative to a row hit
+    comm_through_l2: bool = False  # communication's HBM traffic (copy engines' reads and
+    # writes, peers' writes landing) passes through the cache the model's L2 stands for and
+    # allocates there (a memory-side cache), sharing its capacity with a running kernel
     executors: ExecutorSpec = ExecutorSpec()  # each data mover's share of peak and fixed costs
     gemm: GemmSpec | None = None  # the library's GEMM kernels ([gemm]; None: one fixed tile
     # of wg_tile_m x wg_tile_n at the peak)
@@ -382,6 +385,11 @@ DEVICE_TABLE = Table(hardware=True, doc="A GPU preset: one emulated GPU (t3emu d
                                  why="the share of hbm_gb_per_s a streaming kernel sustains",
                                  source=_OFF + "the HBM at its datasheet rate"),
         "sustained_source": _k(str, 1, "hbm_sustained_source", ""),
+        # where communication's HBM traffic meets the cache the model's L2 stands for
+        # (``emulator/model/cache.py``)
+        "comm_through_l2": _k(bool, default=False,
+                              doc="communication's HBM traffic allocates in the L2",
+                              source=_OFF + "communication's traffic bypasses the L2"),
     }),
     "dma": Table({
         "engines": _k(int, attr="dma_engines"),
@@ -524,6 +532,7 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
         dram_banks=values["dram_banks"],
         dram_bank_groups=values["dram_bank_groups"],
         dram_row_miss_cost=values["dram_row_miss_cost"],
+        comm_through_l2=values["comm_through_l2"],
         gemm=None if gemm is None else GemmSpec(
             tuple(TileShape(t["m"], t["n"], t["k"], t["stages"], t["per_cu"]) for t in gemm),
             values["mainloop_efficiency"], values["source"], values["enabled"],

@@ -15,10 +15,10 @@ from devices.regions import join, region_shape
 from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
 from emulator.engine.kernel import STAGE, Gates, Kernel, LaunchItems
-from emulator.model import transfers
+from emulator.model import cache, transfers
 from emulator.model.arbitration import Alone
 from emulator.model.clock import RankClock
-from emulator.model.cost import CostModel
+from emulator.model.cost import CostModel, StageCost
 from emulator.runtime import faults, watchdog
 from emulator.runtime.rank import RANK
 
@@ -73,6 +73,12 @@ class KernelRunner:
         self.whole_held: dict[int, int] = {}  # their counts not signalled yet
         cost.l2_reset()  # a new kernel's inputs are not in the L2 yet
         self._latency_bound = cost.latency_bound(kernel.producer)
+        # communication's traffic shares the L2 with this kernel's panels (GEMM and GEMV
+        # panels: other producers' reads do not go through the panel model)
+        self._cache_shared = (cost.spec.comm_through_l2
+                              and kernel.producer.kind in ("gemm", "gemv"))
+        self._outputs_cached = getattr(kernel.producer, "outputs_cached", False)
+        self._share = 1.0  # the L2 share the last items timed kept (``_l2_share``)
         # plain stages' signals to this rank's own tracker not sent yet (``_signal_here``)
         self._held_slots: list[np.ndarray] = []
         self._held_counts: list[np.ndarray] = []
@@ -110,16 +116,25 @@ class KernelRunner:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
                             read_scale, self.cu_share, self.out_e, wave)
         base = sc
+
+        def again() -> StageCost:
+            if self._prev is not None and not self._prev[1]:
+                self._commit_prev()  # the L2 as the previous stage (from the memo) left it
+            return stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
+                              read_scale, self.cu_share, self.out_e, wave)
+        share = self._l2_share(start, base, again)
+        delay = 0.0
         if self._latency_bound:  # loaded latency: the communication queued ahead of its loads
             queued = clock.hbm.queued(start, start + sc.compute_s,
                                       self.policy.comm_room(clock.hbm))
-            if queued > 0:
-                self.cost.delay = queued / clock.hbm.rate
-                try:
-                    sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                                    read_scale, self.cu_share, self.out_e, wave)
-                finally:
-                    self.cost.delay = 0.0
+            delay = queued / clock.hbm.rate
+        if share < 1.0 or delay > 0:
+            self.cost.delay, self.cost.l2_share = delay, share
+            try:
+                sc = again()
+            finally:
+                self.cost.delay, self.cost.l2_share = 0.0, 1.0
+        self._share = share
         compute_end = start + sc.compute_s
         read_end = compute_end
         if sc.read_bytes:
@@ -150,6 +165,31 @@ class KernelRunner:
             end = max(end, max(began.values()))
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, base, sc.compute_s
+
+    def _l2_share(self, start: float, base: StageCost, again) -> float:
+        """The share of the L2 a stage keeps beside the communication traffic that passes
+        through it while the stage reads (``emulator/model/cache.py``); 1 where that
+        traffic bypasses the L2 or none passes. ``again()``: the stage's cost at the
+        share ``self.cost.l2_share`` is set to."""
+        span = base.compute_s
+        if not self._cache_shared or span <= 0:
+            return 1.0
+        comm = self.clock.hbm.through(start, start + span)
+        if comm <= 0:
+            return 1.0
+        cached = self._outputs_cached
+
+        def rate_at(share: float) -> float:
+            if share >= 1.0:
+                c = base
+            else:
+                self.cost.l2_share = share
+                try:
+                    c = again()
+                finally:
+                    self.cost.l2_share = 1.0
+            return (c.read_bytes + (c.write_bytes if cached else 0.0)) / span
+        return cache.settle(rate_at, comm / span)
 
     def _time_stage(self, s: int, groups: list[np.ndarray]) -> tuple[list[float], list[dict]]:
         """An ordinary stage: its groups start together (or at their gates) and the stage
@@ -213,10 +253,11 @@ class KernelRunner:
             free[:] = clock.cu.free_at = stage_end
         self.stage_windows.append((first if per_slot else stage_start, stage_end))
         if memo is not None and known is not None:  # the L2 keeps its panels: committed only
-            self._prev = (memo[1], False)  # when a stage outside the memo needs them
+            self._prev = (memo[1], False, self._share)  # when a stage outside the memo
+            # needs them
         else:
             self._l2_commit(np.concatenate(groups))
-            self._prev = (memo[1], True) if memo is not None else None
+            self._prev = (memo[1], True, self._share) if memo is not None else None
         return ends, arrivals
 
     def _memo_key(self, groups: list[np.ndarray], resident) -> tuple | None:
@@ -230,21 +271,29 @@ class KernelRunner:
                 or not _plain(self.routes, k, ids) or not len(ids)):
             return None
         items = _StageItems(k, ids)
-        prev = None if self._prev is None else self._prev[0].relative_to(items.r0)
+        prev = None if self._prev is None else (self._prev[0].relative_to(items.r0),
+                                                self._prev[2])
         return ((items.relative(), prev, resident, self.cu_share), items)
 
     def _commit_prev(self) -> None:
         """The L2 state after the previous stage (taken from the memo without its panels)."""
-        items, _ = self._prev
-        self.cost.l2_commit(items.wgs(), getattr(self.kernel.producer, "outputs_cached", False))
-        self._prev = (items, True)
+        items, _, share = self._prev
+        self._commit(items.wgs(), share)
+        self._prev = (items, True, share)
 
     def _l2_commit(self, ids: np.ndarray) -> None:
         """The panels a stage (or a fair-share round) read stay for the next one (GEMM and
-        GEMV panels; other producers' reads do not go through the panel model)."""
-        k = self.kernel
-        if k.producer.kind in ("gemm", "gemv"):
-            self.cost.l2_commit(k.wgs[ids], getattr(k.producer, "outputs_cached", False))
+        GEMV panels; other producers' reads do not go through the panel model), as much
+        of them as the share of the L2 the stage kept (``_l2_share``)."""
+        if self.kernel.producer.kind in ("gemm", "gemv"):
+            self._commit(self.kernel.wgs[ids], self._share)
+
+    def _commit(self, wgs, share: float) -> None:
+        self.cost.l2_share = share
+        try:
+            self.cost.l2_commit(wgs, self._outputs_cached)
+        finally:
+            self.cost.l2_share = 1.0
 
     def _settle_round(self) -> None:
         """A persistent round: the bytes communication took from earlier rounds are served

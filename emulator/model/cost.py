@@ -27,7 +27,9 @@ split-K GEMM, whose WGs update the same tile):
   consecutive stages share panels. L2in is the L2 left for inputs: all of it
   when GEMM outputs bypass the L2 (T3 allocates them uncached), L2 minus the
   stage's output bytes when outputs are cached (write-allocate: they occupy
-  L2 until written back).
+  L2 until written back). Beside communication traffic that passes through the
+  L2 (``[memory] comm_through_l2``), L2 is the share of it the kernel keeps
+  (``emulator/model/cache.py``), within the stage and for the next one.
 - writes   = h w eo per WG written to local HBM; an op-and-store update costs
   ``update_cost`` x a write (T3: CCDWL = 2 x CCDL after it, for the next access to
   its bank group: ``DeviceSpec.update_cost``). Every output byte
@@ -134,6 +136,10 @@ class CostModel:
         # latency: set by the kernel runner for a stage that runs beside queued
         # communication (loaded latency, ``emulator/model/gemm.py``), else 0
         self.delay = 0.0
+        # the share of the L2 the running kernel keeps beside communication traffic that
+        # passes through it (``emulator/model/cache.py``): set by the kernel runner for a
+        # stage that runs beside such traffic, else 1
+        self.l2_share = 1.0
         # the kernel model times modelled GEMM kernels (off where the device's ``[gemm]``
         # is disabled: the ``gemm-efficiency`` counterfactual, their stages at the peak on
         # their useful FLOPs; a device without the section builds no modelled kernel but
@@ -216,7 +222,7 @@ class CostModel:
         """L2 bytes left for inputs: all of it when outputs bypass it, less the stage's
         outputs when they write-allocate."""
         out = float(((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).sum()) * self.e
-        return max(0.0, self.spec.l2_bytes - (out if outputs_cached else 0.0))
+        return max(0.0, self.spec.l2_bytes * self.l2_share - (out if outputs_cached else 0.0))
 
     def l2_reset(self) -> None:
         """A new kernel: nothing of its inputs is in the L2 yet."""

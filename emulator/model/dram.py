@@ -60,6 +60,10 @@ from devices.spec import DramSpec
 from emulator.model.clock import BandwidthTimeline
 
 
+# Communication served more than this before the start of a stage that asks what passed
+# through the cache (``through``) is dropped (stages are asked in program order, which
+# follows modelled time closely; a stage runs for microseconds to a few milliseconds).
+THROUGH_HORIZON_S = 10e-3
 # Communication bursts served more than this before a new one is offered are dropped from
 # the backlog (program order follows modelled time closely; a queue of 128 KB drains in
 # about 0.1 us at 1 TB/s, so 10 us keeps every burst that could still be queued).
@@ -87,6 +91,7 @@ class Dram:
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; (offered at, start, end, bytes) of comm bursts
         self._queued: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; the bursts of ``comm`` alone (``queued``)
+        self._through: deque = deque(maxlen=1 << 16)  # not a parameter: bookkeeping; (start, end, bytes) of every communication reservation (``through``)
         self.apart: Dram | None = None  # communication's own DRAM (the counterfactual)
         if not dram.shared:
             import dataclasses
@@ -154,6 +159,23 @@ class Dram:
             return min(room, _unserved(q, t0))
         return min(room, _mean_unserved(q, t0, t1))
 
+    def through(self, t0: float, t1: float) -> float:
+        """Communication bytes (cost bytes) served between ``t0`` and ``t1`` (each
+        reservation's bytes spread evenly over its service): what passed through a
+        memory-side cache meanwhile (``emulator/model/cache.py``). Only what was reserved
+        before the question, in program order."""
+        q = self._through
+        while q and q[0][1] < t0 - THROUGH_HORIZON_S:
+            q.popleft()
+        total = 0.0
+        for start, end, nbytes in q:
+            lo, hi = max(t0, start), min(t1, end)
+            if hi > lo:
+                total += nbytes * (hi - lo) / (end - start)
+            elif end <= start and t0 <= start < t1:
+                total += nbytes
+        return total
+
     def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
              offered_rate: float | None = None) -> float:
         """Serve ``nbytes`` (cost bytes) of communication offered from ``ready`` (all at
@@ -180,6 +202,7 @@ class Dram:
                 s0, e = (s1, e1) if blocking <= 0 else (min(s0, s1), max(e, e1))
             self._comm.append((t, s0, e, size))
             self._queued.append((t, s0, e, size))
+            self._through.append((s0, e, size))
             if self.record:
                 self.log.append((stream, s0, e, size))
                 self.comm_log.append((s0, s0, e, size))
@@ -204,6 +227,7 @@ class Dram:
             return self.comm(policy, ready, nbytes, window, stream, rate)
         s0, e = self._serve(policy, ready, nbytes, rate)
         self._comm.append((ready, s0, e, nbytes))
+        self._through.append((s0, e, nbytes))
         if self.record:
             self.log.append((stream, s0, e, nbytes))
             self.comm_log.append((s0, s0, e, nbytes))
