@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from collectives.common import Problem, ring_chunks
-from devices.commands import Executor
+from devices.commands import DISPATCH, Executor
 from devices.regions import RegularGrid, tile_grid
 from emulator.engine.addrmap import AddressMap, TileSpace
 from emulator.engine.kernel import Kernel, LaunchItems
@@ -50,6 +50,17 @@ CU_SHARE = Param(32 / 304, "share of the CUs the CU-driven (library) transfers h
                                    "channels (RCCL's default on gfx942 is not stated by "
                                    "FiCCO); 16 to 64 channels",
                      "low": 16 / 304, "high": 64 / 304})
+CU_DISPATCH = Param(1, "how the CU-driven transfers' thread blocks get their CUs beside the "
+                    "GEMM: 0 partitioned (CU masking), 1 prioritised (launched ahead of the "
+                    "GEMMs they feed, or on a higher-priority stream), 2 plain (launched beside "
+                    "a running GEMM at the same priority; emulator/engine/cu_side.py)",
+                    low=0, high=2, integer=True, source={
+                        "assumption": "FiCCO issues each step's transfers before the GEMMs "
+                                      "that consume them, so the library's kernels are "
+                                      "dispatched first (prioritised by launch order); the "
+                                      "study does not say how its RCCL kernels were "
+                                      "launched: from CU masking (0) to plain (2)",
+                        "low": 0, "high": 2})
 COPY2D = Param(1, "2D copies: 1 = emulated as one 1D copy of the same bytes (as the study "
                "did), 0 = strided (one DMA command per band of tile rows)", low=0, high=1,
                integer=True, source="paper: FiCCO (Pal et al., arXiv:2512.10236): 2D "
@@ -79,7 +90,7 @@ class _Setup:
 
     def __init__(self, p: Problem, op: Operation, slots: Slots, gather,
                  executor: str = "dma", two_d: bool = False, whole: bool = False,
-                 output: bool = True):
+                 output: bool = True, cu_dispatch: str | None = None):
         self.p, self.op, self.slots = p, op, slots
         self.a2a = dispatch(op)
         W, r = p.world, p.rank
@@ -146,6 +157,8 @@ class _Setup:
         self.gmap: AddressMap | None = None
         self.copy_1d = bool(p.param("copy2d", COPY2D.default))
         self.cu_share = p.param("cu_share", CU_SHARE.default)
+        self.cu_dispatch = cu_dispatch or DISPATCH[int(p.param("cu_dispatch",
+                                                               CU_DISPATCH.default))]
 
     def _launch_shape(self) -> tuple[int, int, int]:
         """(rows, N, K) of the schedule's decomposed GEMM launches, the largest on any rank
@@ -274,7 +287,8 @@ class _Setup:
         s = (d - p.rank - 1) % p.world
         if self.executor == "cu":
             return Executor("cu", s, self.cu_share / max(1, p.world - 1), streams=True,
-                            library=True)  # FiCCO's CU-driven transfers: RCCL's kernels
+                            library=True, dispatch=self.cu_dispatch)  # FiCCO's CU-driven
+            # transfers: RCCL's kernels
         return Executor("dma", s % max(1, E - 1), streams=True)
 
     @property
@@ -869,12 +883,15 @@ def cil(p: Problem, op: Operation) -> Plan:
 
 
 def _comm_phase(p: Problem, op: Operation, slots: Slots, name: str, whole: bool,
-                executor: str, kernel_of=None, one_engine: bool = False) -> Plan:
+                executor: str, kernel_of=None, one_engine: bool = False,
+                cu_dispatch: str | None = None) -> Plan:
     """A phase of the collective alone (or beside ``kernel_of()``'s kernel): every shard
     pushed whole or in W pieces to every peer (``one_engine``: to one peer after another,
-    r - 1, r - 2, ..., on one copy engine: shard-based overlap's transfers)."""
+    r - 1, r - 2, ..., on one copy engine: shard-based overlap's transfers); ``cu_dispatch``:
+    how a CU kernel's blocks get their CUs (default: the run's ``cu_dispatch``)."""
     r = p.rank
-    st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False)
+    st = _Setup(p, op, slots, lambda q: [], executor, whole=whole, output=False,
+                cu_dispatch=cu_dispatch)
     engine, peers = _shard_order(p) if one_engine else (None, p.others)
     for j in range(st.steps):
         for d in peers:

@@ -8,7 +8,7 @@ here (or, outside the repository, in a file given to ``--configs``).
 
 from __future__ import annotations
 
-from collectives import (baselines, embedding, ficco, flux, fused_ops, operations, persistent,
+from collectives import (baselines, c3, embedding, ficco, flux, fused_ops, operations, persistent,
                          t3, transformer_engine)
 from collectives.common import EXPERT_SKEW
 from emulator.engine.registry import REGISTRY, Configuration, Design, Operation
@@ -260,7 +260,7 @@ def _ficco_op(op) -> bool:
     return op.name in ("ag+gemm", "a2a+gemm")
 
 
-FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "copy2d": ficco.COPY2D,
+FICCO_PARAMS = {"cu_share": ficco.CU_SHARE, "cu_dispatch": ficco.CU_DISPATCH, "copy2d": ficco.COPY2D,
                 "tile_level": ficco.TILE_LEVEL}
 # FiCCO's plans hold a few arrays per output tile (their WGs and tiles are computed when a
 # stage asks): measured at M = 327680, N = 28672, K = 4096 on 8 ranks, 40 to 100 B per tile
@@ -321,6 +321,15 @@ for _name, _build, _help, _color in MEASURES:
         (lambda build: lambda p, op, algorithm: build(p, op))(_build), applies=_ficco_op,
         algorithms=DIRECT, color=_color, params=FICCO_PARAMS, tile_bytes=128, compared=False,  # not a parameter: host memory
         balanced=True))  # the losses of one GEMM shape, the same on every rank
+REGISTRY.add_configuration(Configuration(
+    "c3", "concurrent computation and communication (the C3 study's runs, an anchor of the "
+    "contention model): the GEMM alone, the collective alone by the library's CU kernel and "
+    "by DMA, and the GEMM with the CU collective dispatched plain, prioritised and "
+    "partitioned and with the DMA collective (isolated clocks; its time is not a "
+    "schedule's)", "C3 measure", lambda p, op, algorithm: c3.plan(p, op),
+    applies=_ficco_op, algorithms=DIRECT, color="#9edae5", params=FICCO_PARAMS,
+    tile_bytes=128, compared=False,  # not a parameter: host memory
+    balanced=True))
 REGISTRY.add_configuration(Configuration(
     "ficco-serial", "FiCCO's serial baseline: the library collective (CU kernel), then one "
     "GEMM; as sequential, the received data landing as one stream", "FiCCO baseline",

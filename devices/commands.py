@@ -20,6 +20,16 @@ Op = Literal["store", "update"]
 ExecutorKind = Literal["dma", "nic", "cu"]
 
 
+# How a concurrent CU kernel's thread blocks get CUs beside a running kernel (the C3
+# study's remedies, Agrawal et al., arXiv:2412.14335): ``partitioned``, CU masking: its
+# share of the CUs is its own for the producer's whole run; ``prioritised``, launched first
+# or on a higher-priority stream: its blocks are dispatched ahead of the producer's pending
+# ones and hold their CUs while it runs, then the producer has them back; ``plain``,
+# launched beside a running producer at the same priority: the block scheduler dispatches
+# the producer's launch whole first, so its blocks start when that launch's last wave does.
+DISPATCH = ("partitioned", "prioritised", "plain")
+
+
 @dataclass(frozen=True)
 class Executor:
     """Who moves a map entry's data (besides the producing WG itself, ``remote_map``).
@@ -41,12 +51,16 @@ class Executor:
     resident: bool = False  # cu only: warps inside the producer's own thread blocks (Flux's
     # Hopper fetch and reduce warps): they hold no CUs of the producer; ``share`` is then
     # their share of the CUs' vector issue (what their adds run at)
+    dispatch: str = "partitioned"  # cu only: how its thread blocks get their CUs beside
+    # the producer (``DISPATCH``; emulator/engine/launch.py, "CU dispatch")
 
     def __post_init__(self):
         if self.kind not in ("dma", "nic", "cu"):
             raise ValueError(f"executor kind {self.kind!r} not in dma, nic, cu")
         if self.index < 0:
             raise ValueError(f"executor index {self.index} < 0")
+        if self.dispatch not in DISPATCH:
+            raise ValueError(f"CU dispatch {self.dispatch!r} not in {', '.join(DISPATCH)}")
         if self.kind == "cu" and not 0.0 < self.share < 1.0:
             raise ValueError(f"a CU kernel's share of the CUs must be in (0, 1), got {self.share}")
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, run_mpi_script
 
-CASES = ["wg-stores", "store-queue", "dma-push", "loaded-latency", "pull", "wave-slots", "flag", "nic", "cu-executor", "cu-steps",
+CASES = ["wg-stores", "store-queue", "dma-push", "loaded-latency", "pull", "wave-slots", "flag", "nic", "cu-executor", "cu-prioritised", "cu-plain", "cu-steps",
          "persistent", "persistent-puts", "launch-wait", "self-slots"]
 DEVICE = ROOT / "tests" / "data" / "event-log.toml"
 

@@ -110,10 +110,14 @@ class ExecutorTiming:
                 end, arrival = transfers.nic_put(clock, cost, done, cmd.dst_rank, nbytes,
                                                  name, pol, window)
             elif ex.kind == "cu":
+                if ex.dispatch == "plain" and not ex.resident:  # its blocks wait for the
+                    done = max(done, self.runner.plain_start())  # producer's launch
                 end, arrival = transfers.cu_send(clock, cost, res, done, cmd.dst_rank,
                                                  1 + len(cmd.adds), nbytes, cmd.op, name, pol,
                                                  window, ex.share, ex.streams,
                                                  "library" if ex.library else "store")
+                if not ex.resident:
+                    self.runner.cu.ran(done, end, nbytes)
             else:
                 end, arrival = transfers.dma_push(clock, cost, res, done, cmd.dst_rank, nbytes,
                                                   name, pol, window, ex.streams)

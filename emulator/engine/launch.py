@@ -14,6 +14,7 @@ from devices.hbm import STORAGE_DTYPES, Hbm
 from devices.regions import join, region_shape
 from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
+from emulator.engine.cu_side import CuSide
 from emulator.engine.kernel import STAGE, Gates, Kernel, LaunchItems
 from emulator.model import cache, transfers
 from emulator.model.arbitration import Alone
@@ -30,7 +31,7 @@ class KernelRunner:
                  kernel: Kernel, routes: dict[int, Route], stage_index: list[int],
                  stream: str, policy=None, fault: tuple[str, int] = ("", -1),
                  label: str = "GEMM", cu_share: float = 0.0,
-                 nic_regions: list[np.ndarray] | None = None):
+                 nic_regions: list[np.ndarray] | None = None, cu: CuSide | None = None):
         self.hbm, self.tracker, self.clock, self.cost = hbm, tracker, clock, cost
         self.kernel, self.routes = kernel, routes
         self.stage_index = stage_index
@@ -38,7 +39,9 @@ class KernelRunner:
         self.policy = policy or Alone()
         self.fault_kind, self.fault_stage = fault
         self.label = label
-        self.cu_share = cu_share  # CUs held by a concurrent CU-driven kernel
+        self.cu_share = cu_share  # CUs held by a concurrent CU-driven kernel (at most)
+        self.cu = cu if cu is not None else CuSide(share=cu_share)  # when it holds them
+        self._cu_now = cu_share  # the share the stage being timed runs without
         self.slot_done = np.zeros(tracker.nslots, np.float64)  # modelled local-write times
         self.complete_at: dict[int, float] = {}  # id(signal) -> modelled completion
         self.wall_events: list[tuple[int, float, float]] = []
@@ -114,26 +117,27 @@ class KernelRunner:
         clock, k = self.clock, self.kernel
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                            read_scale, self.cu_share, self.out_e, wave)
+                            read_scale, self._cu_now, self.out_e, wave)
         base = sc
 
         def again() -> StageCost:
             if self._prev is not None and not self._prev[1]:
                 self._commit_prev()  # the L2 as the previous stage (from the memo) left it
             return stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
-                              read_scale, self.cu_share, self.out_e, wave)
+                              read_scale, self._cu_now, self.out_e, wave)
         share = self._l2_share(start, base, again)
+        taken = self.cu.l2_rate(start, start + base.compute_s)  # the CU kernel's L2 traffic
         delay = 0.0
         if self._latency_bound:  # loaded latency: the communication queued ahead of its loads
             queued = clock.hbm.queued(start, start + sc.compute_s,
                                       self.policy.comm_room(clock.hbm))
             delay = queued / clock.hbm.rate
-        if share < 1.0 or delay > 0:
-            self.cost.delay, self.cost.l2_share = delay, share
+        if share < 1.0 or delay > 0 or taken > 0:
+            self.cost.delay, self.cost.l2_share, self.cost.l2_taken = delay, share, taken
             try:
                 sc = again()
             finally:
-                self.cost.delay, self.cost.l2_share = 0.0, 1.0
+                self.cost.delay, self.cost.l2_share, self.cost.l2_taken = 0.0, 1.0, 0.0
         self._share = share
         compute_end = start + sc.compute_s
         read_end = compute_end
@@ -165,6 +169,16 @@ class KernelRunner:
             end = max(end, max(began.values()))
         self.hbm.count(self.hbm.rank, "gemm", "read", int(sc.read_bytes))
         return end, arrivals, base, sc.compute_s
+
+    def plain_start(self) -> float:
+        """When a CU kernel dispatched ``plain`` may start: the start of the producer's
+        first launch's last wave (``program.plain_wave``), timed before it in program
+        order; 0 where none waits."""
+        from emulator.engine.program import plain_wave
+
+        s = plain_wave(self.kernel)
+        return self.stage_windows[s][0] if s is not None and s < len(self.stage_windows) \
+            else 0.0
 
     def _l2_share(self, start: float, base: StageCost, again) -> float:
         """The share of the L2 a stage keeps beside the communication traffic that passes
@@ -215,6 +229,7 @@ class KernelRunner:
             pos = {w: int(slot[j]) for j, w in enumerate(self.kernel.stages()[s].tolist())}
         ends, arrivals, stage_end, first = [], [], stage_start, math.inf
         issue = self.cost.spec.put_issue_s
+        self._cu_now = self.cu.share_at(stage_start)  # a concurrent CU kernel's CUs
         n = sum(len(g) for g in groups)
         if n not in self._spread:
             self._spread[n] = spread(self.cost, n, self.kernel)
@@ -273,7 +288,7 @@ class KernelRunner:
         items = _StageItems(k, ids)
         prev = None if self._prev is None else (self._prev[0].relative_to(items.r0),
                                                 self._prev[2])
-        return ((items.relative(), prev, resident, self.cu_share), items)
+        return ((items.relative(), prev, resident, self._cu_now), items)
 
     def _commit_prev(self) -> None:
         """The L2 state after the previous stage (taken from the memo without its panels)."""
@@ -310,6 +325,7 @@ class KernelRunner:
         timeline."""
         clock, k = self.clock, self.kernel
         self._settle_round()
+        self._cu_now = self.cu.share_at(float(self.wg_free.min()))
         ends, arrivals, starts = [], [], []
         issue = self.cost.spec.put_issue_s
         for j, w in enumerate(ids):
@@ -334,6 +350,7 @@ class KernelRunner:
         its NIC issues."""
         clock, k = self.clock, self.kernel
         self._settle_round()
+        self._cu_now = self.cu.share_at(float(self.wg_free.min()))
         issue = self.cost.spec.put_issue_s
         pos = {w: j for j, w in enumerate(ids.tolist())}
         ends: list[float] = [0.0] * len(ids)

@@ -79,6 +79,8 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         for g in kernel.gates_of(ids):
             gate_stage.setdefault(id(g), s)
     last = len(stages) - 1
+    plain_after = plain_wave(kernel) if any(
+        c.executor.kind == "cu" and c.executor.dispatch == "plain" for c in commands) else None
     keyed = []
     for i, cmd in enumerate(commands):
         keys = [id(cmd.trigger)] + ([id(cmd.result)] if cmd.result is not None else [])
@@ -93,6 +95,14 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         held = (written < 0 and resident is not None and len(cmd.trigger.slots) > 0
                 and bool(resident[cmd.trigger.slots].all()))  # its trigger: resident rows
         ready = held and cmd.src is not None and not cmd.pull  # a push of them
+        if ready and not gated and cmd.executor.kind == "cu" \
+                and cmd.executor.dispatch != "partitioned":  # a CU kernel launched with
+            # the producer: its blocks take their CUs first (prioritised), or once the
+            # running launch's last wave is dispatched (plain: ``plain_wave``); its
+            # transfers come there in program order, so the stages after it see its CUs
+            # taken (``cu_side.py``)
+            pos = -0.5 if cmd.executor.dispatch == "prioritised" or plain_after is None \
+                else plain_after + 0.5
         keyed.append([pos, i, cmd, written < 0 and not held, ready])
     # a push of resident rows never comes after a command that waits for arrivals (a
     # forward, a sink of peers' rows, a pull) queued behind it: that command may wait for
@@ -124,3 +134,18 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
             cmd.compute_after = pos < last
             ordered.append(cmd)
     return stage_index, ordered
+
+
+def plain_wave(kernel: Kernel) -> int | None:
+    """The stage a concurrent CU kernel dispatched ``plain`` waits for: the last wave of the
+    producer's first launch, which the block scheduler dispatches whole before a kernel
+    launched beside it at the same priority; None where that launch waits on a signal
+    (then it is not dispatched first: the CU kernel's blocks take their CUs at once)."""
+    stages = kernel.stages()
+    if not len(stages):
+        return None
+    later = kernel.launch_stages()
+    last = min(later) - 1 if later else len(stages) - 1
+    if any(kernel.gates_of(stages[s]) for s in range(last + 1)):
+        return None
+    return last

@@ -20,6 +20,7 @@ from devices.hbm import KINDS, WIN_INFO, Hbm, Segment
 from devices.spec import DeviceSpec
 from devices.tracker import Doorbell, Tracker
 from emulator.engine.executors import ExecutorTiming
+from emulator.engine.cu_side import CuSide
 from emulator.engine.launch import KernelRunner, first_stage_load
 from emulator.engine.plan import KernelPhase, Plan, StepsPhase
 from emulator.engine.program import program_order
@@ -247,6 +248,11 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
               if c.executor.kind == "cu" and not c.executor.resident}
     cu_share = max(ph.margin, sum(share for _, share in groups))  # the CU kernel's thread-
     # block groups, or the CUs the kernel leaves to one
+    cu_cmds = [c for c in commands if c.executor.kind == "cu" and not c.executor.resident]
+    dispatch = {c.executor.dispatch for c in cu_cmds}
+    if len(dispatch) > 1:
+        raise ValueError(f"{ph.name}: the concurrent CU kernel's groups are dispatched "
+                         f"{' and '.join(sorted(dispatch))}; one kernel is dispatched one way")
     if cu_share >= 1.0:
         raise ValueError(f"{ph.name}: the concurrent CU kernel's groups {sorted(groups)} hold "
                          f"{cu_share:.2f} of the CUs; they must leave the producer some")
@@ -267,7 +273,10 @@ def _run_kernel(ph: KernelPhase, compiled, mode: str, hbm: Hbm, tracker: Tracker
                    and c.moves_data and not c.pull]
     runner = KernelRunner(hbm, tracker, clock, cost, ph.kernel, routes, stage_index, ph.stream,
                           policy, fault, f"{mode} {ph.name}", cu_share,
-                          list({id(s): s for s in nic_regions}.values()))
+                          list({id(s): s for s in nic_regions}.values()),
+                          cu=CuSide(dispatch.pop() if dispatch else "partitioned",
+                                    sum(share for _, share in groups), ph.margin,
+                                    len(cu_cmds)))
     whole = {k: v for cm in compiled for k, v in cm.whole.items()}
     runner.whole_left = whole
     for slots, elems in ph.preload:  # resident inputs: written before the phase starts

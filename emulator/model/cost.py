@@ -85,6 +85,7 @@ arbitration policy's (``emulator/model/arbitration.py``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,6 +94,7 @@ from devices.spec import DeviceSpec
 from emulator.model import params
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}  # not a parameter: the dtypes' sizes
+L2_FLOOR = 1e-3  # not a parameter: a guard, the L2 left to a kernel is never 0
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,9 @@ class CostModel:
         # passes through it (``emulator/model/cache.py``): set by the kernel runner for a
         # stage that runs beside such traffic, else 1
         self.l2_share = 1.0
+        # bytes/s a concurrent CU kernel's loads and stores take from the L2's bandwidth
+        # while the stage runs (``emulator/engine/cu_side.py``), else 0
+        self.l2_taken = 0.0
         # the kernel model times modelled GEMM kernels (off where the device's ``[gemm]``
         # is disabled: the ``gemm-efficiency`` counterfactual, their stages at the peak on
         # their useful FLOPs; a device without the section builds no modelled kernel but
@@ -184,6 +189,9 @@ class CostModel:
             compute = float(flops.sum()) / peak if len(flops) else 0.0
         elif kernel is not None and kernel.modelled and len(flops):
             cus = self.spec.cus
+            if self.l2_taken and kernel.l2_bw:  # the L2 a concurrent CU kernel leaves
+                kernel = dataclasses.replace(kernel, l2_bw=max(
+                    kernel.l2_bw - self.l2_taken, kernel.l2_bw * L2_FLOOR))
             area = float((h * w).max())  # a wider tile of a thin chunk: its own area
             compute = kernel.stage_seconds(
                 len(flops), float(kk.max()), cus, peak, self.spec.partial_stage == "spread",

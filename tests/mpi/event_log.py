@@ -44,6 +44,10 @@ chunk is one stage; every phase pays the 1 us launch):
 - cu-executor: reduce-scatter whose chunk o is sent by a concurrent CU kernel on half
                the CUs, adding a local input X on the way (``Executor("cu", 0.5)``,
                ``adds=``).
+- cu-prioritised, cu-plain: a GEMM beside a CU kernel pushing a resident block, its
+               blocks dispatched first (holding half the CUs, and the L2's bandwidth its
+               loads and stores take, until it ends) or after the GEMM launch's last wave
+               is (section 6b).
 - cu-steps:    a ``StepsPhase`` CU kernel: send X to rank o, wait for rank o's X,
                land it, add both into Z.
 - persistent:  a persistent GEMM with P = 3 physical WGs; own tiles first, then the
@@ -670,6 +674,112 @@ def cu_executor_log(r, o):
     ]
 
 
+# ================================================================ 6b. CU dispatch
+# A GEMM (stage 0: chunk o's 2 tiles, stage 1: chunk r's) beside a CU kernel of half the CUs
+# that pushes this rank's resident X block (256 x 256 fp32 = 4 tiles, 256 KiB, preloaded)
+# into the peer's X at the same rows; the peer's block is tracked here (a sink).
+# prioritised: the push comes first in program order and its blocks hold their CUs from
+#   the start until it ends; the GEMM runs the kernel model's clock with an L2 of
+#   XL2 = 160 GB/s (a step's panels: 2 x (128 + 128) x 64 x 4 B), so stage 0 runs on half
+#   the CUs and with the L2 less the push's loads and stores, 2 x its bytes spread evenly
+#   over its transfer, averaged over the stage's window; stage 1 (after the push ended) on
+#   every CU and the whole L2;
+# plain: the push's blocks wait for the GEMM launch's last wave (stage 1) to start; the
+#   GEMM holds every CU.
+XR = 256  # rows (and columns) of a rank's X block
+XB4 = XR * N * E  # its bytes: 262144
+XL2 = 160e9  # the modelled kernel's L2 bandwidth (bytes/s)
+STEP_L2 = S * (TM + TN) * K * E  # a K step's panel loads of the whole wave: 131072 bytes
+
+
+def _l2_kernel():
+    from emulator.model.gemm import GemmKernel
+
+    return GemmKernel(TM, TN, WGS_PER_CU, tile_k=K, stages=2, efficiency=1.0, l2_bw=XL2,
+                      elem_bytes=E, modelled=True)
+
+
+def _xs(c: int) -> tuple[int, int, int, int]:
+    return (XR * c, XR * c + XR, 0, N)
+
+
+def cu_dispatch_plan(spec, r, o, dispatch):
+    slots = Slots()
+    cspace = _space(slots, "C", [chunk(0)[:2], chunk(1)[:2]], N)
+    gemm = _gemm(spec, cspace, tiles_of(o) + tiles_of(r),
+                 kernel=_l2_kernel() if dispatch == "prioritised" else None)
+    cmap = AddressMap(cspace, r, 2, "store", gemm.local_writes(), local_ok=True)
+    xspace = _space(slots, "X", [_xs(0)[:2], _xs(1)[:2]], N)
+    own = xspace.tiles_in(_xs(r))
+    writes = np.zeros(len(xspace), np.int64)
+    writes[own] = 1
+    xmap = AddressMap(xspace, r, 2, "store", writes, incoming_op="store", local_ok=True)
+    xmap.dma_map(_xs(r), o, op="store", after=1,
+                 executor=Executor("cu", 0, SHARE, dispatch=dispatch))
+    xmap.track(_xs(o), after=1)
+    preload = [([xspace.slot(t) for t in own], [xspace.elems(t) for t in own])]
+    layout = GEMM_LAYOUT + [("X", (2 * XR, N), np.float32)]
+    plan = Plan(layout, {**GEMM_INPUTS, "X": ("X", XR * r)},
+                [KernelPhase(f"cu-{dispatch}", gemm, [cmap, xmap], "ag", fused=True,
+                             preload=preload)], slots, [("X", (0, 2 * XR, 0, N))])
+    return plan, inputs_of(11, r, A=(M, K), Bm=(K, N), X=(XR, N))
+
+
+def cu_dispatch_want(r, o):
+    return np.concatenate([inputs_of(11, s, A=(M, K), Bm=(K, N), X=(XR, N))["X"]
+                           for s in (0, 1)])
+
+
+def _cu_push_log(r, o, t0: float):
+    """The push (cu_send at t0: 4 bursts of reads at the HBM, the link from t0), and the
+    peer's push landing here (symmetric: arrival = its end + LAT; its bursts absorbed
+    before that)."""
+    end = t0 + XB4 / L  # the link decides (reads: 4 x 64 KiB at ~1 TB/s)
+    arrival = end + LAT
+    return end, arrival, [
+        ("tracker", f"{nm('X', _xs(r))} complete", LAUNCH, LAUNCH),  # resident: preloaded
+        # when the phase's kernel starts
+        (f"link->{o}", f"cu {nm('X', _xs(r))}", t0, end),
+        ("cu-kernel", f"{nm('X', _xs(r))} -> {o}", t0, end),
+        ("hbm", f"{nm('X', _xs(o))} remote stores land", arrival, arrival),
+        ("tracker", f"{nm('X', _xs(o))} complete", arrival, arrival),
+    ]
+
+
+def cu_prioritised_log(r, o):
+    t = LAUNCH
+    end, _, push = _cu_push_log(r, o, t)  # first in program order: from the start
+    # stage 0 on half the CUs, from t: the window of its compute without the L2's loss
+    alone = max(WG_S, STEP_L2 / XL2) / (1 - SHARE)  # (one K step; L2 bound 0.82 us < WG_S)
+    assert end < t + alone  # the push's loads and stores, all inside the window
+    taken = 2 * XB4 / alone  # its L2 bytes/s over [t, t + alone]: 128 GB/s
+    assert taken < XL2
+    c0 = max(WG_S, STEP_L2 / (XL2 - taken)) / (1 - SHARE)
+    assert c0 > alone  # the L2 bound now decides
+    # its reads (at most reads / c0) find the HBM busy with the push's reads (4 bursts at
+    # the full HBM from t, reserved first): they stream from t + XB4 / BW, then the stores
+    s0_end = t + XB4 / BW + c0 + 2 * TILE / BW
+    c1 = max(WG_S, STEP_L2 / XL2)  # after the push: every CU, the whole L2
+    s1_end = s0_end + c1 + 2 * TILE / BW
+    return push + [
+        ("launch", "cu-prioritised", 0.0, t),
+        ("gemm", "stage 0", t, s0_end),
+        ("gemm", "stage 1", s0_end, s1_end),
+    ]
+
+
+def cu_plain_log(r, o):
+    t = LAUNCH
+    s0_end = t + WG_S + 2 * TILE / BW  # every CU: the push waits
+    s1_end = s0_end + WG_S + 2 * TILE / BW
+    _, _, push = _cu_push_log(r, o, s0_end)  # from the last wave's start (stage 1)
+    return push + [
+        ("launch", "cu-plain", 0.0, t),
+        ("gemm", "stage 0", t, s0_end),
+        ("gemm", "stage 1", s0_end, s1_end),
+    ]
+
+
 # ================================================================ 7. StepsPhase CU kernel
 XB = CHUNK * N * E  # X: 128 x 256 fp32 = 131072 bytes
 
@@ -951,6 +1061,10 @@ CASES = {
     "flag": (flag_plan, flag_want, flag_log),
     "nic": (nic_plan, nic_want, nic_log),
     "cu-executor": (cu_executor_plan, cu_executor_want, cu_executor_log),
+    "cu-prioritised": (lambda spec, r, o: cu_dispatch_plan(spec, r, o, "prioritised"),
+                       cu_dispatch_want, cu_prioritised_log),
+    "cu-plain": (lambda spec, r, o: cu_dispatch_plan(spec, r, o, "plain"), cu_dispatch_want,
+                 cu_plain_log),
     "cu-steps": (cu_steps_plan, cu_steps_want, cu_steps_log),
     "persistent": (persistent_plan, persistent_want, persistent_log),
     "persistent-puts": (persistent_puts_plan, persistent_puts_want, persistent_puts_log),
