@@ -213,7 +213,7 @@ def test_pages_and_index_without_some_papers(tmp_path):
     sweeps = {"t3-paper": _t3_doc(lambda p: _times())}
     written = write(sweeps, tmp_path, "t3emu validate results/t3-paper --out docs/validation")
     assert [p.name for p in written] == ["index.md", "t3.md", "flux.md", "fused-ops.md",
-                                         "ficco.md"]
+                                         "ficco.md", "anchors.md"]
     index = (tmp_path / "index.md").read_text()
     n = len(flux.CLAIMS)
     assert f"| [Flux](flux.md) | {n} | 0 | 0 | 0 | 0 | 0 | 0 | {n} |" in index
@@ -413,3 +413,40 @@ def test_failing_runs_are_left_out_of_the_figures_and_named_on_the_page(tmp_path
     write(sweeps, tmp_path / "pages", "t3emu validate")
     page = (tmp_path / "pages" / "t3.md").read_text()
     assert f"1 run(s) of `t3-paper` failed the numerics check" in page and first in page
+
+
+# ---------------------------------------------------------------- the contention anchors
+def _c3_point(key: str, system: str, m: int, k: int, op: str, **phases) -> dict:
+    return {"key": f"{key}/x/m{m}/tp8/{system}", "system": system, "m": m, "n": 128, "k": k,
+            "collective": op, "runs": [{"mode": "c3", "phases": phases}]}
+
+
+def test_the_anchors_rows_from_a_synthetic_sweep():
+    """Hand arithmetic: a GEMM of 1.0 beside a collective of 0.5 (CU) / 0.4 (DMA): serial
+    1.5 (1.4), ideal 1.0; plain at 1.45 realises (1.5/1.45 - 1) / (1.5 - 1) = 6.9%, DMA
+    at 1.0 all of (1.4 - 1); the GEMM beside the prioritised collective 1.2 / 1.0."""
+    from emulator.app.validation import anchors
+
+    c3 = dict(gemm=1.0, **{"comm-cu": 0.5, "comm-dma": 0.4, "c3-plain": 1.45,
+                           "c3-prioritised": 1.2, "c3-prioritised.kernel": 1.2,
+                           "c3-plain.kernel": 1.0, "c3-partitioned": 1.25,
+                           "c3-partitioned.kernel": 1.25, "c3-dma": 1.0,
+                           "c3-dma.kernel": 1.0})
+    small = dict(c3, **{"comm-cu": 1e-6, "comm-dma": 3e-6})
+    sw = {"anchors": {"points": [
+        _c3_point("c3-ag-256m-n2048", "mi300x-x8", 16384, 8192, "ag+gemm", **c3),
+        _c3_point("slowdown-h5120", "h100-sxm-x4", 16384, 5120, "ag+gemm", **c3),
+        _c3_point("dma-ag-1k", "mi300x-x8", 8, 64, "ag+gemm", **small),
+        _c3_point("dma-ag-1g", "mi300x-x8", 65536, 8192, "ag+gemm", **c3)]}}
+    rows = {r.figure: r for r in (evaluate(c, sw) for c in anchors.CLAIMS)}
+    plain = rows[anchors.CLAIMS[0].figure]
+    assert plain.emulator.startswith("7% (mean of 1") and plain.verdict.startswith("outside")
+    assert rows[anchors.CLAIMS[1].figure].emulator.startswith("50%")  # (1.5/1.2 - 1) / 0.5
+    assert rows[anchors.CLAIMS[3].figure].emulator.startswith("100%")
+    assert rows[anchors.CLAIMS[5].figure].emulator.startswith("1.200")
+    assert rows[anchors.CLAIMS[5].figure].verdict == "within band"  # 1.142 to 1.236
+    assert rows[anchors.CLAIMS[7].figure].emulator.startswith("1.250")  # 0.5 / 0.4
+    assert rows[anchors.CLAIMS[8].figure].emulator.startswith("3.00")  # 3 us / 1 us
+    assert "not computed" in rows[anchors.CLAIMS[9].figure].verdict  # no dma-a2a-1k point
+    text = "\n".join(anchors.details(sw))
+    assert "| c3-ag-256m-n2048 (N = 128) | 1000000.0 | 500000.0 | 400000.0 | 7% |" in text

@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from emulator.app.validation import ficco, flux, fused_ops, t3
+from emulator.app.validation import anchors, ficco, flux, fused_ops, t3
 from emulator.app.validation.common import Row, Sweeps, counts, evaluate, page, sweep_command
 
-PAPERS: tuple[ModuleType, ...] = (t3, flux, fused_ops, ficco)
+PAPERS: tuple[ModuleType, ...] = (t3, flux, fused_ops, ficco, anchors)
 SCENARIOS = {s: m for m in PAPERS for s in m.PAPER.scenarios}
 
 

@@ -429,7 +429,8 @@ def _notes(sw: Sweeps) -> list[str]:
              "- DIL: the decomposed GEMMs' isolated times (wave quantisation of small "
              "launches, their launch costs, panels re-read per launch) over the whole's; "
              "CIL: the same launches run beside the pieces' transfers (`ficco-cil`), by DMA "
-             "or by CU-driven transfers on a share of the CUs (32 of 304, an assumption).",
+             "or by CU-driven transfers on a share of the CUs (32 of 304, an assumption; "
+             "dispatched as the `cu_dispatch` parameter says).",
              "- The heuristic (`ficco.pick`): M <= K picks 2D; otherwise the op-to-byte "
              "ratio against the machine's balance with thresholds 1x and 5x (parameters: "
              "the published units are ambiguous)."]
@@ -453,28 +454,32 @@ def _notes(sw: Sweeps) -> list[str]:
             f"they keep no backlog in the DRAM queue (no loaded latency for the GEMM's "
             f"loads); a GEMM that leaves that much of the HBM free (compute-bound, its "
             f"output written in bursts) loses only where its write bursts fill the HBM. "
-            f"The memory interference FiCCO measures beyond bandwidth (caches, DRAM row "
-            f"conflicts between the streams) is not modelled. The transfers' own CIL with "
-            f"DMA: {min(comm):.2f} to {max(comm):.2f}.")
+            f"The transfers pass through the Infinity Cache (`[memory] comm_through_l2`) "
+            f"and take a share of it in proportion to their allocation rate "
+            f"(`emulator/model/cache.py`), which at these rates leaves the GEMM nearly all "
+            f"of it; DRAM row conflicts between the streams are not modelled. The "
+            f"transfers' own CIL with DMA: {min(comm):.2f} to {max(comm):.2f}.")
     cu = [(p, x) for p, x in ls if "CIL gemm cu" in x]
     if cu:
-        from collectives.ficco import CU_SHARE
+        from collectives.ficco import CU_DISPATCH, CU_SHARE
+        from devices.commands import DISPATCH
 
         share = CU_SHARE.default
         cus = cu[0][0]["device_spec"]["cus"]
         expect = 1 / (1 - share)
-        near = [p for p, x in cu if abs(x["CIL gemm cu"] - expect) < 0.02]
-        rest = [(p, x) for p, x in cu if p not in near]
+        vals = [x["CIL gemm cu"] for _, x in cu]
+        comm = [x.get("CIL comm cu", float("nan")) for _, x in cu]
         lines.append(
-            f"- The GEMM's CIL with CU-driven transfers is 1 / (1 - {share:.3f}) = "
-            f"{expect:.2f}, what giving the transfers {share * cus:.0f} of {cus} CUs costs a "
-            f"compute-bound GEMM, on {len(near)} of {len(cu)} GEMMs"
-            + ("" if not rest else "; on " + ", ".join(
-                f"{p['model']} ({x['CIL gemm cu']:.2f}, its transfers' "
-                f"{x.get('CIL comm cu', float('nan')):.2f})" for p, x in rest)
-               + " the transfers wait for the GEMM's end instead")
-            + ": DMA's lower contention here is the CUs it leaves, not less memory "
-              "interference (above).")
+            f"- The GEMM's CIL with CU-driven transfers is {min(vals):.2f} to "
+            f"{max(vals):.2f} on {len(cu)} GEMMs (the transfers' own {min(comm):.2f} to "
+            f"{max(comm):.2f}): the library's kernels hold {share * cus:.0f} of {cus} CUs "
+            f"(an assumption), dispatched {DISPATCH[int(CU_DISPATCH.default)]} (launched "
+            f"ahead of the GEMMs; `emulator/engine/cu_side.py`), so every GEMM stage that "
+            f"starts while they move data runs on the rest, at most 1 / (1 - {share:.3f}) = "
+            f"{expect:.2f} as long, and the stages after their last transfer on every CU; "
+            f"their loads and stores also take the L2's bandwidth the GEMM's K loop needs. "
+            f"DMA's lower contention here is the CUs it leaves, not less memory "
+            f"interference (above).")
     return lines + [""]
 
 
