@@ -95,14 +95,14 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
         held = (written < 0 and resident is not None and len(cmd.trigger.slots) > 0
                 and bool(resident[cmd.trigger.slots].all()))  # its trigger: resident rows
         ready = held and cmd.src is not None and not cmd.pull  # a push of them
-        if ready and not gated and cmd.executor.kind == "cu" \
-                and cmd.executor.dispatch != "partitioned":  # a CU kernel launched with
-            # the producer: its blocks take their CUs first (prioritised), or once the
-            # running launch's last wave is dispatched (plain: ``plain_wave``); its
-            # transfers come there in program order, so the stages after it see its CUs
-            # taken (``cu_side.py``)
-            pos = -0.5 if cmd.executor.dispatch == "prioritised" or plain_after is None \
-                else plain_after + 0.5
+        if ready and not gated and cmd.executor.kind == "cu" and not cmd.executor.resident:
+            # a CU kernel launched with the producer, moving resident data: its blocks
+            # take their CUs first (partitioned, prioritised), or once the running
+            # launch's last wave is dispatched (plain: ``plain_wave``); its transfers come
+            # there in program order, so the stages after it see its CUs, its traffic in
+            # the L2 and its L2 bandwidth taken (``cu_side.py``, ``cache.py``)
+            pos = (plain_after + 0.5 if cmd.executor.dispatch == "plain"
+                   and plain_after is not None else -0.5)
         keyed.append([pos, i, cmd, written < 0 and not held, ready])
     # a push of resident rows never comes after a command that waits for arrivals (a
     # forward, a sink of peers' rows, a pull) queued behind it: that command may wait for
