@@ -93,6 +93,40 @@ def test_mca_threshold_follows_the_first_stage_occupancy(u1, threshold):
     assert mca.ceiling_fraction == pytest.approx(1.0 if threshold is None else t / (t + 1))
 
 
+def test_the_first_stage_occupancy_from_its_bursts_and_mca_holding_communication_back():
+    """A stage alone on t3-sim (Q = 31 channels x 64 x 64 B = 124 KiB: one channel per
+    32 GB/s of 1 TB/s; mu = 1 TB/s): 4 K steps each loading a 256 KiB burst, then a 1 MiB
+    write burst, over 20 us. A burst of B > Q holds Q (B - Q) + Q^2 / 2 byte-seconds over
+    mu; per channel over 20 us, in 64-byte requests: 5.7, over MCA's top band (3):
+    T = 5, so communication offered while a GEMM stage reads at 4/5 of the HBM gets 5/6 -
+    4/5 of it."""
+    from emulator.engine.launch import queue_occupancy
+
+    spec = load_device("t3-sim")
+    ki = 1024.0
+    q, mu, ch = 124 * ki, spec.hbm_bw, 31
+    assert spec.dram.channels_for(mu) * spec.dram.queue_depth * spec.dram.access_bytes == q
+    reads = 4 * (q * (256 * ki - q) + q * q / 2) / mu
+    writes = (q * (1024 * ki - q) + q * q / 2) / mu
+    want = (reads + writes) / 20e-6 / (ch * 64)
+    got = queue_occupancy(spec, 1024 * ki, 4, 19e-6, 1024 * ki, 20e-6)
+    assert got == pytest.approx(want) and 5.6 < got < 5.8
+    # bursts within the queue hold B^2 / 2 / mu; reads that keep the HBM busy keep it full
+    assert queue_occupancy(spec, 64 * ki, 1, 1e-6, 0.0, 1e-6) == pytest.approx(
+        (64 * ki) ** 2 / 2 / mu / 1e-6 / (ch * 64))
+    assert queue_occupancy(spec, 10 * q, 1, 1e-6, 0.0, 1e-6) == pytest.approx(q / (ch * 64))
+    mca = Mca()
+    mca.observe_first_stage(0.2, 0.2, got)  # a low utilisation, yet bursts fill the queue
+    assert mca.describe()["occupancy_threshold"] == 5
+    assert mca.describe()["first_stage_occupancy"] == pytest.approx(got)
+    dram = _dram()
+    dram.reserve(0.0, 80.0, cap=80.0)  # the GEMM reads at 80 of 100 B/s for 1 s
+    end = dram.comm(mca, 0.0, 10.0, DURING)  # 10 bytes under the ceiling 5/6 x 100
+    held = 500.0 / 6 - 80.0  # 3.33 B/s beside the GEMM, then the ceiling alone
+    assert end == pytest.approx(1.0 + (10.0 - held) / (500.0 / 6))
+    assert _dram().comm(mca, 0.0, 10.0, DURING) == pytest.approx(10.0 / (500.0 / 6))
+
+
 def test_fcfs_serves_a_burst_ahead_of_compute_and_exclusive_leaves_it_the_gaps():
     dram = _dram()
     dram.comm(FrFcfs(), 0.0, 50.0, DURING)

@@ -16,7 +16,7 @@ from devices.tracker import Tracker
 from emulator.engine.addrmap import Route
 from emulator.engine.cu_side import CuSide
 from emulator.engine.kernel import STAGE, Gates, Kernel, LaunchItems
-from emulator.model import cache, transfers
+from emulator.model import cache, params, transfers
 from emulator.model.arbitration import Alone
 from emulator.model.clock import RankClock
 from emulator.model.cost import CostModel, StageCost
@@ -799,10 +799,11 @@ class _StageItems:
 
 def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank: int,
                      cu_share: float = 0.0, out_e: float | None = None
-                     ) -> tuple[float, float] | None:
+                     ) -> tuple[float, float, float] | None:
     """What MCA watches during a kernel's first stage, which runs alone (T3): the
-    DRAM utilisation of the stage (its reads and writes over its read and write phases)
-    and of its read phase alone, as ``KernelRunner`` times the stage on an idle HBM.
+    DRAM utilisation of the stage (its reads and writes over its read and write phases),
+    of its read phase alone, and the DRAM queue's mean occupancy over it
+    (``queue_occupancy``), as ``KernelRunner`` times the stage on an idle HBM.
     Known before the kernel runs, so the rank's program order can follow the policy
     it picks. None for a persistent kernel (no isolated stage) or one without time."""
     if k.persistent or not len(k.wgs):
@@ -818,8 +819,35 @@ def first_stage_load(cost: CostModel, k: Kernel, routes: dict[int, Route], rank:
     cost.l2_reset()
     if total_t <= 0:
         return None
+    steps = max(1, math.ceil(float((k.wgs[first][:, 5] - k.wgs[first][:, 4]).max())
+                             / params.value("k_step"))) if sc.read_bytes else 1
     return ((sc.read_bytes + sc.write_cost_bytes) / (total_t * bw),
-            sc.read_bytes / (read_t * bw) if read_t > 0 else 0.0)
+            sc.read_bytes / (read_t * bw) if read_t > 0 else 0.0,
+            queue_occupancy(cost.spec, sc.read_bytes, steps, read_t, sc.write_cost_bytes,
+                            total_t))
+
+
+def queue_occupancy(spec, reads: float, steps: int, read_t: float, writes: float,
+                    total_t: float) -> float:
+    """The mean requests per channel in the DRAM's queue over a stage that runs alone (what
+    MCA watches, T3): the stage's WGs walk K together, so each K step's loads reach the
+    DRAM as one burst of reads / steps bytes (each panel's step read once, the L2 serving
+    the other WGs), and its output leaves in one write burst (T3: "a read phase followed
+    by a bursty write phase"). A burst of B bytes fills the queue (Q bytes: channels x
+    depth x access) up to Q and drains at the HBM's rate mu, the rest waiting outside,
+    so it holds (B^2 / 2 if B <= Q, else Q (B - Q) + Q^2 / 2) / mu byte-seconds; reads that
+    keep the HBM busy through the read phase keep the queue full meanwhile. Their sum
+    over the stage's time, per channel, in requests."""
+    dram = spec.dram
+    mu = spec.hbm_bw
+    channels = dram.channels_for(spec.hbm_bw)  # as the rank's ``Dram`` counts them
+    q = float(channels * dram.queue_depth * dram.access_bytes)
+
+    def held(b: float) -> float:
+        return (b * b / 2.0 if b <= q else q * (b - q) + q * q / 2.0) / mu
+
+    read_held = min(steps * held(reads / steps), q * read_t) if reads > 0 else 0.0
+    return (read_held + held(writes)) / total_t / (channels * dram.access_bytes)
 
 
 class _Writes:

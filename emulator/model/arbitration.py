@@ -19,11 +19,15 @@ stream at the whole rate (T3: "drained at kernel boundaries").
   queue's occupancy is under a threshold T, so it never fills the queue (no
   blocking), and it gets what the GEMM leaves: T (5, 10, 30 requests or no
   limit) is chosen from the queue occupancy the GEMM's first, isolated stage
-  shows: its utilisation u1 = its DRAM bytes / (its DRAM time x peak), and a
-  channel served as an M/M/1 queue holds q1 = u1 / (1 - u1) requests on average
-  (``occupancy``); q1 >= 3 -> 5, >= 1 -> 10, >= 1/3 -> 30, else no limit
-  (ASSUMPTION: T3 names the four thresholds, not the occupancies that pick them;
-  the bands are u1 >= 0.75, 0.5 and 0.25, the range split evenly). By the same
+  shows: the mean requests per channel its bursts keep in the queue
+  (``launch.queue_occupancy``: each K step's loads arrive as one burst, as the
+  stage's WGs walk K together, and its output leaves as one write burst; a burst
+  fills the queue up to its size and drains at the HBM's rate), q1; q1 >= 3 -> 5,
+  >= 1 -> 10, >= 1/3 -> 30, else no limit (ASSUMPTION: T3 names the four
+  thresholds, not the occupancies that pick them; the band edges are the
+  occupancies an M/M/1 channel holds at utilisation 0.75, 0.5 and 0.25, u / (1 -
+  u): the range split evenly; without a measured occupancy, a stage's q1 is that
+  M/M/1 occupancy of its utilisation u1, ``occupancy``). By the same
   queue model a channel holds T requests on average at utilisation T/(T+1), so
   communication is served only while the total stays under that ceiling
   (``ceiling``), and at most T requests per channel of it are ahead of a GEMM
@@ -72,8 +76,10 @@ class Alone:
     # it in program order that it overlaps in modelled time (``Dram._serve``): none here,
     # as no compute runs alongside
 
-    def observe_first_stage(self, utilisation: float, reads: float | None = None) -> None:
-        """The DRAM utilisation of the kernel's first (isolated) stage, and of its reads."""
+    def observe_first_stage(self, utilisation: float, reads: float | None = None,
+                            occupancy: float | None = None) -> None:
+        """The DRAM utilisation of the kernel's first (isolated) stage, of its reads, and
+        the queue's mean occupancy over it (requests per channel; None: not measured)."""
 
     def admit(self, dram: Dram, t: float, nbytes: float,
               window: CommWindow) -> tuple[float, float | None]:
@@ -141,15 +147,20 @@ class Mca(Alone):
     def __init__(self):
         self.threshold: float = math.inf
         self.first_stage_utilisation: float | None = None
+        self.first_stage_occupancy: float | None = None
         self.read_utilisation: float | None = None
 
-    def observe_first_stage(self, utilisation: float, reads: float | None = None) -> None:
-        """The first (isolated) stage's DRAM utilisation, and its read phase's."""
+    def observe_first_stage(self, utilisation: float, reads: float | None = None,
+                            occupancy_: float | None = None) -> None:
+        """The first (isolated) stage's DRAM utilisation, its read phase's, and the queue's
+        mean occupancy over it (``launch.queue_occupancy``; None: an M/M/1 queue at the
+        stage's utilisation, u / (1 - u))."""
         if self.first_stage_utilisation is not None:
             return
         self.first_stage_utilisation = utilisation
         self.read_utilisation = reads
-        q = occupancy(utilisation)
+        q = occupancy(utilisation) if occupancy_ is None else occupancy_
+        self.first_stage_occupancy = q
         self.threshold = next((t for o, t in mca_thresholds() if q >= o * (1 - 1e-12)),
                               math.inf)
 
@@ -174,8 +185,7 @@ class Mca(Alone):
         return {"policy": self.name,
                 "occupancy_threshold": None if math.isinf(self.threshold) else self.threshold,
                 "first_stage_utilisation": self.first_stage_utilisation,
-                "first_stage_occupancy": (None if self.first_stage_utilisation is None
-                                          else occupancy(self.first_stage_utilisation)),
+                "first_stage_occupancy": self.first_stage_occupancy,
                 "first_stage_read_utilisation": self.read_utilisation,
                 "ceiling_fraction": self.ceiling_fraction}
 

@@ -86,6 +86,7 @@ arbitration policy's (``emulator/model/arbitration.py``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,6 +203,8 @@ class CostModel:
             eff = 1.0 if vector else self.spec.matrix_efficiency
             compute = (self.wg_seconds(float(flops.max()), peak, resident, vector) / eff
                        if len(flops) else 0.0)
+            if not vector and len(flops) and self._fixed_latency():
+                compute = self.fixed_latency_time(compute, float(kk.max()))
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
         panels = self.panels(wgs)
@@ -253,13 +256,32 @@ class CostModel:
             return 0.0
         return nbytes * (s.mem_latency_s + self.delay) / s.wg_inflight_bytes
 
+    def _fixed_latency(self) -> bool:
+        """The fixed tile hides the memory latency as a pipeline (``fixed_latency_time``): on
+        a device whose GEMMs are the fixed tile (no ``[gemm]`` section: T3's simulated
+        GPU) that gives a latency."""
+        return self.spec.gemm is None and bool(self.spec.mem_latency_s)
+
+    def fixed_latency_time(self, compute: float, kk: float) -> float:
+        """A fixed-tile WG's time over a K slice of ``kk`` whose steps compute in
+        ``compute`` all told: the kernel model's pipeline (``emulator/model/gemm.py``) with
+        ``fixed_stages`` (a parameter) K steps in the pipeline, each answered after the (loaded)
+        latency L: L (the prologue) + steps x max(step, L / (stages - 1))."""
+        steps = max(1, math.ceil(kk / params.value("k_step")))
+        lat = self.spec.mem_latency_s + self.delay
+        return lat + steps * max(compute / steps,
+                                 lat / max(1.0, params.value("fixed_stages") - 1))
+
     def latency_bound(self, producer) -> bool:
         """Whether the compute time of ``producer``'s WGs depends on the memory latency (so
-        on ``delay``): a GEMM whose kernel model has a latency, a GEMV or embedding
-        pooling on a device that gives its WGs' requests in flight."""
+        on ``delay``): a GEMM whose kernel model has a latency (or the fixed tile on a
+        device that gives one: ``_fixed_latency``), a GEMV or embedding pooling on a
+        device that gives its WGs' requests in flight."""
         kernel = getattr(producer, "kernel", None)
-        if kernel is not None:
-            return bool(kernel.modelled and kernel.latency_s and self.kernel_model)
+        if kernel is not None and kernel.modelled:
+            return bool(kernel.latency_s and self.kernel_model)
+        if producer.kind == "gemm" and self._fixed_latency():
+            return True
         s = self.spec
         return producer.kind in ("gemv", "embedding", "elementwise") and bool(
             s.mem_latency_s and s.wg_inflight_bytes)

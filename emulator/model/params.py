@@ -150,6 +150,13 @@ define("shmem_occupancy_loss_unmeasured", 0.0, "fraction",
        {"assumption": "not measured; a GEMM at 1-2 WGs per CU is limited by its LDS and "
                       "tiles before its registers; at most the embedding's measured loss",
         "low": 0.0, "high": 0.125})
+define("fixed_stages", 2, "K steps",
+       "the fixed tile's software pipeline: K steps in flight, one computed while the "
+       "next ones load (a device without a [gemm] section: T3's simulated GPU)",
+       {"assumption": "one step prefetched while another computes, as Tensile's "
+                      "PrefetchGlobalRead and CUTLASS's smallest multistage pipeline; the "
+                      "libraries' tiles keep 2 to 4 (the [gemm] catalogues)",
+        "low": 2, "high": 4})
 define("k_step", 64, "elements",
        "a WG's K loop step; it prefetches one step ahead, so the L2 holds two steps of every "
        "panel (the fixed tile's L2 model)",
