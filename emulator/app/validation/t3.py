@@ -281,20 +281,23 @@ CLAIMS = [
 # ---------------------------------------------------------------- details
 def _per_sublayer(sw: Sweeps) -> list[str]:
     lines = ["## Per sub-layer", "",
-             "u1: the GEMM's DRAM utilisation in its first (isolated) stage, as MCA measures "
-             "it, and ur: its read phase's; T: the occupancy threshold MCA picked (the read "
-             "phase alone keeps the queue over T when ur >= T/(T+1)). Speedups over "
-             "sequential; GEMM and RS: the sequential run's phases (us).", "",
-             "| sub-layer | GEMM us | RS us | u1 | ur | T | t3 | t3-mca | ideal-overlap | "
+             "u1: the GEMM's DRAM utilisation in its first (isolated) stage, and ur: its read "
+             "phase's; q1: the requests per channel its K steps' load bursts and its write "
+             "burst keep in the DRAM queue on average over it, as MCA watches it; T: the "
+             "occupancy threshold MCA picked from q1 (the read phase alone keeps the queue "
+             "over T when ur >= T/(T+1)). Speedups over sequential; GEMM and RS: the "
+             "sequential run's phases (us).", "",
+             "| sub-layer | GEMM us | RS us | u1 | ur | q1 | T | t3 | t3-mca | ideal-overlap | "
              "t3 / ideal | t3-mca / ideal | t3-mca / t3 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in sw[MAIN]["points"]:
         t3, mca, ideal = (_sp(p, m) for m in ("t3", "t3-mca", "ideal-overlap"))
         arb = runs(p)["t3-mca"].get("arbitration") or {}
         u1, ur = arb.get("first_stage_utilisation"), arb.get("first_stage_read_utilisation")
-        thr = arb.get("occupancy_threshold")
-        mca_cols = (f"{u1:.2f} | {ur:.2f} | {thr or 'none'}" if u1 is not None
-                    and ur is not None else "- | - | -")
+        thr, q1 = arb.get("occupancy_threshold"), arb.get("first_stage_occupancy")
+        mca_cols = (f"{u1:.2f} | {ur:.2f} | {q1:.2f} | {thr or 'none'}"
+                    if u1 is not None and ur is not None and q1 is not None
+                    else "- | - | - | -")
         ph = runs(p)["sequential"]["phases"]
         lines.append(f"| {label(p)} | {ph['gemm'] * 1e6:.0f} | {ph['rs'] * 1e6:.0f} | "
                      f"{mca_cols} | {t3:.3f}x | {mca:.3f}x | {ideal:.3f}x | {t3 / ideal:.3f} "
@@ -413,8 +416,10 @@ def _notes(sw: Sweeps) -> list[str]:
              "- MCA (`t3-mca`, `emulator/model/arbitration.py`): communication never fills "
              "the queue. Compute first (the stage is reserved before the communication it "
              "competes with) and communication only under the occupancy threshold's ceiling "
-             "T/(T+1), T from the first stage's intensity u1 (the bands are a stated "
-             "assumption: T3 names the thresholds, not the bands); where the GEMM's read "
+             "T/(T+1), T from the queue occupancy q1 the first stage's bursts keep (each K "
+             "step's loads, as its WGs walk K together, and its output; `launch."
+             "queue_occupancy`; the bands are a stated assumption: T3 names the "
+             "thresholds, not the bands); where the GEMM's read "
              "phase alone keeps the queue over T (ur >= T/(T+1)), a request waits at most "
              "the anti-starvation limit (1 us, `DramSpec.starvation_s`, an assumption) and "
              "then takes what the GEMM leaves. " + _latency_note(),
