@@ -454,11 +454,16 @@ def _notes(sw: Sweeps) -> list[str]:
             f"they keep no backlog in the DRAM queue (no loaded latency for the GEMM's "
             f"loads); a GEMM that leaves that much of the HBM free (compute-bound, its "
             f"output written in bursts) loses only where its write bursts fill the HBM. "
-            f"The transfers pass through the Infinity Cache (`[memory] comm_through_l2`) "
-            f"and take a share of it in proportion to their allocation rate "
-            f"(`emulator/model/cache.py`), which at these rates leaves the GEMM nearly all "
-            f"of it; DRAM row conflicts between the streams are not modelled. The "
-            f"transfers' own CIL with DMA: {min(comm):.2f} to {max(comm):.2f}.")
+            + ("The memory interference FiCCO measures beyond bandwidth (caches, DRAM "
+               "row conflicts between the streams) is not modelled in this sweep (the "
+               "Infinity Cache shared with the transfers is modelled since, "
+               "`emulator/model/cache.py`). " if "comm_through_l2" not in dev else
+               "The transfers pass through the Infinity Cache (`[memory] "
+               "comm_through_l2`) and take a share of it in proportion to their "
+               "allocation rate (`emulator/model/cache.py`), which at these rates leaves "
+               "the GEMM nearly all of it; DRAM row conflicts between the streams are not "
+               "modelled. ")
+            + f"The transfers' own CIL with DMA: {min(comm):.2f} to {max(comm):.2f}.")
     cu = [(p, x) for p, x in ls if "CIL gemm cu" in x]
     if cu:
         from collectives.ficco import CU_DISPATCH, CU_SHARE
@@ -469,17 +474,25 @@ def _notes(sw: Sweeps) -> list[str]:
         expect = 1 / (1 - share)
         vals = [x["CIL gemm cu"] for _, x in cu]
         comm = [x.get("CIL comm cu", float("nan")) for _, x in cu]
+        # a sweep made before the CU dispatch and the shared cache were modelled records
+        # devices without ``comm_through_l2``: its CU kernels held their CUs throughout
+        before = "comm_through_l2" not in cu[0][0]["device_spec"]
+        how = ("held for the whole GEMM: this sweep was made before the CU dispatch "
+               "was modelled (`emulator/engine/cu_side.py`; the model now dispatches "
+               "them prioritised, so the stages after their last transfer have every CU)"
+               if before else
+               f"dispatched {DISPATCH[int(CU_DISPATCH.default)]} (launched ahead of the "
+               f"GEMMs; `emulator/engine/cu_side.py`), so every GEMM stage that starts "
+               f"while they move data runs on the rest and the stages after their last "
+               f"transfer on every CU; their loads and stores also take the L2's bandwidth "
+               f"the GEMM's K loop needs")
         lines.append(
             f"- The GEMM's CIL with CU-driven transfers is {min(vals):.2f} to "
             f"{max(vals):.2f} on {len(cu)} GEMMs (the transfers' own {min(comm):.2f} to "
             f"{max(comm):.2f}): the library's kernels hold {share * cus:.0f} of {cus} CUs "
-            f"(an assumption), dispatched {DISPATCH[int(CU_DISPATCH.default)]} (launched "
-            f"ahead of the GEMMs; `emulator/engine/cu_side.py`), so every GEMM stage that "
-            f"starts while they move data runs on the rest, at most 1 / (1 - {share:.3f}) = "
-            f"{expect:.2f} as long, and the stages after their last transfer on every CU; "
-            f"their loads and stores also take the L2's bandwidth the GEMM's K loop needs. "
-            f"DMA's lower contention here is the CUs it leaves, not less memory "
-            f"interference (above).")
+            f"(an assumption), at most 1 / (1 - {share:.3f}) = {expect:.2f} of a GEMM "
+            f"stage's time, {how}. DMA's lower contention here is the CUs it leaves, not "
+            f"less memory interference (above).")
     return lines + [""]
 
 
