@@ -285,7 +285,8 @@ def _names(text: str) -> tuple[str, ...]:
 def sweep(scenario, out_dir, timing_only, watchdog_s, configs, overrides, ablate, causes,
           mixed) -> None:
     """Run every point of SCENARIO (a .toml path, or a shipped scenario's name: example,
-    t3-paper, t3-2x-cu, flux-paper, fused-ops-paper, ficco-paper) in its configurations."""
+    t3-paper, t3-2x-cu, flux-paper, fused-ops-paper, ficco-paper, anchors) in its
+    configurations."""
     from pathlib import Path
 
     from emulator.api import sweep as run_sweep
@@ -554,7 +555,7 @@ def validate(results, results2x, out_dir, run_sensitivity, only) -> None:
     and FiCCO beside the emulator's from sweeps of their scenarios (t3-paper, t3-2x-cu,
     flux-paper, fused-ops-paper, ficco-paper; each RESULTS directory's scenario is read from
     its results.json) and from their whole-model estimates (`t3emu model --scenario NAME
-    --out DIR`: DIR/estimates.json)."""
+    --out DIR`: DIR/estimates.json), and the contention anchors from a sweep of anchors."""
     from pathlib import Path
 
     from emulator.app.validation import SCENARIOS, ValidationError, read_dirs, write
