@@ -62,8 +62,11 @@ def test_elementwise_and_gemv_costs_are_memory_bound():
 
 
 def test_the_fixed_tile_runs_at_its_matrix_efficiency_and_the_counterfactual_removes_it():
-    """A fixed-tile stage's compute: max WG FLOPs x S / (P x matrix_efficiency), by hand; the
-    gemm-efficiency counterfactual puts it back at the peak; vector work is not scaled."""
+    """A fixed-tile stage's compute: max WG FLOPs x S / (P x matrix_efficiency), by hand,
+    behind its pipeline's prologue (one load latency L; t3-sim gives L = 216 ns, and each
+    of its 12 K steps of 64 computes longer than L, so the steps are not latency-bound);
+    the gemm-efficiency counterfactual puts it back at the peak; vector work is not
+    scaled. With L longer than a K step, the steps wait for the loads: L + 12 L."""
     import dataclasses
 
     from devices.spec import load_device
@@ -74,10 +77,15 @@ def test_the_fixed_tile_runs_at_its_matrix_efficiency_and_the_counterfactual_rem
     wgs = np.array([[0, 128, 0, 128, 0, 768], [128, 256, 0, 64, 0, 768]], np.int64)
     slots, peak = spec.wgs_per_stage, spec.peak_flops("fp16")
     by_hand = 2 * 128 * 128 * 768 * slots / peak  # the largest WG's share of the peak
+    lat = spec.mem_latency_s
+    assert lat == pytest.approx(216e-9) and by_hand / 12 > lat
     _, compute, _ = CostModel(spec, "fp16").gemm_compute(wgs)
-    assert compute == pytest.approx(by_hand / 0.8)
+    assert compute == pytest.approx(lat + by_hand / 0.8)
     _, compute, _ = CostModel(ablate(spec, ("gemm-efficiency",)), "fp16").gemm_compute(wgs)
-    assert compute == pytest.approx(by_hand)
+    assert compute == pytest.approx(lat + by_hand)
+    slow = dataclasses.replace(spec, mem_latency_s=10e-6)  # a latency beyond a K step
+    _, compute, _ = CostModel(slow, "fp16").gemm_compute(wgs)
+    assert compute == pytest.approx(10e-6 + 12 * 10e-6)
     gemv = np.array([[0, 128, 0, 1, 0, 4096]], np.int64)
     _, v, _ = CostModel(spec, "fp16").gemm_compute(gemv, vector=True)
     _, v1, _ = CostModel(ablate(spec, ("gemm-efficiency",)), "fp16").gemm_compute(gemv,
