@@ -15,7 +15,7 @@ from tests.ops import SAME_AS_NUMERIC, check_numerics_and_timing_only
 
 MODES = ("ficco-uniform-fused-1d,ficco-hetero-fused-1d,ficco-hetero-unfused-1d,"
          "ficco-uniform-fused-2d,ficco-shard,ficco-ideal,ficco-auto,ficco-cu,sequential,"
-         "ficco-serial,ficco-dil,ficco-cil," + ",".join(f"ficco-cu-{s}" for s in ficco.SCHEDULES))
+         "ficco-serial,ficco-dil,ficco-cil,c3," + ",".join(f"ficco-cu-{s}" for s in ficco.SCHEDULES))
 # uneven: M = 203 rows over W ranks, pieces of M / W^2 rows, K not a multiple of W
 SHAPE = ["--m", "203", "--n", "40", "--k", "37"]
 
