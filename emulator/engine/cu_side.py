@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from emulator.model.dram import bytes_within
+
 
 @dataclass
 class CuSide:
@@ -76,9 +78,4 @@ class CuSide:
         transfer's bytes loaded and stored, spread evenly over it."""
         if t1 <= t0 or not self.moves:
             return 0.0
-        total = 0.0
-        for start, end, nbytes in self.moves:
-            lo, hi = max(t0, start), min(t1, end)
-            if hi > lo and end > start:
-                total += 2.0 * nbytes * (hi - lo) / (end - start)
-        return total / (t1 - t0)
+        return 2.0 * bytes_within(self.moves, t0, t1) / (t1 - t0)

@@ -176,7 +176,9 @@ class KernelRunner:
         order; 0 where none waits."""
         from emulator.engine.program import plain_wave
 
-        s = plain_wave(self.kernel)
+        if not hasattr(self, "_plain_wave"):  # once per kernel run
+            self._plain_wave = plain_wave(self.kernel)
+        s = self._plain_wave
         return self.stage_windows[s][0] if s is not None and s < len(self.stage_windows) \
             else 0.0
 

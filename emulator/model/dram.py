@@ -167,14 +167,7 @@ class Dram:
         q = self._through
         while q and q[0][1] < t0 - THROUGH_HORIZON_S:
             q.popleft()
-        total = 0.0
-        for start, end, nbytes in q:
-            lo, hi = max(t0, start), min(t1, end)
-            if hi > lo:
-                total += nbytes * (hi - lo) / (end - start)
-            elif end <= start and t0 <= start < t1:
-                total += nbytes
-        return total
+        return bytes_within(q, t0, t1)
 
     def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
              offered_rate: float | None = None) -> float:
@@ -340,6 +333,19 @@ class _Apart:
 
 
 _APART = _Apart()
+
+
+def bytes_within(spans, t0: float, t1: float) -> float:
+    """Bytes of ``spans`` ((start, end, bytes), each spread evenly over [start, end]; an
+    instant one counted where it falls) between ``t0`` and ``t1``."""
+    total = 0.0
+    for start, end, nbytes in spans:
+        lo, hi = max(t0, start), min(t1, end)
+        if hi > lo:
+            total += nbytes * (hi - lo) / (end - start)
+        elif end <= start and t0 <= start < t1:
+            total += nbytes
+    return total
 
 
 def _mean_unserved(bursts, a: float, b: float) -> float:
