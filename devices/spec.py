@@ -134,6 +134,8 @@ class DramSpec:
     # bursts keep their priority) and far below a GEMM stage (tens of us), so no stream
     # waits for a whole stage.
     starvation_s: float = 1e-6
+    banks: int = 0  # DRAM banks of the whole HBM (0: row switches between streams not modelled)
+    row_miss_cost: float = 1.0  # channel time of an access that misses the open row, in hits
     shared: bool = True  # communication shares the compute stream's queues (the hardware);
     # False only in the ``contention`` counterfactual (``emulator/model/ablation.py``)
 
@@ -552,7 +554,9 @@ def parse_spec(data: dict[str, Any], source: str) -> DeviceSpec:
                       turnaround_s=values["dram_turnaround_s"],
                       write_batch=values["dram_write_batch"],
                       burst_bytes=int(values["dram_burst_bytes"]),
-                      starvation_s=values["dram_starvation_s"]),
+                      starvation_s=values["dram_starvation_s"],
+                      banks=values["dram_banks"],
+                      row_miss_cost=values["dram_row_miss_cost"]),
     )
 
 

@@ -141,6 +141,18 @@ class BandwidthTimeline:
                 remaining -= avail * (t1 - t0)
             i += 1
 
+    def rates(self, t0: float, t1: float):
+        """(seconds, reserved rate, compute's part of it) of each interval of [t0, t1)
+        (``kinds`` timelines; compute's part 0 otherwise)."""
+        t, u, c = self._t, self._u, self._c
+        i = max(0, bisect.bisect_right(t, t0) - 1)
+        n = len(t)
+        while i < n and t[i] < t1:
+            lo, hi = max(t[i], t0), min(t[i + 1] if i + 1 < n else math.inf, t1)
+            if hi > lo:
+                yield hi - lo, u[i], (c[i] if c is not None else 0.0)
+            i += 1
+
     def preempt(self, ready: float, nbytes: float, cap: float | None,
                 share: float) -> tuple[float, float, float]:
         """Serve ``nbytes`` of communication from ``ready`` at most at ``cap``: the free rate

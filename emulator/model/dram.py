@@ -42,6 +42,20 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   (``CommWindow.compute_after``) costs its bytes x (1 or ``update_cost``)
   plus ``turnaround_bytes`` per byte; a kernel's own read and write phases follow
   each other, so they pay none.
+- **Row switches between streams**: a stream alone keeps its rows open (streaming reads
+  and writes hit the open row; what its own row changes cost is in the sustained rate).
+  Two streams served at once interleave in the banks: the FR-FCFS scheduler serves a
+  bank's queued hits to the open row first, so a bank's share of the full queue,
+  k = C x D / ``banks`` requests, holds one open row if its requests are all one
+  stream's and two if both streams' are there, with probability
+  p(s) = 1 - s^k - (1 - s)^k for a stream taking s of the rate; each such batch costs
+  one more row switch, (``row_miss_cost`` - 1) hits' channel time. So bytes T served
+  together, at shares s and 1 - s, take T x p(s) x (m - 1) / k more channel time
+  (``switch_bytes``, summed over the intervals of a reservation, where the other
+  stream's rate is what the timeline holds). The reservation made later in program
+  order pays it, served from its start at whatever rate is free (communication's under
+  its policy's share, as its own bytes); one stream's own requests, or two streams that
+  never overlap in time, pay none.
 - **Counterfactual** (``DramSpec.shared`` = False, the ``contention`` ablation of
   ``ablation.py``): communication is served by a DRAM of its own at the same rate
   (``comm``, ``stream``), under no policy and with no read/write turnaround, so
@@ -85,6 +99,12 @@ class Dram:
         # extra bytes of channel time per byte written while another stream reads
         self.turnaround_bytes = (dram.turnaround_s * self.rate / self.channels
                                  / (dram.write_batch * dram.access_bytes))
+        # row switches between streams (module docstring): requests per bank of a full
+        # queue, and the extra channel time per mixed batch, in bytes of a hit's time
+        self.bank_requests = (self.channels * dram.queue_depth / dram.banks
+                              if dram.banks else 0.0)
+        self.switch_cost = (dram.row_miss_cost - 1.0) if dram.banks else 0.0
+        self.switched = 0.0  # bytes of channel time row switches between streams took
         self.record = record
         self.log: list[tuple[str, float, float, float]] = []  # (stream, start, end, bytes)
         self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
@@ -109,7 +129,43 @@ class Dram:
         start, end, _ = self.timeline.fill(ready, nbytes, cap, compute=compute)
         if self.record and nbytes > 0:
             self.log.append((stream, start, end, nbytes))
-        return start, end
+        return start, self._switch(None, start, end, nbytes, compute)
+
+    def switch_bytes(self, start: float, end: float, nbytes: float, compute: bool) -> float:
+        """Channel time (bytes at a hit's rate) the row switches between ``nbytes`` served
+        in [start, end) and the other stream's requests served there take (module
+        docstring): per interval of the timeline, T x p(s) x (m - 1) / k with T the two
+        streams' bytes and s this one's share. The other stream: communication and
+        library kernels for a compute reservation, compute for any other."""
+        if self.switch_cost <= 0 or end <= start or nbytes <= 0:
+            return 0.0
+        k, own = self.bank_requests, nbytes / (end - start)
+        eps = self.rate * 1e-9  # not a parameter: a numerical tolerance
+        total = 0.0
+        for dt, u, c in self.timeline.rates(start, end):
+            other = u - c if compute else c
+            if other > eps:
+                both = own + other
+                s = own / both
+                total += both * dt * (1.0 - s ** k - (1.0 - s) ** k)
+        return total * self.switch_cost / k
+
+    def _switch(self, policy, start: float, end: float, nbytes: float,
+                compute: bool) -> float:
+        """Serve the row switches ``nbytes`` served in [start, end) cause (``switch_bytes``)
+        from ``start``: compute's and policy-less reservations' at the free rate,
+        communication's as its own bytes under ``policy``; when the reservation ends."""
+        extra = self.switch_bytes(start, end, nbytes, compute)
+        if extra <= self.rate * 1e-15:
+            return end
+        if policy is None:
+            s, e, _ = self.timeline.fill(start, extra, None, compute=compute)
+        else:
+            s, e = self._serve(policy, start, extra, None)
+        self.switched += extra
+        if self.record:
+            self.log.append(("row switches", s, e, extra))
+        return max(end, e)
 
     def _serve(self, policy, ready: float, nbytes: float,
                cap: float | None) -> tuple[float, float]:
@@ -193,6 +249,7 @@ class Dram:
                     t1, cap = self._via_lane(cap, t, rest)
                 s1, e1 = self._held(policy, window, t, t1, rest, cap)
                 s0, e = (s1, e1) if blocking <= 0 else (min(s0, s1), max(e, e1))
+            e = self._switch(policy, s0, e, size, False)
             self._comm.append((t, s0, e, size))
             self._queued.append((t, s0, e, size))
             self._through.append((s0, e, size))
@@ -219,6 +276,7 @@ class Dram:
         if rate > self.rate or not (ceiling is None or ceiling >= self.rate):
             return self.comm(policy, ready, nbytes, window, stream, rate)
         s0, e = self._serve(policy, ready, nbytes, rate)
+        e = self._switch(policy, s0, e, nbytes, False)
         self._comm.append((ready, s0, e, nbytes))
         self._through.append((s0, e, nbytes))
         if self.record:
