@@ -436,7 +436,10 @@ def _notes(sw: Sweeps) -> list[str]:
              "the published units are ambiguous)."]
     ls = _losses(sw) if SWEEP in sw else []
     dma = [x["CIL gemm dma"] for _, x in ls if "CIL gemm dma" in x]
-    if dma and max(abs(v - 1.0) for v in dma) < 0.005:
+    dev0 = ls[0][0]["device_spec"] if ls else {}
+    if dma and (dev0.get("dram") or {}).get("banks"):  # a sweep with the row switches
+        lines.append(_dma_contention(ls, dma, dev0))
+    elif dma and max(abs(v - 1.0) for v in dma) < 0.005:
         comm = [x["CIL comm dma"] for _, x in ls if "CIL comm dma" in x]
         dev = ls[0][0]["device_spec"]
         links, link, hbm = (dev["interconnect"]["links"], dev["interconnect"]["link_bw"],
@@ -490,10 +493,46 @@ def _notes(sw: Sweeps) -> list[str]:
             f"- The GEMM's CIL with CU-driven transfers is {min(vals):.2f} to "
             f"{max(vals):.2f} on {len(cu)} GEMMs (the transfers' own {min(comm):.2f} to "
             f"{max(comm):.2f}): the library's kernels hold {share * cus:.0f} of {cus} CUs "
-            f"(an assumption), at most 1 / (1 - {share:.3f}) = {expect:.2f} of a GEMM "
-            f"stage's time, {how}. DMA's lower contention here is the CUs it leaves, not "
-            f"less memory interference (above).")
+            f"(an assumption), from the CUs alone at most 1 / (1 - {share:.3f}) = "
+            f"{expect:.2f} of a GEMM stage's time, {how}. DMA's lower contention here is "
+            f"the CUs it leaves, not less memory interference (above)"
+            + (f"; beyond {expect:.2f}, the CU transfers pay the same memory sharing as "
+               f"the DMA transfers and take the L2's bandwidth." if max(vals) > expect
+               else "."))
     return lines + [""]
+
+
+def _dma_contention(ls: list, dma: list[float], dev: dict) -> str:
+    """The note on the GEMM's CIL beside DMA transfers in a sweep whose model shares the
+    HBM's rate, its open rows and the cache in front of it with them."""
+    from devices.spec import DramSpec
+    from emulator.model.dram import Dram
+
+    comm = [x["CIL comm dma"] for _, x in ls if "CIL comm dma" in x]
+    d = dev["dram"]
+    hbm = Dram("hbm", dev["hbm_bw"], DramSpec(
+        channels=d["channels"], queue_depth=d["queue_depth"], access_bytes=d["access_bytes"],
+        banks=d["banks"], row_miss_cost=d["row_miss_cost"]))
+    k, m = hbm.bank_requests, d["row_miss_cost"]
+    even = (1.0 - 2 * 0.5 ** k) * (m - 1.0) / k
+    links, link = dev["interconnect"]["links"], dev["interconnect"]["link_bw"]
+    cache = ("the cache in front of the HBM, which their reads and landings pass and "
+             "share in proportion to their allocation rate (`[memory] comm_through_l2`, "
+             "`emulator/model/cache.py`)" if dev.get("comm_through_l2") else
+             "no cache (their traffic bypasses it on this GPU)")
+    return (f"- The GEMM's CIL with DMA transfers is {min(dma):.3f} to {max(dma):.3f} on "
+            f"{len(dma)} GEMMs, the transfers' own {min(comm):.3f} to {max(comm):.3f}. The "
+            f"pieces' reads and landings, at most {links} links x {link / 1e9:.0f} GB/s "
+            f"each way ({2 * links * link / 1e12:.2f} TB/s of the HBM's "
+            f"{dev['hbm_bw'] / 1e12:.1f} TB/s), share three things with the GEMM: the "
+            f"HBM's rate (FR-FCFS serves a transfer's requests ahead of the GEMM's after "
+            f"them; the bytes it takes from a stage are served before the kernel's next "
+            f"one), its open rows (two streams served at once interleave in the banks: "
+            f"k = {k:.1f} queued requests per bank, a row switch {m:g} hits, so an even mix "
+            f"costs {even:.0%} more channel time, `Dram.switch_bytes`) and {cache}. The "
+            f"causes table's `contention` (communication on a DRAM of its own: all three "
+            f"gone) is their part of each configuration's gain; the row switch's cost and "
+            f"HBM3's banks are assumptions whose weight the sensitivity section shows.")
 
 
 def details(sw: Sweeps) -> list[str]:
