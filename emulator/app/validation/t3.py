@@ -394,23 +394,35 @@ def _latency_note() -> str:
     full = Dram("t3-sim", spec.hbm_bw, spec.dram).queue_bytes / spec.hbm_bw
     return (f"T3 finds MCA's gain in the latency that queue-filling bursts add to each "
             f"GEMM read. The model has that latency (a latency-bound kernel's loads wait "
-            f"behind the communication queued in the DRAM, `Dram.queued`), but T3's "
-            f"GEMM is not latency-bound: a {spec.wg_tile_m}x{spec.wg_tile_n} WG's K step "
-            f"of {K_STEP} takes {step * 1e6:.2f} us at {spec.wgs_per_stage} WGs, while a "
-            f"queue full of communication ({full * 1e9:.0f} ns of the HBM) delays a read "
-            f"far less than that, so the tile's pipeline hides it (even one step in "
-            f"flight would); a K loop that felt it would need a per-CU limit on requests "
-            f"in flight far below a tile's panels, which no source gives for T3's GPU "
-            f"(its preset has no `[gemm]` section or memory latency). What MCA wins here "
-            f"is bytes: bursts that would fill the queue and block the GEMM's reads (the "
-            f"T3-MCA over T3 rows show what that leaves of T3's 13%).")
+            f"behind the communication queued in the DRAM, `Dram.queued`), and T3's fixed "
+            f"tile feels it ({spec.mem_latency_s * 1e9:.0f} ns unloaded, `[memory] "
+            f"latency_ns`, an assumption), but T3's GEMM hides it: a "
+            f"{spec.wg_tile_m}x{spec.wg_tile_n} WG's K step of {K_STEP} takes "
+            f"{step * 1e6:.2f} us at {spec.wgs_per_stage} WGs, while a queue full of "
+            f"communication ({full * 1e9:.0f} ns of the HBM) adds far less than that, and "
+            f"the tile keeps {params.value('fixed_stages'):g} K steps in flight (`[model] "
+            f"fixed_stages`, an assumption), so only a stage's first load pays it. What MCA "
+            f"wins here is bytes: bursts that would fill the queue and block the GEMM's "
+            f"reads, and the row switches of the streams it keeps from mixing (the T3-MCA "
+            f"over T3 rows show what that leaves of T3's 13%).")
+
+
+def _queue() -> str:
+    """The t3-sim DRAM queue as the model sizes it (channels of 32 GB/s)."""
+    from devices.spec import load_device
+    from emulator.model.dram import Dram
+
+    spec = load_device("t3-sim")
+    hbm = Dram("t3-sim", spec.hbm_bw, spec.dram)
+    return (f"{hbm.channels} channels x {spec.dram.queue_depth} requests x "
+            f"{spec.dram.access_bytes} B = {hbm.queue_bytes / 1024:.0f} KiB")
 
 
 def _notes(sw: Sweeps) -> list[str]:
     lines = ["## What decides it", "",
              "- Round-robin (`t3`): a stage's DMA reads are issued together as its regions "
-             "complete; the part of that burst beyond the DRAM queue's room (32 channels x 64 "
-             "requests x 64 B = 128 KB) fills the queue, so the next GEMM stage's reads wait "
+             f"complete; the part of that burst beyond the DRAM queue's room ({_queue()}) "
+             "fills the queue, so the next GEMM stage's reads wait "
              "for it (`emulator/model/dram.py`, the backlog). Landing NMC updates stream at "
              "the link rate and pay the read/write turnaround while the GEMM reads.",
              "- MCA (`t3-mca`, `emulator/model/arbitration.py`): communication never fills "
