@@ -10,7 +10,7 @@ What the model keeps, per rank (parameters: ``devices.spec.DramSpec``):
   C = 32 channels of 32 GB/s; D = 64, GPGPU-Sim's FR-FCFS scheduler queue, the
   simulator family T3 builds on; A = 64-byte accesses). All channels see the
   same mix (addresses interleave over them), so the model keeps one queue of
-  Q = C x D x A bytes (124 KiB on t3-sim: 1 TB/s makes 31 channels of 32 GB/s) rather than C copies of it.
+  Q = C x D x A bytes (128 KB on t3-sim) rather than C copies of it.
 - **Streams**: the compute stream (a GEMM stage's reads paced by its compute, then
   its bursty writes; ``launch.py``) and the communication stream (DMA reads,
   stores and near-memory updates landing from peers, a CU kernel's traffic),
