@@ -91,3 +91,19 @@ def test_off_without_banks_and_in_the_contention_counterfactual():
 def test_every_preset_gives_its_banks_and_a_switch_cost(name, banks):
     spec = load_device(name)
     assert spec.dram.banks == banks and spec.dram.row_miss_cost == 2.0
+
+
+def test_the_concepts_page_gives_mi300x_even_mix_as_the_model_computes_it():
+    """docs/concepts.md's MI300X figures (k and an even mix's extra channel time), from the
+    preset rather than typed by hand."""
+    import re
+    from pathlib import Path
+
+    spec = load_device("mi300x")
+    hbm = Dram("hbm", spec.hbm_bw, spec.dram)
+    k, m = hbm.bank_requests, spec.dram.row_miss_cost
+    even = _p(0.5, k) * (m - 1.0) / k
+    text = " ".join((Path(__file__).parents[1] / "docs" / "concepts.md").read_text().split())
+    found = re.search(r"\(k = ([\d.]+), m = ([\d.]+)\) an even mix costs (\d+)% more", text)
+    assert found, "docs/concepts.md no longer states MI300X's even-mix cost"
+    assert found.groups() == (f"{k:.1f}", f"{m:g}", f"{even * 100:.0f}")

@@ -84,6 +84,12 @@ THROUGH_HORIZON_S = 10e-3
 BACKLOG_HORIZON_S = 10e-6
 
 
+def mixed_batches(share: float, k: float) -> float:
+    """The chance that a bank's ``k`` queued requests hold both streams' rows when one
+    stream takes ``share`` of the rate: 1 - s^k - (1 - s)^k (module docstring)."""
+    return 1.0 - share ** k - (1.0 - share) ** k
+
+
 class Dram:
     """One GPU's memory controller and HBM (see the module docstring)."""
 
@@ -146,8 +152,7 @@ class Dram:
             other = u - c if compute else c
             if other > eps:
                 both = own + other
-                s = own / both
-                total += both * dt * (1.0 - s ** k - (1.0 - s) ** k)
+                total += both * dt * mixed_batches(own / both, k)
         return total * self.switch_cost / k
 
     def _switch(self, policy, start: float, end: float, nbytes: float,

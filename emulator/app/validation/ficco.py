@@ -505,16 +505,17 @@ def _notes(sw: Sweeps) -> list[str]:
 def _dma_contention(ls: list, dma: list[float], dev: dict) -> str:
     """The note on the GEMM's CIL beside DMA transfers in a sweep whose model shares the
     HBM's rate, its open rows and the cache in front of it with them."""
+    import dataclasses
+
     from devices.spec import DramSpec
-    from emulator.model.dram import Dram
+    from emulator.model.dram import Dram, mixed_batches
 
     comm = [x["CIL comm dma"] for _, x in ls if "CIL comm dma" in x]
     d = dev["dram"]
-    hbm = Dram("hbm", dev["hbm_bw"], DramSpec(
-        channels=d["channels"], queue_depth=d["queue_depth"], access_bytes=d["access_bytes"],
-        banks=d["banks"], row_miss_cost=d["row_miss_cost"]))
+    hbm = Dram("hbm", dev["hbm_bw"], DramSpec(**{f.name: d[f.name] for f in
+                                                 dataclasses.fields(DramSpec) if f.name in d}))
     k, m = hbm.bank_requests, d["row_miss_cost"]
-    even = (1.0 - 2 * 0.5 ** k) * (m - 1.0) / k
+    even = mixed_batches(0.5, k) * (m - 1.0) / k
     links, link = dev["interconnect"]["links"], dev["interconnect"]["link_bw"]
     cache = ("the cache in front of the HBM, which their reads and landings pass and "
              "share in proportion to their allocation rate (`[memory] comm_through_l2`, "
