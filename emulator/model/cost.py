@@ -114,18 +114,62 @@ class StageCost:
         return self.read_bytes if self.read_cost_bytes is None else self.read_cost_bytes
 
 
-def _distinct(wgs: np.ndarray, col: int) -> list[list[int]]:
-    """The distinct (start, end, k0, k1) of columns col, col + 1 of ``wgs`` (rows or
-    columns of the tiles) with their K slices."""
-    if not len(wgs):
-        return []
-    k0, k1 = wgs[:, 4], wgs[:, 5]
-    if (k0 == k0[0]).all() and (k1 == k1[0]).all():  # one K slice: distinct spans only
-        a, b = wgs[:, col], wgs[:, col + 1]
-        key = np.unique(a * (int(b.max()) + 1) + b)
-        span = int(b.max()) + 1
-        return [[x // span, x % span, int(k0[0]), int(k1[0])] for x in key.tolist()]
-    return np.unique(wgs[:, [col, col + 1, 4, 5]], axis=0).tolist()
+SPAN = 1 << 30  # a panel's bounds in one int64 key: rows, columns and K below 2**30
+
+
+class Panels:
+    """A set of operand panels: A row panels (rows r0:r1) and B column panels (columns
+    c0:c1), each over a K slice k0:k1, as two int64 keys per panel, sorted and distinct
+    (``side`` 0 for A, 1 for B, in the first key's top bit). Numpy arrays rather than a
+    set of tuples: a stage holds hundreds of panels and is costed once per stage."""
+
+    __slots__ = ("where", "slice", "size")
+
+    def __init__(self, where: np.ndarray, slice_: np.ndarray, size: np.ndarray):
+        self.where, self.slice, self.size = where, slice_, size  # size: elements
+
+    @classmethod
+    def of(cls, wgs: np.ndarray) -> "Panels":
+        """The distinct A row panels and B column panels (with their K slices) ``wgs``
+        (rows r0, r1, c0, c1, k0, k1) read."""
+        if not len(wgs):
+            return cls(*(np.zeros(0, np.int64),) * 3)
+        w = wgs.astype(np.int64, copy=False)
+        if int(w.min()) < 0 or int(w.max()) >= SPAN:
+            raise ValueError(f"tile bounds beyond 2**30: {int(w.min())}..{int(w.max())}")
+        kslice = w[:, 4] * SPAN + w[:, 5]
+        where = np.concatenate([w[:, 0] * SPAN + w[:, 1],
+                                (SPAN + w[:, 2]) * SPAN + w[:, 3]])
+        slice_ = np.concatenate([kslice, kslice])
+        order = np.lexsort((slice_, where))
+        where, slice_ = where[order], slice_[order]
+        keep = np.ones(len(where), bool)
+        keep[1:] = (where[1:] != where[:-1]) | (slice_[1:] != slice_[:-1])
+        where, slice_ = where[keep], slice_[keep]
+        size = ((where % SPAN) - (where // SPAN) % SPAN) * ((slice_ % SPAN) - slice_ // SPAN)
+        return cls(where, slice_, size)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def elements(self) -> int:
+        return int(self.size.sum())
+
+    def shared(self, other: "Panels") -> int:
+        """Elements of the panels both sets hold."""
+        if not len(self) or not len(other):
+            return 0
+        where = np.concatenate([self.where, other.where])
+        slice_ = np.concatenate([self.slice, other.slice])
+        size = np.concatenate([self.size, other.size])
+        order = np.lexsort((slice_, where))
+        where, slice_, size = where[order], slice_[order], size[order]
+        both = (where[1:] == where[:-1]) & (slice_[1:] == slice_[:-1])  # each set distinct:
+        return int(size[:-1][both].sum())  # a panel in both is a pair of neighbours
+
+
+PANEL_MEMO = 256  # entries kept by CostModel's panel memo before they start again
+# (not a parameter: a bound on memory, which no modelled time depends on)
 
 
 class CostModel:
@@ -151,6 +195,8 @@ class CostModel:
         # their useful FLOPs; a device without the section builds no modelled kernel but
         # a hand-built one, as a test's, keeps its clock)
         self.kernel_model = spec.gemm is None or spec.gemm.enabled
+        self._panel_memo: dict = {}  # wgs contents -> (panels, bytes): ``_panels``
+        self._held_last: tuple = (None, None, 0.0)  # (panels, resident, bytes): ``_held``
         self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
@@ -207,8 +253,7 @@ class CostModel:
                 compute = self.fixed_latency_time(compute, float(kk.max()))
         if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
-        panels = self.panels(wgs)
-        unique = self._bytes(panels)
+        panels, unique = self._panels(wgs)
         if not unique:
             return float(flops.sum()), compute, fixup
         naive = float(((h + w) * kk * self.e).sum())
@@ -216,18 +261,35 @@ class CostModel:
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
         window = unique * min(1.0, 2 * params.value("k_step") / float(kk.max()))
         reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
-        if self._resident and self._resident_share:  # panels the previous stage left in L2
-            reads -= self._bytes(panels & self._resident) * self._resident_share
+        if len(self._resident) and self._resident_share:  # panels the previous stage left in L2
+            reads -= self._held(panels) * self._resident_share
         return float(flops.sum()), compute, max(0.0, reads) + fixup
 
     # ---------------------------------------------------------------- the L2 across stages
-    def panels(self, wgs: np.ndarray) -> frozenset:
-        """The A row panels and B column panels (with their K ranges) ``wgs`` read."""
-        return frozenset([("A", *x) for x in _distinct(wgs, 0)]
-                         + [("B", *x) for x in _distinct(wgs, 2)])
+    def _panels(self, wgs: np.ndarray) -> tuple[Panels, float]:
+        """The A row panels and B column panels ``wgs`` read (``Panels``) and their bytes,
+        kept per distinct ``wgs`` (its contents): a stage is costed again at each L2
+        share and loaded latency it meets (``_time_items``), and its panels are committed
+        after, on the same items."""
+        key = (wgs.shape, wgs.dtype.str, wgs.tobytes())
+        hit = self._panel_memo.get(key)
+        if hit is None:
+            panels = Panels.of(wgs)
+            hit = (panels, float(panels.elements() * self.e))
+            if len(self._panel_memo) >= PANEL_MEMO:
+                self._panel_memo.clear()
+            self._panel_memo[key] = hit
+        return hit
 
-    def _bytes(self, panels) -> float:
-        return float(sum((p[2] - p[1]) * (p[4] - p[3]) for p in panels) * self.e)
+    def _held(self, panels: Panels) -> float:
+        """Bytes of ``panels`` the previous stage left resident (the last answer kept: a
+        stage asks once per L2 share it is costed at)."""
+        last = self._held_last
+        if last[0] is panels and last[1] is self._resident:
+            return last[2]
+        held = float(panels.shared(self._resident) * self.e)
+        self._held_last = (panels, self._resident, held)
+        return held
 
     def l2_inputs(self, wgs: np.ndarray, outputs_cached: bool) -> float:
         """L2 bytes left for inputs: all of it when outputs bypass it, less the stage's
@@ -237,14 +299,13 @@ class CostModel:
 
     def l2_reset(self) -> None:
         """A new kernel: nothing of its inputs is in the L2 yet."""
-        self._resident, self._resident_share = frozenset(), 0.0
+        self._resident, self._resident_share = Panels.of(np.zeros((0, 6), np.int64)), 0.0
 
     def l2_commit(self, wgs: np.ndarray, outputs_cached: bool) -> None:
         """A stage has run: its panels stay in the L2 for the next stage, all of them if they
         fit beside its cached outputs, else the share of them the L2 holds (module
         docstring); the next stage's hits are that share of the panels it shares."""
-        self._resident = self.panels(wgs)
-        held = self._bytes(self._resident)
+        self._resident, held = self._panels(wgs)
         self._resident_share = min(1.0, self.l2_inputs(wgs, outputs_cached) / held) if held \
             else 0.0
 
