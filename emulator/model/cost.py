@@ -117,11 +117,21 @@ class StageCost:
 SPAN = 1 << 30  # a panel's bounds in one int64 key: rows, columns and K below 2**30
 
 
+def _sorted(where: np.ndarray, slice_: np.ndarray, *more: np.ndarray) -> tuple:
+    """``where`` and ``slice_`` (and ``more``, alike) sorted by (where, slice), with
+    ``same``: whether each key equals the one before it (one shorter)."""
+    order = np.lexsort((slice_, where))
+    where, slice_ = where[order], slice_[order]
+    same = (where[1:] == where[:-1]) & (slice_[1:] == slice_[:-1])
+    return (where, slice_, same, *(m[order] for m in more))
+
+
 class Panels:
     """A set of operand panels: A row panels (rows r0:r1) and B column panels (columns
-    c0:c1), each over a K slice k0:k1, as two int64 keys per panel, sorted and distinct
-    (``side`` 0 for A, 1 for B, in the first key's top bit). Numpy arrays rather than a
-    set of tuples: a stage holds hundreds of panels and is costed once per stage."""
+    c0:c1), each over a K slice k0:k1, as two int64 keys per panel, sorted and distinct:
+    ``where`` r0 x SPAN + r1 for A, (SPAN + c0) x SPAN + c1 for B, ``slice`` k0 x SPAN +
+    k1. Numpy arrays rather than a set of tuples: a stage holds hundreds of panels and is
+    costed once per stage."""
 
     __slots__ = ("where", "slice", "size")
 
@@ -140,11 +150,9 @@ class Panels:
         kslice = w[:, 4] * SPAN + w[:, 5]
         where = np.concatenate([w[:, 0] * SPAN + w[:, 1],
                                 (SPAN + w[:, 2]) * SPAN + w[:, 3]])
-        slice_ = np.concatenate([kslice, kslice])
-        order = np.lexsort((slice_, where))
-        where, slice_ = where[order], slice_[order]
+        where, slice_, same = _sorted(where, np.concatenate([kslice, kslice]))
         keep = np.ones(len(where), bool)
-        keep[1:] = (where[1:] != where[:-1]) | (slice_[1:] != slice_[:-1])
+        keep[1:] = ~same
         where, slice_ = where[keep], slice_[keep]
         size = ((where % SPAN) - (where // SPAN) % SPAN) * ((slice_ % SPAN) - slice_ // SPAN)
         return cls(where, slice_, size)
@@ -159,13 +167,11 @@ class Panels:
         """Elements of the panels both sets hold."""
         if not len(self) or not len(other):
             return 0
-        where = np.concatenate([self.where, other.where])
-        slice_ = np.concatenate([self.slice, other.slice])
-        size = np.concatenate([self.size, other.size])
-        order = np.lexsort((slice_, where))
-        where, slice_, size = where[order], slice_[order], size[order]
-        both = (where[1:] == where[:-1]) & (slice_[1:] == slice_[:-1])  # each set distinct:
-        return int(size[:-1][both].sum())  # a panel in both is a pair of neighbours
+        _, _, both, size = _sorted(np.concatenate([self.where, other.where]),
+                                   np.concatenate([self.slice, other.slice]),
+                                   np.concatenate([self.size, other.size]))
+        return int(size[:-1][both].sum())  # each set distinct: a panel in both is a pair
+        # of neighbours
 
 
 PANEL_MEMO = 256  # entries kept by CostModel's panel memo before they start again
