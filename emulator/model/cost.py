@@ -143,7 +143,7 @@ class Panels:
         """The distinct A row panels and B column panels (with their K slices) ``wgs``
         (rows r0, r1, c0, c1, k0, k1) read."""
         if not len(wgs):
-            return cls(*(np.zeros(0, np.int64),) * 3)
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         w = wgs.astype(np.int64, copy=False)
         if int(w.min()) < 0 or int(w.max()) >= SPAN:
             raise ValueError(f"tile bounds beyond 2**30: {int(w.min())}..{int(w.max())}")
@@ -174,8 +174,8 @@ class Panels:
         # of neighbours
 
 
-PANEL_MEMO = 256  # entries kept by CostModel's panel memo before they start again
-# (not a parameter: a bound on memory, which no modelled time depends on)
+PANEL_MEMO = 256  # not a parameter: a bound on memory (entries kept by CostModel's
+# panel memo before they start again), which no modelled time depends on
 
 
 class CostModel:
