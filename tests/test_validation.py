@@ -450,3 +450,26 @@ def test_the_anchors_rows_from_a_synthetic_sweep():
     assert "not computed" in rows[anchors.CLAIMS[9].figure].verdict  # no dma-a2a-1k point
     text = "\n".join(anchors.details(sw))
     assert "| c3-ag-256m-n2048 (N = 128) | 1000000.0 | 500000.0 | 400000.0 | 7% |" in text
+
+
+def test_the_ficco_notes_name_the_swept_gpus_own_launch_cost_library_fraction_and_cus():
+    """The page's notes read the sweep's device, not figures typed into the page: a GPU
+    launching in 2 us (an assumption), its library at 0.6 of the link and 128 CUs (of
+    which FiCCO's CU transfers hold CU_SHARE)."""
+    from collectives.ficco import CU_SHARE
+    from emulator.app.validation import ficco
+
+    dev = {"launch_s": 2e-6, "launch_source": "ASSUMPTION: for the test", "cus": 128,
+           "interconnect": {"library_fraction": 0.6}}
+    pt = {"model": "g1", "sublayer": "SP+TP test", "m": 1024, "n": 256, "k": 4096,
+          "device_spec": dev,
+          "runs": [{"mode": "ficco-serial", "modelled_time_s": 1.0},
+                   {"mode": "ficco-cil", "modelled_time_s": 1.0,
+                    "phases": {"rows8": 1.0, "cil-dma.kernel": 1.02, "comm8": 1.0,
+                               "cil-dma.executors": 1.03}}]}
+    text = "\n".join(ficco._notes({"ficco-paper": {"points": [pt]}}))
+    assert "the launch cost, 2.00 us on MI300X, an assumption)" in text
+    assert "`library_fraction` of the links, 0.60 on MI300X)" in text
+    assert f"({CU_SHARE.default * 128:.0f} of 128, an assumption;" in text
+    dev["launch_source"] = "measured"
+    assert "2.00 us on MI300X)" in "\n".join(ficco._notes({"ficco-paper": {"points": [pt]}}))

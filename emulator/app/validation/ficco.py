@@ -414,29 +414,36 @@ def _loss_table(ls: list[tuple[dict, dict[str, float]]]) -> list[str]:
 
 
 def _notes(sw: Sweeps) -> list[str]:
+    ls = _losses(sw) if SWEEP in sw else []
+    dev0 = ls[0][0]["device_spec"] if ls else {}
+    assumed = str(dev0.get("launch_source", "")).startswith("ASSUMPTION")
+    launch = (f", {dev0['launch_s'] * 1e6:.2f} us on MI300X" + (", an assumption" if assumed
+                                                              else "")
+              if dev0.get("launch_s") else "")
+    frac = (dev0.get("interconnect") or {}).get("library_fraction")
+    frac = f", {frac:.2f} on MI300X" if frac else ""
     lines = ["## What decides it", "",
              "- The schedules (`collectives/ficco.py`): every transfer is a `dma_map` push "
              "issued up front, one DMA engine per peer, so each step drives all 7 links at "
-             "once; the GEMM is a stream of launches (each paying the launch cost, 5 us on "
-             "MI300X, an assumption), each gated on the rows it reads; gathers and scatters "
+             "once; the GEMM is a stream of launches (each paying the launch cost"
+             f"{launch}), each gated on the rows it reads; gathers and scatters "
              "are local copies on an engine of their own. Shard-based overlap pushes whole "
              "shards from one peer per step: one link of 7.",
              "- The serial baseline is the library collective (a CU kernel at the preset's "
-             "`library_fraction` of the links, 0.7 on MI300X, an assumption), then one "
+             f"`library_fraction` of the links{frac}), then one "
              "GEMM; the ideal is max(the whole GEMM alone, the whole collective by DMA on "
              "every link alone), so its speedup is a bell curve in the GEMM / collective "
              "time by construction (largest where they are equal).",
              "- DIL: the decomposed GEMMs' isolated times (wave quantisation of small "
              "launches, their launch costs, panels re-read per launch) over the whole's; "
              "CIL: the same launches run beside the pieces' transfers (`ficco-cil`), by DMA "
-             "or by CU-driven transfers on a share of the CUs (32 of 304, an assumption; "
+             "or by CU-driven transfers on a share of the CUs ("
+             f"{_cu_share(dev0)}, an assumption; "
              "dispatched as the `cu_dispatch` parameter says).",
              "- The heuristic (`ficco.pick`): M <= K picks 2D; otherwise the op-to-byte "
              "ratio against the machine's balance with thresholds 1x and 5x (parameters: "
              "the published units are ambiguous)."]
-    ls = _losses(sw) if SWEEP in sw else []
     dma = [x["CIL gemm dma"] for _, x in ls if "CIL gemm dma" in x]
-    dev0 = ls[0][0]["device_spec"] if ls else {}
     if dma and (dev0.get("dram") or {}).get("banks"):  # a sweep with the row switches
         lines.append(_dma_contention(ls, dma, dev0))
     elif dma and max(abs(v - 1.0) for v in dma) < 0.005:
@@ -500,6 +507,15 @@ def _notes(sw: Sweeps) -> list[str]:
                f"the DMA transfers and take the L2's bandwidth." if max(vals) > expect
                else "."))
     return lines + [""]
+
+
+def _cu_share(dev: dict) -> str:
+    """The CUs FiCCO's CU-driven transfers hold (``CU_SHARE`` of the sweep's GPU)."""
+    from collectives.ficco import CU_SHARE
+
+    cus = dev.get("cus")
+    return (f"{CU_SHARE.default * cus:.0f} of {cus}" if cus
+            else f"{CU_SHARE.default:.3f} of them")
 
 
 def _dma_contention(ls: list, dma: list[float], dev: dict) -> str:
