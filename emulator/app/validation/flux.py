@@ -36,8 +36,11 @@ M_TABLE = (1024, 2048, 4096, 8192)  # the m of Flux's operator table
 # the points ``t3emu validate --sensitivity`` varies: each cluster's AG and RS at m = 2048,
 # one m of the operator table (every point at both ends of every assumption its cluster's
 # presets state would take hours on 2 cores); the other points keep their values as run
-SENSITIVITY_SUBSET = {SWEEP: (lambda pt: pt["m"] == 2048 and pt["tp"] == 8,
-                              "each cluster's AG and RS at m = 2048 (6 of the 42 points)")}
+SENSITIVITY_SUBSET = {SWEEP: (lambda pt: pt["tp"] == 8 and (
+    pt["m"] == 2048 or (pt["m"] == 8192 and pt["sublayer"] == "AG-GEMM"
+                        and pt["system"] == "h800-x8")),
+    "each cluster's AG and RS at m = 2048, and H800's AG at m = 8192, the AG point where "
+    "push and pull are nearest (7 of the 42 points)")}
 # Flux's operator results per cluster over M_TABLE and both operations (Flux's evaluation,
 # its operator table): (Flux E, TE E, Flux over TE), each a (low, high) range
 PUBLISHED = {
