@@ -459,7 +459,8 @@ def test_the_ficco_notes_name_the_swept_gpus_own_launch_cost_library_fraction_an
     from collectives.ficco import CU_SHARE
     from emulator.app.validation import ficco
 
-    dev = {"launch_s": 2e-6, "launch_source": "ASSUMPTION: for the test", "cus": 128,
+    dev = {"name": "mi300x", "launch_s": 2e-6, "launch_source": "ASSUMPTION: for the test",
+           "cus": 128,
            "interconnect": {"library_fraction": 0.6}}
     pt = {"model": "g1", "sublayer": "SP+TP test", "m": 1024, "n": 256, "k": 4096,
           "device_spec": dev,

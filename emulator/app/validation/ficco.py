@@ -416,12 +416,14 @@ def _loss_table(ls: list[tuple[dict, dict[str, float]]]) -> list[str]:
 def _notes(sw: Sweeps) -> list[str]:
     ls = _losses(sw) if SWEEP in sw else []
     dev0 = ls[0][0]["device_spec"] if ls else {}
-    assumed = str(dev0.get("launch_source", "")).startswith("ASSUMPTION")
-    launch = (f", {dev0['launch_s'] * 1e6:.2f} us on MI300X" + (", an assumption" if assumed
-                                                              else "")
-              if dev0.get("launch_s") else "")
-    frac = (dev0.get("interconnect") or {}).get("library_fraction")
-    frac = f", {frac:.2f} on MI300X" if frac else ""
+    gpu = str(dev0.get("name", "")).upper()
+    launch = frac = ""
+    if dev0.get("launch_s"):
+        launch = f", {dev0['launch_s'] * 1e6:.2f} us on {gpu}"
+        if str(dev0.get("launch_source", "")).startswith("ASSUMPTION"):
+            launch += ", an assumption"
+    if (dev0.get("interconnect") or {}).get("library_fraction"):
+        frac = f", {dev0['interconnect']['library_fraction']:.2f} on {gpu}"
     lines = ["## What decides it", "",
              "- The schedules (`collectives/ficco.py`): every transfer is a `dma_map` push "
              "issued up front, one DMA engine per peer, so each step drives all 7 links at "
