@@ -103,9 +103,11 @@ class Problem:
     @property
     def dtype_name(self) -> str:
         """The run's dtype as the CLI names it (``fp16``, ``bf16``, ``fp32``)."""
-        from collectives.reference import NP_DTYPE
+        from devices.kernels import is_bf16
 
-        return next(k for k, v in NP_DTYPE.items() if np.dtype(v) == np.dtype(self.dtype))
+        dt = np.dtype(self.dtype)  # (bf16 by name: no import of its module to ask)
+        return "bf16" if is_bf16(dt) else {np.dtype(np.float16): "fp16",
+                                            np.dtype(np.float32): "fp32"}[dt]
 
     @cached_property
     def topology(self) -> Topology:

@@ -26,13 +26,13 @@ shapes cost only the protocol (tracker signals, DMA triggers, modelled time).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from mpi4py import MPI
 
+from devices.kernels import is_bf16
 from devices.mpiutil import Backoff, one_node
 from devices.regions import Region, region_elems, region_shape
 
@@ -42,19 +42,46 @@ _ALIGN = 64
 _N_LOCKS = 4096
 _LOCK_ROWS = 64  # fp16 update locks cover stripes of this many rows of an array
 WIN_INFO = {"alloc_shared_noncontig": "true"}
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-STORAGE_DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp32": np.float32}  # a
-# run's dtype name -> the numpy type its arrays are stored in
+
+
+class _StorageDtypes(Mapping):
+    """A run's dtype name -> the numpy type its arrays are stored in. ``bf16``'s type comes
+    from ``ml_dtypes``, imported on its first use: its import registers every one of its
+    types with numpy, about 0.6 s of CPU per rank, which a run of another dtype (and so
+    every fp16 or fp32 rank of a job on a shared host) does not pay."""
+
+    _eager = {"fp16": np.float16, "fp32": np.float32}
+
+    def __getitem__(self, name: str):
+        if name == "bf16":
+            import ml_dtypes
+
+            return ml_dtypes.bfloat16
+        return self._eager[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("fp16", "bf16", "fp32"))
+
+    def __len__(self) -> int:
+        return 3  # not a parameter: the three dtype names above
+
+
+STORAGE_DTYPES = _StorageDtypes()
 # MPI has no bfloat16: its arrays move as 16-bit words (puts and gets only; its updates,
 # like fp16's, are locked get-add-put)
 _MPI_TYPES = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float16): MPI.FLOAT16_T,
-              _BF16: MPI.UINT16_T, np.dtype(np.float64): MPI.DOUBLE,
-              np.dtype(np.int64): MPI.INT64_T}
+              np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.int64): MPI.INT64_T}
+
+
+def _mpi_type(dt: np.dtype):
+    """The MPI datatype an array of ``dt`` moves as (bfloat16 as 16-bit words); None if
+    none."""
+    return MPI.UINT16_T if is_bf16(dt) else _MPI_TYPES.get(dt)
 
 
 def _buf(data: np.ndarray) -> np.ndarray:
     """A buffer MPI can describe (bfloat16 as its 16-bit words)."""
-    return data.view(np.uint16) if data.dtype == _BF16 else data
+    return data.view(np.uint16) if is_bf16(data.dtype) else data
 
 
 @dataclass(frozen=True)
@@ -143,7 +170,7 @@ class Hbm:
         offset = 0
         for name, shape, dtype in layout:
             dt = np.dtype(dtype)
-            if dt not in _MPI_TYPES:
+            if _mpi_type(dt) is None:
                 raise ValueError(f"HBM array {name!r}: unsupported dtype {dt}")
             spec = ArraySpec(name, (int(shape[0]), int(shape[1])), dt, offset)
             self.specs[name] = spec
@@ -200,11 +227,11 @@ class Hbm:
         r0, r1, c0, c1 = region
         disp = spec.offset + (r0 * spec.shape[1] + c0) * spec.dtype.itemsize
         if r1 - r0 == 1 or c1 - c0 == spec.shape[1]:  # whole rows: contiguous
-            return disp, region_elems(region), _MPI_TYPES[spec.dtype]
+            return disp, region_elems(region), _mpi_type(spec.dtype)
         key = (spec.dtype, r1 - r0, c1 - c0, spec.shape[1])
         dt = self._types.get(key)
         if dt is None:
-            dt = _MPI_TYPES[spec.dtype].Create_vector(r1 - r0, c1 - c0, spec.shape[1]).Commit()
+            dt = _mpi_type(spec.dtype).Create_vector(r1 - r0, c1 - c0, spec.shape[1]).Commit()
             self._types[key] = dt
         return disp, 1, dt
 

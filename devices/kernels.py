@@ -17,10 +17,14 @@ Public functions validate shapes and dtypes; the private helpers do no checks.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-BF16 = np.dtype(ml_dtypes.bfloat16)  # stored as 2 bytes; widened exactly, rounded by ml_dtypes
+
+def is_bf16(dt) -> bool:
+    """Whether ``dt`` is bfloat16, stored as 2 bytes (``ml_dtypes``' type, widened exactly,
+    rounded by its cast), asked by name: ``ml_dtypes`` is imported only by the runs that use
+    it (``devices.hbm.STORAGE_DTYPES``)."""
+    return np.dtype(dt).name == "bfloat16"
 
 
 def _runs(tiles: np.ndarray, blocks: bool) -> list[tuple[int, int]]:
@@ -89,7 +93,7 @@ def f32_to_f16(f: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _is_bf16(x: np.ndarray) -> bool:
-    return x.dtype == BF16
+    return is_bf16(x.dtype)
 
 
 def bf16_to_f32(h: np.ndarray) -> np.ndarray:
@@ -105,8 +109,8 @@ def narrow(f: np.ndarray, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype == np.float16:
         return f32_to_f16(np.ascontiguousarray(f, np.float32))
-    if dtype == BF16:
-        return np.ascontiguousarray(f, np.float32).astype(BF16)
+    if is_bf16(dtype):
+        return np.ascontiguousarray(f, np.float32).astype(dtype)
     return f
 
 
@@ -115,7 +119,7 @@ def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     _need(x.shape == y.shape and x.dtype == y.dtype, f"add needs equal arrays, got "
           f"{x.dtype}{x.shape} and {y.dtype}{y.shape}")
     if _is_bf16(x):
-        return (bf16_to_f32(x) + bf16_to_f32(y)).astype(BF16)
+        return (bf16_to_f32(x) + bf16_to_f32(y)).astype(x.dtype)
     if x.dtype == np.float16:
         return f32_to_f16(f16_to_f32(x) + f16_to_f32(y))
     return x + y

@@ -273,7 +273,7 @@ class KernelRunner:
             self._prev = (memo[1], False, self._share)  # when a stage outside the memo
             # needs them
         else:
-            self._l2_commit(np.concatenate(groups))
+            self._l2_commit(groups[0] if len(groups) == 1 else np.concatenate(groups))
             self._prev = (memo[1], True, self._share) if memo is not None else None
         return ends, arrivals
 
@@ -303,7 +303,7 @@ class KernelRunner:
         GEMV panels; other producers' reads do not go through the panel model), as much
         of them as the share of the L2 the stage kept (``_l2_share``)."""
         if self.kernel.producer.kind in ("gemm", "gemv"):
-            self._commit(self.kernel.wgs[ids], self._share)
+            self._commit(_rows(self.kernel, ids), self._share)
 
     def _commit(self, wgs, share: float) -> None:
         self.cost.l2_share = share
@@ -728,17 +728,18 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
     ``wave``: the whole stage ``ids`` are a group of: its WGs share the GPU, so the group's
     compute time is the stage's (a group alone would be given the whole GPU: a modelled
     kernel's split-K of a few tiles)."""
-    flops, compute, reads = k.producer.cost(cost, k.wgs[ids], resident)
+    wgs = _rows(k, ids)
+    flops, compute, reads = k.producer.cost(cost, wgs, resident)
     if wave is not None:
         compute = k.producer.cost(cost, k.wgs[wave], resident)[1]
     if cu_share:
         compute /= 1.0 - cu_share
     if _plain(routes, k, ids):  # every tile written here with the producer's op
-        sc = cost.with_local_writes(k.wgs[ids], flops, compute, reads * read_scale,
+        sc = cost.with_local_writes(wgs, flops, compute, reads * read_scale,
                                     routes.producer_op, out_e)
     else:
         rs = [routes[t] for t in k.wg_tile[ids].tolist()]
-        sc = cost.with_writes(k.wgs[ids], flops, compute, reads * read_scale,
+        sc = cost.with_writes(wgs, flops, compute, reads * read_scale,
                               [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
                               rank, out_e)
     efficiency = getattr(k.producer, "read_efficiency", None)  # random rows: row locality
@@ -746,6 +747,22 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
         eff = efficiency(cost, resident or len(ids))
         sc = dataclasses.replace(sc, read_cost_bytes=sc.read_bytes / eff)
     return sc
+
+
+_ROWS_LAST: list = [None, None, None]  # (kernel, ids, rows): ``_rows``
+
+
+def _rows(k: Kernel, ids: np.ndarray) -> np.ndarray:
+    """The rows (r0, r1, c0, c1, k0, k1) of items ``ids`` of ``k``, one array per items asked
+    in a row: a stage is costed at each L2 share, loaded latency and L2 bandwidth it meets
+    and then committed to the L2 on the same items, and the cost model keeps what it
+    derived from them for the array it was given (``CostModel._shape``). Read only."""
+    last = _ROWS_LAST
+    if last[1] is ids and last[0] is k:
+        return last[2]
+    rows = k.wgs[ids]
+    last[:] = [k, ids, rows]  # (kept alive, so no other object takes their ids)
+    return rows
 
 
 _PLAIN_LAST: list = [None, None, None, False]  # (routes, kernel, ids, answer): a stage asks twice
@@ -785,7 +802,7 @@ class _StageItems:
 
     def wgs(self) -> np.ndarray:
         if self._wgs is None:
-            self._wgs = self.kernel.wgs[self.ids]
+            self._wgs = _rows(self.kernel, self.ids)
         return self._wgs
 
     def relative_to(self, r0: int):

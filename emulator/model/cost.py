@@ -174,6 +174,24 @@ class Panels:
         # of neighbours
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A stage's items as its cost reads them (``CostModel._shape``): count, FLOPs and the
+    largest WG's, the largest K slice and tile area, the largest WG's streamed bytes
+    ((h + w) kK e), the naive reads, the output elements' bytes, the panels and their bytes."""
+
+    n: int
+    flops: float
+    flops_max: float
+    kk_max: float
+    area: float
+    stream_max: float
+    naive: float
+    out: float
+    panels: "Panels"
+    unique: float
+
+
 PANEL_MEMO = 256  # not a parameter: a bound on memory (entries kept by CostModel's
 # panel memo before they start again), which no modelled time depends on
 
@@ -203,6 +221,8 @@ class CostModel:
         self.kernel_model = spec.gemm is None or spec.gemm.enabled
         self._panel_memo: dict = {}  # wgs contents -> (panels, bytes): ``_panels``
         self._held_last: tuple = (None, None, 0.0)  # (panels, resident, bytes): ``_held``
+        self._shape_last: tuple = (None, None)  # (wgs, its _Shape): ``_shape``
+        self._writes_last: tuple = (None, None, None, None)  # ``with_local_writes``
         self.l2_reset()
 
     def stage(self, wgs: np.ndarray, local_ops: list[str], remote: list[list[int]],
@@ -232,44 +252,64 @@ class CostModel:
         """(FLOPs, compute seconds, DRAM read bytes) of GEMM (or GEMV: ``vector``) WGs run
         at once; ``kernel``: the ``GemmKernel`` they belong to (its clock when modelled:
         ``emulator/model/gemm.py``)."""
-        h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
-        w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
-        kk = (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
-        flops = 2.0 * h * w * kk
+        st = self._shape(wgs)
+        n = st.n
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
         fixup = 0.0
         if kernel is not None and kernel.modelled and not self.kernel_model:
-            compute = float(flops.sum()) / peak if len(flops) else 0.0
-        elif kernel is not None and kernel.modelled and len(flops):
+            compute = st.flops / peak if n else 0.0
+        elif kernel is not None and kernel.modelled and n:
             cus = self.spec.cus
             if self.l2_taken and kernel.l2_bw:  # the L2 a concurrent CU kernel leaves
                 kernel = dataclasses.replace(kernel, l2_bw=max(
                     kernel.l2_bw - self.l2_taken, kernel.l2_bw * L2_FLOOR))
-            area = float((h * w).max())  # a wider tile of a thin chunk: its own area
             compute = kernel.stage_seconds(
-                len(flops), float(kk.max()), cus, peak, self.spec.partial_stage == "spread",
-                area, self.delay, None if resident is None else max(
+                n, st.kk_max, cus, peak, self.spec.partial_stage == "spread",
+                st.area, self.delay, None if resident is None else max(
                     resident, cus if vector else cus * kernel.per_cu))
-            fixup = kernel.fixup_bytes(len(flops), float(kk.max()), cus)
+            fixup = kernel.fixup_bytes(n, st.kk_max, cus)
         else:  # the fixed tile: its stages at ``matrix_efficiency`` of the matrix peak
             eff = 1.0 if vector else self.spec.matrix_efficiency
-            compute = (self.wg_seconds(float(flops.max()), peak, resident, vector) / eff
-                       if len(flops) else 0.0)
-            if not vector and len(flops) and self._fixed_latency():
-                compute = self.fixed_latency_time(compute, float(kk.max()))
-        if vector and len(flops):  # a GEMV WG streams its weight rows: latency-bound when few
-            compute = max(compute, self.latency_time(float(((h + w) * kk).max() * self.e)))
-        panels, unique = self._panels(wgs)
+            compute = (self.wg_seconds(st.flops_max, peak, resident, vector) / eff
+                       if n else 0.0)
+            if not vector and n and self._fixed_latency():
+                compute = self.fixed_latency_time(compute, st.kk_max)
+        if vector and n:  # a GEMV WG streams its weight rows: latency-bound when few
+            compute = max(compute, self.latency_time(st.stream_max))
+        panels, unique = st.panels, st.unique
         if not unique:
-            return float(flops.sum()), compute, fixup
-        naive = float(((h + w) * kk * self.e).sum())
+            return st.flops, compute, fixup
         l2 = self.l2_inputs(wgs, outputs_cached)
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
-        window = unique * min(1.0, 2 * params.value("k_step") / float(kk.max()))
-        reads = unique + max(0.0, 1.0 - l2 / window) * (naive - unique)
+        window = unique * min(1.0, 2 * params.value("k_step") / st.kk_max)
+        reads = unique + max(0.0, 1.0 - l2 / window) * (st.naive - unique)
         if len(self._resident) and self._resident_share:  # panels the previous stage left in L2
             reads -= self._held(panels) * self._resident_share
-        return float(flops.sum()), compute, max(0.0, reads) + fixup
+        return st.flops, compute, max(0.0, reads) + fixup
+
+    def _shape(self, wgs: np.ndarray) -> "_Shape":
+        """What a stage's cost takes from its items' rows alone (sums, maxima, panels), kept
+        for the last array asked: a stage is costed again at each L2 share, loaded latency
+        and L2 bandwidth it meets and committed after, on the same array (``launch._rows``),
+        and only the formulas that read those change between them."""
+        last = self._shape_last
+        if last[0] is wgs:
+            return last[1]
+        h = (wgs[:, 1] - wgs[:, 0]).astype(np.float64)
+        w = (wgs[:, 3] - wgs[:, 2]).astype(np.float64)
+        kk = (wgs[:, 5] - wgs[:, 4]).astype(np.float64)
+        flops = 2.0 * h * w * kk
+        n = len(flops)
+        panels, unique = self._panels(wgs)
+        st = _Shape(n, float(flops.sum()), float(flops.max()) if n else 0.0,
+                    float(kk.max()) if n else 0.0,
+                    float((h * w).max()) if n else 0.0,  # a wider tile of a thin chunk
+                    float(((h + w) * kk).max() * self.e) if n else 0.0,
+                    float(((h + w) * kk * self.e).sum()) if unique else 0.0,
+                    float(((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).sum()) * self.e,
+                    panels, unique)
+        self._shape_last = (wgs, st)  # (kept alive, so no other array takes its id)
+        return st
 
     # ---------------------------------------------------------------- the L2 across stages
     def _panels(self, wgs: np.ndarray) -> tuple[Panels, float]:
@@ -300,7 +340,7 @@ class CostModel:
     def l2_inputs(self, wgs: np.ndarray, outputs_cached: bool) -> float:
         """L2 bytes left for inputs: all of it when outputs bypass it, less the stage's
         outputs when they write-allocate."""
-        out = float(((wgs[:, 1] - wgs[:, 0]) * (wgs[:, 3] - wgs[:, 2])).sum()) * self.e
+        out = self._shape(wgs).out
         return max(0.0, self.spec.l2_bytes * self.l2_share - (out if outputs_cached else 0.0))
 
     def l2_reset(self) -> None:
@@ -421,13 +461,17 @@ class CostModel:
                           op: str, out_e: float | None = None) -> StageCost:
         """``with_writes`` for items that all write their tiles locally with ``op`` (no
         target): the same sums, without a loop per item."""
+        if op == "none":
+            return StageCost(flops, compute, reads, 0.0, 0.0, {})
+        last = self._writes_last  # the same items costed again (``_shape``): the same sums
+        if last[0] is wgs and last[1] == op and last[2] == out_e:
+            return StageCost(flops, compute, reads, *last[3], {})
         out_bytes = ((wgs[:, 1] - wgs[:, 0]).astype(np.float64)
                      * (wgs[:, 3] - wgs[:, 2]).astype(np.float64) * (out_e or self.e))
         factor = self.spec.update_cost if op == "update" else 1.0
-        if op == "none":
-            return StageCost(flops, compute, reads, 0.0, 0.0, {})
-        return StageCost(flops, compute, reads, sum(out_bytes.tolist(), 0.0),
-                         sum((out_bytes * factor).tolist(), 0.0), {})
+        sums = (sum(out_bytes.tolist(), 0.0), sum((out_bytes * factor).tolist(), 0.0))
+        self._writes_last = (wgs, op, out_e, sums)
+        return StageCost(flops, compute, reads, *sums, {})
 
     def update_cost_bytes(self, nbytes: float, op: str) -> float:
         """HBM time-equivalent bytes of a write landing as ``op``."""

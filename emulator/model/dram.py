@@ -402,11 +402,14 @@ def bytes_within(spans, t0: float, t1: float) -> float:
     """Bytes of ``spans`` ((start, end, bytes), each spread evenly over [start, end]; an
     instant one counted where it falls) between ``t0`` and ``t1``."""
     total = 0.0
-    for start, end, nbytes in spans:
-        lo, hi = max(t0, start), min(t1, end)
-        if hi > lo:
-            total += nbytes * (hi - lo) / (end - start)
-        elif end <= start and t0 <= start < t1:
+    if t1 <= t0:  # (no span overlaps an empty window; an instant one needs t0 <= start < t1)
+        return total
+    for start, end, nbytes in spans:  # (this runs per stage: comparisons, no calls)
+        if end > start:  # max(t0, start) < min(t1, end): the span overlaps the window
+            if end > t0 and start < t1:
+                total += nbytes * ((t1 if t1 < end else end)
+                                   - (t0 if t0 > start else start)) / (end - start)
+        elif t0 <= start < t1:
             total += nbytes
     return total
 
