@@ -355,6 +355,11 @@ class LaunchItems:
         ci = (np.arange(ci0, ci0 + n, dtype=np.int64)) % max(1, g.nct)
         return g.tm * np.minimum(g.tn, g.ncols - ci * g.tn)
 
+    def rows(self, key) -> np.ndarray:
+        """``self[key]`` without its copy: the array kept as the last answer, never written
+        here again (a new answer is a new array), for a caller that only reads it."""
+        return self._lookup(key)[1]
+
     def tile_ids(self, key) -> np.ndarray:
         sp = self.span(key) if isinstance(key, np.ndarray) else None
         if sp is not None:

@@ -64,6 +64,7 @@ class KernelRunner:
         self.wg_free = np.full(kernel.stage_size, self.start)
         self.launch_stages = kernel.launch_stages()  # stages that begin another launch
         self._memo: dict = {}  # a timing-only stage's key -> its StageCost (``_memo_key``)
+        self._stage_memos: dict = {}  # the same key -> ``CostModel.stage_memo``
         self._elems: dict = {}  # a ``LaunchItems.stage_shape`` signature -> (each item's
         # elements, their sum)
         self._spread: dict = {}  # a stage's items -> ``spread``'s answer
@@ -86,6 +87,7 @@ class KernelRunner:
         self._held_slots: list[np.ndarray] = []
         self._held_counts: list[np.ndarray] = []
         self._held_n = 0
+        self._posted, self._waited = -math.inf, True  # the last status post (``_post``)
 
     # ---------------------------------------------------------------- modelled time
     def _gate_time(self, gates: Gates) -> float:
@@ -109,11 +111,30 @@ class KernelRunner:
         return n
 
     def _time_items(self, s: int, ids: np.ndarray, start: float, resident: int | None,
-                    read_scale: float = 1.0, sc=None, wave: np.ndarray | None = None):
+                    read_scale: float = 1.0, sc=None, wave: np.ndarray | None = None,
+                    key=None):
         """Reserve items run at once from ``start``; return (end, arrival per destination
         rank, their StageCost on an idle DRAM queue (what the memo keeps), their compute
         time with the queue's loaded latency). ``wave``: the stage the items are a group of
-        (its WGs run side by side: the group takes the stage's compute time)."""
+        (its WGs run side by side: the group takes the stage's compute time). ``key``: the
+        stage's memo key (``_memo_key``), under which the cost model keeps what it derives
+        from the items' rows and the L2's state (``CostModel.stage_memo``); only for a
+        stage after a memo-able one, whose panels are what the L2 holds (after a stage
+        outside the memo, or a launch, the key does not say what the L2 holds)."""
+        if key is None:
+            return self._time_items_at(s, ids, start, resident, read_scale, sc, wave)
+        memo = self._stage_memos.get(key)
+        if memo is None:
+            if len(self._stage_memos) >= STAGE_MEMOS:
+                self._stage_memos.clear()
+            memo = self._stage_memos[key] = {}
+        self.cost.stage_memo = memo
+        try:
+            return self._time_items_at(s, ids, start, resident, read_scale, sc, wave)
+        finally:
+            self.cost.stage_memo = None
+
+    def _time_items_at(self, s, ids, start, resident, read_scale, sc, wave):
         clock, k = self.clock, self.kernel
         if sc is None:
             sc = stage_cost(self.cost, k, self.routes, ids, self.hbm.rank, resident,
@@ -251,7 +272,9 @@ class KernelRunner:
             first = min(first, start)
             if launch:
                 clock.log("launch", f"stage {s}", start - launch, start)
-            end, arr, sc, _ = self._time_items(s, ids, start, resident, scale, known, wave)
+            end, arr, sc, _ = self._time_items(s, ids, start, resident, scale, known, wave,
+                                               memo[0] if memo is not None and memo[0][1]
+                                               is not None else None)
             if memo is not None and known is None:
                 self._memo[memo[0]] = sc
             end += issue * bool(self._issues(ids))  # the WGs that issue NIC puts
@@ -390,17 +413,16 @@ class KernelRunner:
         nstages = len(self.stage_index)
         ahead = ws is not None and ws.ahead and not k.gates
         for s, ids in enumerate(k.stages()):
-            where = f"{self.label} stage {s}/{nstages}"
             for g in k.gates_of(ids):  # the tracker releases the WGs that need it
                 self._send_held()
-                watchdog.post("compute", f"{where} waits for {g.name}", waiting=True)
+                self._post(s, f" waits for {g.name}", waiting=True)
                 self.tracker.wait(g, self.clock.watchdog_s)
-            watchdog.post("compute", where)
             w0 = time.perf_counter()
+            self._post(s, "", now=w0)
             if RANK.first_stage_unix is None:
                 RANK.first_stage_unix = time.time()
             if s == self.fault_stage:
-                faults.in_stage(self.fault_kind, where, hbm.rank)
+                faults.in_stage(self.fault_kind, f"{self.label} stage {s}/{nstages}", hbm.rank)
             if ahead and s == 0:  # every input resident: all the arithmetic at once
                 items = k.wgs[k.order]
                 ws.compute(items[np.lexsort((items[:, 2], items[:, 0]))])
@@ -409,7 +431,7 @@ class KernelRunner:
             turn, order = self.stage_index[s], self.clock.order
             if not order.ready(turn):  # (its turn already: it does not wait)
                 self._send_held()
-                watchdog.post("compute", f"{where}: its turn in program order", waiting=True)
+                self._post(s, ": its turn in program order", waiting=True)
             with order.turn(turn, f"stage {s}"):
                 if k.persistent:
                     groups = [ids[j : j + 1] for j in range(len(ids))]
@@ -422,7 +444,7 @@ class KernelRunner:
                 self._route_plain(groups, ends)  # timing-only: the same counts, in bulk
                 self.wall_events.append((s, w0, time.perf_counter()))
                 continue
-            watchdog.post("compute", f"{where}: writes its tiles")
+            self._post(s, ": writes its tiles")
             signals: dict[tuple[int, float], dict[int, int]] = {}
             if ws is None:  # timing-only: the same counts, grouped by tile and arrivals
                 self._route_counted(ids if k.persistent else groups, ends, arrivals,
@@ -448,6 +470,23 @@ class KernelRunner:
             self._poll_at_exit()
         self.end = self.clock.cu.free_at
         return self.end
+
+    POST_S = 0.02  # not a parameter: wall seconds between a busy thread's status posts
+
+    def _post(self, s: int, what: str, waiting: bool = False, now: float | None = None
+              ) -> None:
+        """Post what the compute thread does at stage ``s`` on the rank's status board
+        (``watchdog``): a wait at once, and the work after a wait at once; while it only
+        works on from stage to stage, at most every ``POST_S`` of wall time (a post per
+        stage of a paper-scale kernel cost some 5% of its wall time). The board's labels
+        say where a stalled rank is; its progress is a busy thread's CPU time, read by
+        the heartbeat, so a stale label of a working thread loses no progress."""
+        now = time.perf_counter() if now is None else now
+        if not (waiting or self._waited or now - self._posted >= self.POST_S):
+            return
+        self._posted, self._waited = now, waiting
+        watchdog.post("compute", f"{self.label} stage {s}/{len(self.stage_index)}{what}",
+                      waiting=waiting)
 
     HOLD = 1 << 16  # the most slots of held signals (then they are sent)
 
@@ -749,6 +788,9 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
     return sc
 
 
+STAGE_MEMOS = 1 << 16  # not a parameter: a bound on memory (stage memos kept before they
+# start again), which no modelled time depends on
+
 _ROWS_LAST: list = [None, None, None]  # (kernel, ids, rows): ``_rows``
 
 
@@ -760,7 +802,7 @@ def _rows(k: Kernel, ids: np.ndarray) -> np.ndarray:
     last = _ROWS_LAST
     if last[1] is ids and last[0] is k:
         return last[2]
-    rows = k.wgs[ids]
+    rows = k.wgs.rows(ids) if isinstance(k.wgs, LaunchItems) else k.wgs[ids]
     last[:] = [k, ids, rows]  # (kept alive, so no other object takes their ids)
     return rows
 

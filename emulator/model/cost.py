@@ -219,6 +219,12 @@ class CostModel:
         # their useful FLOPs; a device without the section builds no modelled kernel but
         # a hand-built one, as a test's, keeps its clock)
         self.kernel_model = spec.gemm is None or spec.gemm.enabled
+        # a stage's memo (``KernelRunner``'s, per memo key: a stage whose cost its key
+        # decides, with ``delay``, ``l2_share`` and ``l2_taken``): what ``gemm_compute`` and
+        # ``with_local_writes`` derived from its items' rows and from the panels the stage
+        # before left in the L2, so an equal stage is costed again at each new share with
+        # the formulas alone; else None
+        self.stage_memo: dict | None = None
         self._panel_memo: dict = {}  # wgs contents -> (panels, bytes): ``_panels``
         self._held_last: tuple = (None, None, 0.0)  # (panels, resident, bytes): ``_held``
         self._shape_last: tuple = (None, None)  # (wgs, its _Shape): ``_shape``
@@ -252,7 +258,12 @@ class CostModel:
         """(FLOPs, compute seconds, DRAM read bytes) of GEMM (or GEMV: ``vector``) WGs run
         at once; ``kernel``: the ``GemmKernel`` they belong to (its clock when modelled:
         ``emulator/model/gemm.py``)."""
-        st = self._shape(wgs)
+        memo = self.stage_memo
+        st = memo.get("shape") if memo is not None else None
+        if st is None:
+            st = self._shape(wgs)
+            if memo is not None:
+                memo["shape"] = st
         n = st.n
         peak = self.spec.vector_flops(self.dtype) if vector else self.peak
         fixup = 0.0
@@ -276,15 +287,21 @@ class CostModel:
                 compute = self.fixed_latency_time(compute, st.kk_max)
         if vector and n:  # a GEMV WG streams its weight rows: latency-bound when few
             compute = max(compute, self.latency_time(st.stream_max))
-        panels, unique = st.panels, st.unique
+        unique = st.unique
         if not unique:
             return st.flops, compute, fixup
-        l2 = self.l2_inputs(wgs, outputs_cached)
+        l2 = self._l2_left(st.out, outputs_cached)
         # the stage's WGs walk K together: the L2 holds the current K-steps of its panels
         window = unique * min(1.0, 2 * params.value("k_step") / st.kk_max)
         reads = unique + max(0.0, 1.0 - l2 / window) * (st.naive - unique)
-        if len(self._resident) and self._resident_share:  # panels the previous stage left in L2
-            reads -= self._held(panels) * self._resident_share
+        held = memo.get("held") if memo is not None else None
+        if held is None:  # panels the previous stage left in L2: their bytes, and the share
+            share = self._resident_share if len(self._resident) else 0.0  # of them kept
+            held = (self._held(st.panels) if share else 0.0, share)
+            if memo is not None:
+                memo["held"] = held
+        if held[1]:
+            reads -= held[0] * held[1]
         return st.flops, compute, max(0.0, reads) + fixup
 
     def _shape(self, wgs: np.ndarray) -> "_Shape":
@@ -340,7 +357,10 @@ class CostModel:
     def l2_inputs(self, wgs: np.ndarray, outputs_cached: bool) -> float:
         """L2 bytes left for inputs: all of it when outputs bypass it, less the stage's
         outputs when they write-allocate."""
-        out = self._shape(wgs).out
+        return self._l2_left(self._shape(wgs).out, outputs_cached)
+
+    def _l2_left(self, out: float, outputs_cached: bool) -> float:
+        """``l2_inputs`` of items whose outputs take ``out`` bytes."""
         return max(0.0, self.spec.l2_bytes * self.l2_share - (out if outputs_cached else 0.0))
 
     def l2_reset(self) -> None:
@@ -463,6 +483,9 @@ class CostModel:
         target): the same sums, without a loop per item."""
         if op == "none":
             return StageCost(flops, compute, reads, 0.0, 0.0, {})
+        memo = self.stage_memo
+        if memo is not None and "writes" in memo:
+            return StageCost(flops, compute, reads, *memo["writes"], {})
         last = self._writes_last  # the same items costed again (``_shape``): the same sums
         if last[0] is wgs and last[1] == op and last[2] == out_e:
             return StageCost(flops, compute, reads, *last[3], {})
@@ -471,6 +494,8 @@ class CostModel:
         factor = self.spec.update_cost if op == "update" else 1.0
         sums = (sum(out_bytes.tolist(), 0.0), sum((out_bytes * factor).tolist(), 0.0))
         self._writes_last = (wgs, op, out_e, sums)
+        if memo is not None:
+            memo["writes"] = sums
         return StageCost(flops, compute, reads, *sums, {})
 
     def update_cost_bytes(self, nbytes: float, op: str) -> float:
