@@ -39,3 +39,35 @@ def test_bench_refuses_bad_parts_before_running():
     proc = run_cli(["bench", "--only", "gemm,warp"], timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--only" in proc.stderr
+
+
+def test_bench_papers_part_compares_with_the_recorded_points(tmp_path):
+    """The papers part (toy sizes) runs each paper's point timing-only and with causes;
+    run again against the first run's document, it gives the ratio of each wall time to
+    the recorded one and finds the same modelled times."""
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(first),
+                    "--against", str(tmp_path / "none.json")], timeout=60)
+    assert proc.returncode == 2 and "--against" in proc.stderr  # no such file: refused
+    proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(first)], timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(first.read_text())
+    assert set(doc["papers"]) == {"t3", "flux", "fused", "ficco"}
+    for paper, e in doc["papers"].items():
+        assert e["timing_only_wall_s"] > 0 and e["causes_wall_s"] > 0, paper
+        assert "timing_only_ratio" not in e, paper  # toy options: none recorded to compare
+        only, causes = e["timing_only_modelled"], e["causes_modelled"]
+        assert set(only) == set(causes) and len(only) >= 3, paper
+        for mode, times in causes.items():  # the run itself, then its counterfactual steps
+            assert times[0] == only[mode][0] > 0, (paper, mode)  # (the baseline: none)
+        assert sum(len(t) > 1 for t in causes.values()) >= 2, paper
+    proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(second),
+                    "--against", str(first)], timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads(second.read_text())["papers"]
+    for paper, e in again.items():
+        for kind in ("timing_only", "causes"):
+            assert e[f"{kind}_ratio"] == e[f"{kind}_wall_s"] / doc["papers"][paper][
+                f"{kind}_wall_s"], (paper, kind)
+            assert e[f"{kind}_same_modelled"] is True, (paper, kind)
+    assert "x recorded" in proc.stdout and "modelled times equal the recorded" in proc.stdout

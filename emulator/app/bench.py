@@ -28,6 +28,13 @@ Every figure is measured side by side in one run (``python -m emulator.app.bench
   and ``size``: numeric ARs on 4 ranks with M=N from 1024 to 4096: wall time and memory,
   how the cost grows.
 
+- ``papers``: one representative point per paper (``PAPER_POINTS``: the slow kind of each
+  paper's sweep), ``t3emu run ... --timing-only`` and again with ``--causes``: wall time
+  of the whole job against the figures recorded in docs/bench.json (its ``papers``
+  section, written by ``t3emu bench --only papers --record docs/bench.json``) as a ratio,
+  and whether the modelled times equal the recorded ones. A change that adds a mechanism
+  says how these ratios moved.
+
 ``--quick`` runs every part at toy sizes (a smoke test of the bench itself; its figures
 say nothing about performance).
 """
@@ -46,7 +53,35 @@ import threading
 import time
 from pathlib import Path
 
-PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale", "size")
+PARTS = ("gemm", "overhead", "startup", "memory", "sweep", "scale", "size", "papers")
+# ``papers``: one representative point per paper, the slow kind of its sweep (docs/
+# performance.md, "Where a point's time goes"), run as ``t3emu run ... --timing-only`` and
+# again with ``--causes``; its wall times are compared with those recorded in
+# docs/bench.json (``papers``), its modelled times must equal theirs
+_FICCO_MODES = ("ficco-serial,ficco-shard,ficco-uniform-fused-1d,ficco-hetero-fused-1d,"
+                "ficco-hetero-unfused-1d,ficco-uniform-fused-2d,ficco-cu-uniform-fused-1d,"
+                "ficco-cu-hetero-fused-1d,ficco-cu-hetero-unfused-1d,ficco-cu-uniform-fused-2d,"
+                "ficco-cu,ficco-auto,ficco-ideal,ficco-dil,ficco-cil")
+PAPER_POINTS = {  # paper -> (what the point is, ``t3emu run`` options): t3-paper's,
+    # flux-paper's, fused-ops-paper's and ficco-paper's point of that key, with its modes
+    "t3": ("MT-NLG FC-2 TP32 on t3-sim (t3-paper)",
+           ["-n", "32", "--device", "t3-sim", "--topology", "ring", "--collective", "ar",
+            "--m", "2048", "--n", "20480", "--k", "2560", "--mode", "sequential,t3,t3-mca"]),
+    "flux": ("GPT-3 175B AG-GEMM m=8192 on h800-x8 (flux-paper)",
+             ["--system", "h800-x8", "--collective", "ag+gemm", "--m", "8192", "--n", "6144",
+              "--k", "12288", "--dtype", "bf16", "--mode",
+              "sequential,te-best,flux-ag,flux-ag-tile2,flux-ag-tile4,flux-ag-tile8,"
+              "flux-ag-pull,flux-ag-pull-tile2,flux-ag-pull-tile4,flux-ag-pull-tile8,"
+              "flux-ag-noswizzle,flux-best"]),
+    "fused": ("DLRM embedding + A2A B=1024 on mi210-2node (fused-ops-paper)",
+              ["--system", "mi210-2node", "--collective", "emb+a2a", "--m", "1024", "--n",
+               "256", "--k", "10", "--param", "tables=256", "--mode",
+               "sequential,ideal-overlap,fused,fused-oblivious"]),
+    "ficco": ("g14 EP Mixtral on mi300x-x8 (ficco-paper)",
+              ["--system", "mi300x-x8", "--collective", "a2a+gemm", "--m", "147456", "--n",
+               "28672", "--k", "4096", "--mode", _FICCO_MODES]),
+}
+RECORDED = Path(__file__).resolve().parents[2] / "docs" / "bench.json"  # (a checkout's)
 TARGETS = {"gemm_vs_numpy_ratio": (">=", 0.9), "overhead_vs_bare_ratio": ("<=", 1.25),
            # the target for `t3emu run -n 32` on a 2-core machine (docs/performance.md)
            "startup_s_32": ("<=", 8.0), "startup_timing_only_s_32": ("<=", 8.0)}
@@ -316,8 +351,9 @@ def machine() -> dict:
 
 
 def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print,
-              watchdog_s: float = 60.0) -> dict:
-    """Run the chosen parts; return the results document (figures at the top level)."""
+              watchdog_s: float = 60.0, against: Path | None = RECORDED) -> dict:
+    """Run the chosen parts; return the results document (figures at the top level).
+    ``against``: the file of recorded figures the ``papers`` part compares with."""
     from emulator.runtime import numba_cache
     from emulator.runtime.process import pin_threads
 
@@ -417,10 +453,95 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print,
             log(f"sweep: {scenario} --timing-only, {points} points in {walls['pooled']:.0f} s "
                 f"pooled, {walls['separate']:.0f} s with a job per point (same modelled "
                 f"times: {det['sweep']['same_modelled_times']})")
+        if "papers" in parts:
+            doc["papers"] = _papers(tmp, quick, watchdog_s, log, against)
     doc["bench_wall_s"] = time.perf_counter() - t_all
     doc["targets"] = {key: {"want": f"{op} {value}", "met": _met(doc.get(key), op, value)}
                       for key, (op, value) in TARGETS.items() if key in doc}
     return doc
+
+
+def _modelled(run: dict) -> dict:
+    """A ``t3emu run --json`` document's modelled results: each configuration's time and,
+    with causes, its counterfactual steps' times."""
+    return {r["mode"]: [r["modelled_time_s"], *[st["time_s"] for st in
+                                                (r.get("causes") or {}).get("steps", [])]]
+            for r in run["runs"]}
+
+
+def recorded_papers(against: Path | None) -> dict:
+    """The ``papers`` section of a bench document (docs/bench.json), {} if none."""
+    if against is None or not Path(against).is_file():
+        return {}
+    try:
+        return json.loads(Path(against).read_text()).get("papers") or {}
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{against}: not a bench document ({exc})") from None
+
+
+def _papers(tmp: Path, quick: bool, watchdog_s: float, log, against: Path | None) -> dict:
+    """Each paper's point timing-only, then with ``--causes``: wall time (the whole job,
+    start-up included) against the recorded one, and whether the modelled times equal the
+    recorded ones (they must: the same model gives the same numbers)."""
+    before = recorded_papers(against)
+    out: dict = {}
+    for paper, (label, args) in PAPER_POINTS.items():
+        if quick:  # a toy point of the same operation and system: the bench's own test
+            args = _toy(args)
+        entry: dict = {"point": label, "args": args}
+        for kind, extra in (("timing_only", []), ("causes", ["--causes"])):
+            run, _, wall, _ = _t3emu_run([*args, "--timing-only", *extra], tmp,
+                                         f"{paper} point ({kind})", watchdog_s)
+            entry[f"{kind}_wall_s"] = wall
+            entry[f"{kind}_modelled"] = _modelled(run)
+            old = before.get(paper) or {}  # (a point measured with the same options only)
+            if old.get(f"{kind}_wall_s") and old.get("args") == args:
+                entry[f"{kind}_ratio"] = wall / old[f"{kind}_wall_s"]
+                entry[f"{kind}_same_modelled"] = old.get(f"{kind}_modelled") == \
+                    entry[f"{kind}_modelled"]
+            ratio = entry.get(f"{kind}_ratio")
+            log(f"papers: {paper} ({label}), {kind.replace('_', '-')}: {wall:.1f} s"
+                + ("" if ratio is None else f", {ratio:.2f}x the recorded "
+                   f"{old[f'{kind}_wall_s']:.1f} s (same modelled times: "
+                   f"{entry[f'{kind}_same_modelled']})"))
+        out[paper] = entry
+    return out
+
+
+def record(doc: dict, path: Path) -> None:
+    """Write ``doc``'s ``papers`` figures, with the machine and commit they were measured
+    on, into the bench document at ``path`` (created if absent), keeping its other figures."""
+    from emulator.app.files import write_json_atomic
+    from emulator.app.provenance import git
+
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{path}: not a bench document ({exc})") from None
+    old["papers"] = doc["papers"]
+    old["papers_measured_on"] = {"machine": doc["machine"], "commit": git()[0]}
+    write_json_atomic(path, old)
+
+
+def _toy(args: list[str]) -> list[str]:
+    """A paper point's options at toy sizes (``--quick``): M, N, K at most 512, 256, 256,
+    at most 8 ranks and 8 embedding tables, the same operation, system and
+    configurations."""
+    out, i = [], 0
+    caps = {"--m": 512, "--n": 256, "--k": 256, "-n": 8}  # not a parameter: toy sizes
+    while i < len(args):
+        a = args[i]
+        if a in caps:
+            out += [a, str(min(int(args[i + 1]), caps[a]))]
+            i += 2
+            continue
+        if a == "--param" and args[i + 1].startswith("tables="):
+            out += [a, f"tables={min(int(args[i + 1].split('=')[1]), 8)}"]
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _gb(mb: float | None) -> str:
@@ -477,6 +598,18 @@ def table(doc: dict) -> str:
         row("sweep_pooled_speedup", ".2f", f"the same sweep with a job per point over pooled: "
             f"{s['separate_wall_s']:.0f} / {s['wall_s']:.0f} s; same modelled times: "
             f"{s['same_modelled_times']}")
+    for paper, e in (doc.get("papers") or {}).items():
+        for kind in ("timing_only", "causes"):
+            ratio = e.get(f"{kind}_ratio")
+            same = e.get(f"{kind}_same_modelled")
+            rows.append({"figure": f"papers: {paper}, {kind.replace('_', '-')}",
+                         "value": f"{e[f'{kind}_wall_s']:.1f}s",
+                         "target": "" if ratio is None else f"{ratio:.2f}x recorded",
+                         "notes": f"{e['point']}; `t3emu run ... --timing-only"
+                                  f"{' --causes' if kind == 'causes' else ''}`"
+                                  + ("" if same is None else
+                                     f"; modelled times {'equal' if same else 'DIFFER from'}"
+                                     f" the recorded")})
     for ranks, e in sorted(det.get("scale", {}).items(), key=lambda kv: int(kv[0])):
         pss = e["pss_mb_per_rank_mean"]
         rows.append({"figure": f"scale: {ranks} ranks", "value": f"{e['wall_s']:.1f}s",

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 
 def _interrupted_early(signum, frame) -> None:
@@ -590,15 +591,23 @@ def validate(results, results2x, out_dir, run_sensitivity, only) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the figures (and how each was measured) as JSON here.")
 @click.option("--only", type=str, default="all", show_default=True,
-              help="Comma-separated parts: gemm, overhead, startup, memory, sweep, scale, size.")
+              help="Comma-separated parts: gemm, overhead, startup, memory, sweep, scale, size, "
+                   "papers.")
 @click.option("--scenario", type=str, default="t3-paper", show_default=True,
               help="Scenario the sweep part runs timing-only.")
 @click.option("--quick", is_flag=True,
               help="Toy sizes: checks the bench runs, its figures mean nothing.")
+@click.option("--against", type=click.Path(dir_okay=False), default=None,
+              help="The bench document whose recorded paper points the papers part compares "
+                   "with (default: the checkout's docs/bench.json).")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the papers part's figures into this bench document's papers "
+                   "section, keeping the rest (docs/bench.json: the recorded figures).")
 @_watchdog
-def bench(json_path, only, scenario, quick, watchdog_s) -> None:
-    """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate."""
-    from emulator.app.bench import PARTS, BenchError, run_bench, table
+def bench(json_path, only, scenario, quick, against, record_path, watchdog_s) -> None:
+    """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate, and
+    one point per paper against its recorded wall time."""
+    from emulator.app.bench import PARTS, RECORDED, BenchError, record, run_bench, table
     from emulator.app.files import OutputError, check_output_file, write_json_atomic
     from emulator.app.scenario import ScenarioError, load_scenario
 
@@ -608,16 +617,26 @@ def bench(json_path, only, scenario, quick, watchdog_s) -> None:
     if bad or not parts:
         _fail_usage(ConfigError("--only", only, f"all or a comma-separated list of "
                                                 f"{', '.join(PARTS)}"))
+    if record_path and ("papers" not in parts or quick):
+        _fail_usage(ConfigError("--record", record_path, "needs the papers part, at full size "
+                                                         "(not --quick)"))
+    if against is not None and not Path(against).is_file():
+        _fail_usage(ConfigError("--against", against, "no such file"))
     try:
         if json_path:
             check_output_file(json_path, "--json", 1 << 20)
+        if record_path:
+            check_output_file(record_path, "--record", 1 << 20)
         if "sweep" in parts:
             load_scenario(scenario)
     except (OutputError, ScenarioError) as exc:
         _fail_usage(exc)
     try:
         doc = run_bench(parts, quick, scenario, log=lambda msg: click.echo(msg, err=True),
-                        watchdog_s=watchdog_s)
+                        watchdog_s=watchdog_s,
+                        against=Path(against) if against is not None else RECORDED)
+        if record_path:
+            record(doc, Path(record_path))
     except BenchError as exc:
         click.echo(f"t3emu: bench error: {exc}", err=True)
         sys.exit(1)
@@ -625,6 +644,8 @@ def bench(json_path, only, scenario, quick, watchdog_s) -> None:
     if json_path:
         write_json_atomic(json_path, doc)
         click.echo(f"json: {json_path}")
+    if record_path:
+        click.echo(f"recorded: {record_path} (papers)")
 
 
 def _table_format(f):

@@ -70,6 +70,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import numpy as np
+
 from devices.spec import DramSpec
 from emulator.model.clock import BandwidthTimeline
 
@@ -116,8 +118,8 @@ class Dram:
         self.comm_log: list[tuple] = []  # every communication burst, as ``_comm`` (counters)
         self._lanes: dict[float, BandwidthTimeline] = {}
         self._comm: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; (offered at, start, end, bytes) of comm bursts
-        self._queued: deque = deque(maxlen=4096)  # not a parameter: bookkeeping; the bursts of ``comm`` alone (``queued``)
-        self._through: deque = deque(maxlen=1 << 16)  # not a parameter: bookkeeping; (start, end, bytes) of every communication reservation (``through``)
+        self._queued = SpanLog(4, 4096)  # not a parameter: bookkeeping; the bursts of ``comm`` alone (``queued``)
+        self._through = SpanLog(3, 1 << 16)  # not a parameter: bookkeeping; (start, end, bytes) of every communication reservation (``through``)
         self.apart: Dram | None = None  # communication's own DRAM (the counterfactual)
         if not dram.shared:
             import dataclasses
@@ -211,14 +213,13 @@ class Dram:
         ``room`` a policy lets communication take. Bursts only: a steady stream below the
         HBM's rate (``stream``) keeps no backlog in the queue."""
         q = self._queued
-        while q and q[0][2] < t0 - BACKLOG_HORIZON_S:
-            q.popleft()
+        q.drop_before(2, t0 - BACKLOG_HORIZON_S)
         room = self.queue_bytes if room is None else min(room, self.queue_bytes)
         if room <= 0 or not q:
             return 0.0
         if t1 <= t0:
             return min(room, _unserved(q, t0))
-        return min(room, _mean_unserved(q, t0, t1))
+        return min(room, _mean_unserved(q.overlapping(0, 2, t0, t1), t0, t1))
 
     def through(self, t0: float, t1: float) -> float:
         """Communication bytes (cost bytes) served between ``t0`` and ``t1`` (each
@@ -226,9 +227,8 @@ class Dram:
         memory-side cache meanwhile (``emulator/model/cache.py``). Only what was reserved
         before the question, in program order."""
         q = self._through
-        while q and q[0][1] < t0 - THROUGH_HORIZON_S:
-            q.popleft()
-        return bytes_within(q, t0, t1)
+        q.drop_before(1, t0 - THROUGH_HORIZON_S)
+        return bytes_within(q.overlapping(0, 1, t0, t1, instants=True), t0, t1)
 
     def comm(self, policy, ready: float, nbytes: float, window, stream: str = "comm",
              offered_rate: float | None = None) -> float:
@@ -396,6 +396,61 @@ class _Apart:
 
 
 _APART = _Apart()
+
+
+class SpanLog:
+    """A log of communication's reservations, as ``deque(maxlen=maxlen)`` of tuples of
+    ``width`` floats (oldest first) kept in numpy columns, so that the few of thousands
+    that overlap a stage's window are found by array comparisons (``overlapping``) and
+    summed in the log's order, with the same arithmetic as over every tuple."""
+
+    def __init__(self, width: int, maxlen: int):
+        self.maxlen = maxlen
+        self._a = np.empty((64, width), np.float64)  # not a parameter: first capacity
+        self._lo = self._hi = 0
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    def __iter__(self):
+        return iter(self._a[self._lo : self._hi].tolist())
+
+    def append(self, row: tuple) -> None:
+        if self._hi == len(self._a):
+            n = self._hi - self._lo
+            a = self._a if self._lo >= len(self._a) // 2 else np.empty(
+                (2 * len(self._a), self._a.shape[1]), np.float64)
+            a[:n] = self._a[self._lo : self._hi]
+            self._a, self._lo, self._hi = a, 0, n
+        self._a[self._hi] = row
+        self._hi += 1
+        if self._hi - self._lo > self.maxlen:  # (a full deque drops its oldest)
+            self._lo += 1
+
+    def drop_before(self, col: int, t: float) -> None:
+        """Forget the oldest rows while their column ``col`` is below ``t`` (a deque's
+        ``popleft`` while ``q[0][col] < t``)."""
+        a, lo, hi = self._a, self._lo, self._hi
+        while lo < hi and a[lo, col] < t:
+            lo += 1
+        self._lo = lo
+
+    SCAN = 64  # not a parameter: below this many rows a loop is faster than arrays
+
+    def overlapping(self, first: int, last: int, t0: float, t1: float,
+                    instants: bool = False):
+        """The rows (oldest first) whose [column ``first``, column ``last``) overlaps
+        [t0, t1): max(t0, first) < min(t1, last); with ``instants`` also those with last <=
+        first and t0 <= first < t1. The rows no caller of this log counts anything for,
+        left out; every log of fewer than ``SCAN`` rows whole."""
+        if len(self) < self.SCAN:
+            return self
+        v = self._a[self._lo : self._hi]
+        a, b = v[:, first], v[:, last]
+        keep = (b > t0) & (a < t1) & (b > a) if t1 > t0 else np.zeros(len(v), bool)
+        if instants:
+            keep |= (b <= a) & (t0 <= a) & (a < t1)
+        return v[np.flatnonzero(keep)].tolist()
 
 
 def bytes_within(spans, t0: float, t1: float) -> float:
