@@ -239,11 +239,30 @@ class Routes(Mapping):
             return self._default if s < 0 else Route(self.producer_op, slot=s)
         raise KeyError(t)
 
+    def parts(self, t: int) -> tuple[str, int, tuple]:
+        """(local op, slot, targets) of tile ``t``'s route, without making a ``Route`` for
+        a plain tile (a persistent kernel's rounds ask per WG)."""
+        r = self.explicit.get(t)
+        if r is not None:
+            return r.local_op, r.slot, r.targets
+        if 0 <= t < len(self.written) and self.written[t]:
+            return self.producer_op, int(self.slot[t]), ()
+        raise KeyError(t)
+
     def __iter__(self):
         return iter(np.flatnonzero(self.written).tolist())
 
     def __len__(self) -> int:
         return int(self.written.sum())
+
+
+def route_parts(routes, t: int) -> tuple[str, int, tuple]:
+    """``Routes.parts`` of ``routes`` (a ``Routes`` or a plain dict of ``Route``s)."""
+    parts = getattr(routes, "parts", None)
+    if parts is not None:
+        return parts(t)
+    r = routes[t]
+    return r.local_op, r.slot, r.targets
 
 
 @dataclass

@@ -13,7 +13,7 @@ import numpy as np
 from devices.hbm import STORAGE_DTYPES, Hbm
 from devices.regions import join, region_shape
 from devices.tracker import Tracker
-from emulator.engine.addrmap import Route
+from emulator.engine.addrmap import Route, route_parts
 from emulator.engine.cu_side import CuSide
 from emulator.engine.kernel import STAGE, Gates, Kernel, LaunchItems
 from emulator.model import cache, params, transfers
@@ -103,8 +103,8 @@ class KernelRunner:
             return 0
         n = 0
         for w in ids:
-            route = self.routes[int(self.kernel.wg_tile[w])]
-            entry = self._nic_left.get(route.slot) if route.slot >= 0 else None
+            slot = route_parts(self.routes, int(self.kernel.wg_tile[w]))[1]
+            entry = self._nic_left.get(slot) if slot >= 0 else None
             if entry is not None:
                 entry[0] -= 1
                 n += entry[0] == 0
@@ -639,20 +639,20 @@ class KernelRunner:
         for key, n, last in zip(keys.tolist(), sums.tolist(), latest.tolist()):
             t, a = divmod(key, len(arr_list))
             arr = arr_list[a]
-            route = self.routes[t]
-            if route.local_op != "none":
-                c = (rank, "gemm", _kind(route.local_op))
+            local_op, slot, targets = route_parts(self.routes, t)
+            if local_op != "none":
+                c = (rank, "gemm", _kind(local_op))
                 counted[c] = counted.get(c, 0) + n * itemsize[buffer]
-                if route.slot >= 0:
-                    if last > self.slot_done[route.slot]:
-                        self.slot_done[route.slot] = last
+                if slot >= 0:
+                    if last > self.slot_done[slot]:
+                        self.slot_done[slot] = last
                     counts = signals.setdefault((rank, 0.0), {})
-                    counts[route.slot] = counts.get(route.slot, 0) + n
-            if route.targets and t not in checked:
+                    counts[slot] = counts.get(slot, 0) + n
+            if targets and t not in checked:
                 checked.add(t)
-                for tg in route.targets:
+                for tg in targets:
                     hbm.region_bytes(tg.buffer, tg.region)  # in bounds (items lie in t)
-            for tg in route.targets:
+            for tg in targets:
                 stream = "gemm" if tg.rank == rank else self.stream
                 c = (tg.rank, stream, _kind(tg.op))
                 counted[c] = counted.get(c, 0) + n * itemsize[tg.buffer]
@@ -777,9 +777,9 @@ def stage_cost(cost: CostModel, k: Kernel, routes: dict[int, Route], ids: np.nda
         sc = cost.with_local_writes(wgs, flops, compute, reads * read_scale,
                                     routes.producer_op, out_e)
     else:
-        rs = [routes[t] for t in k.wg_tile[ids].tolist()]
+        rs = [route_parts(routes, t) for t in k.wg_tile[ids].tolist()]
         sc = cost.with_writes(wgs, flops, compute, reads * read_scale,
-                              [r.local_op for r in rs], [[t.rank for t in r.targets] for r in rs],
+                              [r[0] for r in rs], [[t.rank for t in r[2]] for r in rs],
                               rank, out_e)
     efficiency = getattr(k.producer, "read_efficiency", None)  # random rows: row locality
     if efficiency is not None and sc.read_bytes:
