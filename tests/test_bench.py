@@ -49,6 +49,8 @@ def test_bench_papers_part_compares_with_the_recorded_points(tmp_path):
     proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(first),
                     "--against", str(tmp_path / "none.json")], timeout=60)
     assert proc.returncode == 2 and "--against" in proc.stderr  # no such file: refused
+    proc = run_cli(["bench", "--only", "papers", "--papers", "t3,gpt"], timeout=60)
+    assert proc.returncode == 2 and "--papers" in proc.stderr
     proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(first)], timeout=900)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(first.read_text())
@@ -61,10 +63,11 @@ def test_bench_papers_part_compares_with_the_recorded_points(tmp_path):
         for mode, times in causes.items():  # the run itself, then its counterfactual steps
             assert times[0] == only[mode][0] > 0, (paper, mode)  # (the baseline: none)
         assert sum(len(t) > 1 for t in causes.values()) >= 2, paper
-    proc = run_cli(["bench", "--quick", "--only", "papers", "--json", str(second),
-                    "--against", str(first)], timeout=900)
+    proc = run_cli(["bench", "--quick", "--only", "papers", "--papers", "t3,fused", "--json",
+                    str(second), "--against", str(first)], timeout=900)
     assert proc.returncode == 0, proc.stderr
     again = json.loads(second.read_text())["papers"]
+    assert set(again) == {"t3", "fused"}
     for paper, e in again.items():
         for kind in ("timing_only", "causes"):
             assert e[f"{kind}_ratio"] == e[f"{kind}_wall_s"] / doc["papers"][paper][

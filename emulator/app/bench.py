@@ -351,9 +351,11 @@ def machine() -> dict:
 
 
 def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print,
-              watchdog_s: float = 60.0, against: Path | None = RECORDED) -> dict:
+              watchdog_s: float = 60.0, against: Path | None = RECORDED,
+              papers: tuple[str, ...] = tuple(PAPER_POINTS)) -> dict:
     """Run the chosen parts; return the results document (figures at the top level).
-    ``against``: the file of recorded figures the ``papers`` part compares with."""
+    ``against``: the file of recorded figures the ``papers`` part compares with;
+    ``papers``: the papers whose points it runs."""
     from emulator.runtime import numba_cache
     from emulator.runtime.process import pin_threads
 
@@ -454,7 +456,7 @@ def run_bench(parts: tuple[str, ...], quick: bool, scenario: str, log=print,
                 f"pooled, {walls['separate']:.0f} s with a job per point (same modelled "
                 f"times: {det['sweep']['same_modelled_times']})")
         if "papers" in parts:
-            doc["papers"] = _papers(tmp, quick, watchdog_s, log, against)
+            doc["papers"] = _papers(tmp, quick, watchdog_s, log, against, papers)
     doc["bench_wall_s"] = time.perf_counter() - t_all
     doc["targets"] = {key: {"want": f"{op} {value}", "met": _met(doc.get(key), op, value)}
                       for key, (op, value) in TARGETS.items() if key in doc}
@@ -479,13 +481,15 @@ def recorded_papers(against: Path | None) -> dict:
         raise BenchError(f"{against}: not a bench document ({exc})") from None
 
 
-def _papers(tmp: Path, quick: bool, watchdog_s: float, log, against: Path | None) -> dict:
+def _papers(tmp: Path, quick: bool, watchdog_s: float, log, against: Path | None,
+            papers: tuple[str, ...] = tuple(PAPER_POINTS)) -> dict:
     """Each paper's point timing-only, then with ``--causes``: wall time (the whole job,
     start-up included) against the recorded one, and whether the modelled times equal the
     recorded ones (they must: the same model gives the same numbers)."""
     before = recorded_papers(against)
     out: dict = {}
-    for paper, (label, args) in PAPER_POINTS.items():
+    for paper in papers:
+        label, args = PAPER_POINTS[paper]
         if quick:  # a toy point of the same operation and system: the bench's own test
             args = _toy(args)
         entry: dict = {"point": label, "args": args}
@@ -518,6 +522,8 @@ def record(doc: dict, path: Path) -> None:
         old = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError) as exc:
         raise BenchError(f"{path}: not a bench document ({exc})") from None
+    if set(doc["papers"]) != set(PAPER_POINTS):
+        raise BenchError(f"--record needs every paper's point ({', '.join(PAPER_POINTS)})")
     old["papers"] = doc["papers"]
     old["papers_measured_on"] = {"machine": doc["machine"], "commit": git()[0]}
     write_json_atomic(path, old)
@@ -525,14 +531,18 @@ def record(doc: dict, path: Path) -> None:
 
 def _toy(args: list[str]) -> list[str]:
     """A paper point's options at toy sizes (``--quick``): M, N, K at most 512, 256, 256,
-    at most 8 ranks and 8 embedding tables, the same operation, system and
-    configurations."""
+    at most 4 ranks where the point names them and 8 embedding tables, its first three
+    configurations (the baseline first), the same operation and system."""
     out, i = [], 0
-    caps = {"--m": 512, "--n": 256, "--k": 256, "-n": 8}  # not a parameter: toy sizes
+    caps = {"--m": 512, "--n": 256, "--k": 256, "-n": 4}  # not a parameter: toy sizes
     while i < len(args):
         a = args[i]
         if a in caps:
             out += [a, str(min(int(args[i + 1]), caps[a]))]
+            i += 2
+            continue
+        if a == "--mode":
+            out += [a, ",".join(args[i + 1].split(",")[:3])]  # not a parameter: toy size
             i += 2
             continue
         if a == "--param" and args[i + 1].startswith("tables="):

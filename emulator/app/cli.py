@@ -600,14 +600,18 @@ def validate(results, results2x, out_dir, run_sensitivity, only) -> None:
 @click.option("--against", type=click.Path(dir_okay=False), default=None,
               help="The bench document whose recorded paper points the papers part compares "
                    "with (default: the checkout's docs/bench.json).")
+@click.option("--papers", type=str, default="all", show_default=True,
+              help="The papers part's points: all, or a comma-separated list of t3, flux, "
+                   "fused, ficco.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False), default=None,
               help="Write the papers part's figures into this bench document's papers "
                    "section, keeping the rest (docs/bench.json: the recorded figures).")
 @_watchdog
-def bench(json_path, only, scenario, quick, against, record_path, watchdog_s) -> None:
+def bench(json_path, only, scenario, quick, against, papers, record_path, watchdog_s) -> None:
     """Measure the emulator itself: GEMM speed, overhead, start-up, memory, sweep rate, and
     one point per paper against its recorded wall time."""
-    from emulator.app.bench import PARTS, RECORDED, BenchError, record, run_bench, table
+    from emulator.app.bench import (PAPER_POINTS, PARTS, RECORDED, BenchError, record,
+                                    run_bench, table)
     from emulator.app.files import OutputError, check_output_file, write_json_atomic
     from emulator.app.scenario import ScenarioError, load_scenario
 
@@ -617,9 +621,14 @@ def bench(json_path, only, scenario, quick, against, record_path, watchdog_s) ->
     if bad or not parts:
         _fail_usage(ConfigError("--only", only, f"all or a comma-separated list of "
                                                 f"{', '.join(PARTS)}"))
-    if record_path and ("papers" not in parts or quick):
-        _fail_usage(ConfigError("--record", record_path, "needs the papers part, at full size "
-                                                         "(not --quick)"))
+    chosen = tuple(PAPER_POINTS) if papers == "all" else tuple(
+        p.strip() for p in papers.split(","))
+    if not chosen or any(p not in PAPER_POINTS for p in chosen):
+        _fail_usage(ConfigError("--papers", papers, f"all or a comma-separated list of "
+                                                    f"{', '.join(PAPER_POINTS)}"))
+    if record_path and ("papers" not in parts or quick or papers != "all"):
+        _fail_usage(ConfigError("--record", record_path, "needs the papers part of every "
+                                                         "paper, at full size (not --quick)"))
     if against is not None and not Path(against).is_file():
         _fail_usage(ConfigError("--against", against, "no such file"))
     try:
@@ -634,7 +643,8 @@ def bench(json_path, only, scenario, quick, against, record_path, watchdog_s) ->
     try:
         doc = run_bench(parts, quick, scenario, log=lambda msg: click.echo(msg, err=True),
                         watchdog_s=watchdog_s,
-                        against=Path(against) if against is not None else RECORDED)
+                        against=Path(against) if against is not None else RECORDED,
+                        papers=chosen)
         if record_path:
             record(doc, Path(record_path))
     except BenchError as exc:
