@@ -51,6 +51,7 @@ class _StorageDtypes(Mapping):
     every fp16 or fp32 rank of a job on a shared host) does not pay."""
 
     _eager = {"fp16": np.float16, "fp32": np.float32}
+    _names = ("fp16", "bf16", "fp32")
 
     def __getitem__(self, name: str):
         if name == "bf16":
@@ -60,10 +61,10 @@ class _StorageDtypes(Mapping):
         return self._eager[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(("fp16", "bf16", "fp32"))
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return 3  # not a parameter: the three dtype names above
+        return len(self._names)
 
 
 STORAGE_DTYPES = _StorageDtypes()

@@ -222,8 +222,8 @@ class CostModel:
         # a stage's memo (``KernelRunner``'s, per memo key: a stage whose cost its key
         # decides, with ``delay``, ``l2_share`` and ``l2_taken``): what ``gemm_compute`` and
         # ``with_local_writes`` derived from its items' rows and from the panels the stage
-        # before left in the L2, so an equal stage is costed again at each new share with
-        # the formulas alone; else None
+        # before left in the L2, so an equal stage is costed again at each new share
+        # without deriving them again; else None
         self.stage_memo: dict | None = None
         self._panel_memo: dict = {}  # wgs contents -> (panels, bytes): ``_panels``
         self._held_last: tuple = (None, None, 0.0)  # (panels, resident, bytes): ``_held``
