@@ -35,6 +35,8 @@ the run says the check is weak there.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpi4py import MPI
 
@@ -122,11 +124,13 @@ def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: 
     if values == "int":  # exact partials: fp32 is exact and enough
         a32, b32 = a.astype(np.float32), b.astype(np.float32)
         if consumer:
-            ref = collective(comm, a32, chunks) @ b32
-            mag = _slices_abs(collective(comm, a32, chunks), b32, split_k, k_blocks)
+            g = collective(comm, a32, chunks)
+            ref = g @ b32
+            mag = _slices_abs(g, b32, split_k, k_blocks, ref)
         else:
-            ref = collective(comm, a32 @ b32, chunks)
-            mag = collective(comm, _slices_abs(a32, b32, split_k, k_blocks), chunks)
+            p = a32 @ b32
+            ref = collective(comm, p, chunks)
+            mag = collective(comm, _slices_abs(a32, b32, split_k, k_blocks, p), chunks)
         top = float(comm.allreduce(float(mag.max()) if mag.size else 0.0, MPI.MAX))
         if dtype == "fp32" and top < 2**24:
             return ref, np.zeros_like(ref)
@@ -136,26 +140,29 @@ def compute_reference(comm: MPI.Intracomm, a: np.ndarray, b: np.ndarray, dtype: 
     if consumer:
         g = collective(comm, a64, chunks)
         ref = g @ b64
-        parts = _slices_abs(g, b64, split_k, k_blocks)
+        parts = _slices_abs(g, b64, split_k, k_blocks, ref)
         ab = np.abs(g) @ np.abs(b64)
     else:
-        ref = collective(comm, a64 @ b64, chunks)
-        parts = collective(comm, _slices_abs(a64, b64, split_k, k_blocks), chunks)
+        p = a64 @ b64
+        ref = collective(comm, p, chunks)
+        parts = collective(comm, _slices_abs(a64, b64, split_k, k_blocks, p), chunks)
         ab = collective(comm, np.abs(a64) @ np.abs(b64), chunks)
     fp32 = LAMBDA * np.sqrt(k) * UNIT_ROUNDOFF["fp32"] * ab
     tol = (roundings + 1) * (u * (parts + fp32) * 1.01 + UNDERFLOW[dtype]) + fp32  # not a parameter: numerics
     return ref, tol.astype(np.float32)
 
 
-def _slices_abs(a: np.ndarray, b: np.ndarray, split_k: int, k_blocks: int = 1) -> np.ndarray:
-    """A bound on the magnitude of every stored partial of ``a @ b``: |A B| whole; summed
-    over the ``k_blocks`` even column blocks of K a configuration accumulates one by one;
-    with split-K, whose K slices a device's kernel cuts as it will, |A| |B| (at least the
-    sum over any slicing of |A_s B_s|)."""
+def _slices_abs(a: np.ndarray, b: np.ndarray, split_k: int, k_blocks: int = 1,
+                product: np.ndarray | None = None) -> np.ndarray:
+    """A bound on the magnitude of every stored partial of ``a @ b``: |A B| whole (of
+    ``product``, ``a @ b`` already formed, when given); summed over the ``k_blocks`` even
+    column blocks of K a configuration accumulates one by one; with split-K, whose K
+    slices a device's kernel cuts as it will, |A| |B| (at least the sum over any slicing
+    of |A_s B_s|)."""
     if split_k > 1:
         return np.abs(a) @ np.abs(b)
     if k_blocks <= 1:
-        return np.abs(a @ b)
+        return np.abs(a @ b if product is None else product)
     k = a.shape[1]
     cuts = [k * j // k_blocks for j in range(k_blocks + 1)]
     return sum(np.abs(a[:, k0:k1] @ b[k0:k1]) for k0, k1 in zip(cuts[:-1], cuts[1:]) if k1 > k0)
@@ -190,20 +197,42 @@ def check(result: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool, f
 def check_against(result: np.ndarray, ref: np.ndarray, tol: np.ndarray
                   ) -> tuple[bool, float, float, str]:
     """(pass, max abs error, largest error as a fraction of its element's tolerance (inf
-    where an element with tolerance 0 is off; nan for a non-finite result), note)."""
+    where an element with tolerance 0 is off; nan for a non-finite result), note).
+
+    In few passes over the output (it is checked after every configuration of a run):
+    the error is formed in place, a result is finite when its minimum and maximum are
+    (both propagate a NaN), and the fraction is ``err / tol`` in place, its 0 / 0 (no
+    error where the tolerance is 0) left out of the maximum; the same values as the
+    element-wise expression (``_fractions``), which it takes for a non-finite reference
+    or a negative tolerance."""
     res = result.astype(np.float32)
-    finite = np.isfinite(res)
-    if not finite.all():
+    if res.size and not (np.isfinite(res.min()) and np.isfinite(res.max())):
+        finite = np.isfinite(res)
         nan = int(np.isnan(res).sum())
         return False, float("nan"), float("nan"), (
             f"output has {nan} NaN and {int((~finite).sum()) - nan} Inf values"
             + (" (the reference is not finite either)" if not np.isfinite(ref).all() else ""))
-    err = np.abs(res - ref)
+    err = np.subtract(res, ref, out=res) if np.result_type(res, ref) == res.dtype \
+        else res - ref
+    np.abs(err, out=err)
     max_err = float(err.max()) if err.size else 0.0
-    over = err > tol
-    bad = int(over.sum())
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0),
-                        np.where(err > 0, np.inf, 0.0))
-    worst = float(frac.max()) if frac.size else 0.0
+    bad = int(np.count_nonzero(err > tol))
+    if not err.size:
+        worst = 0.0
+    elif not math.isfinite(max_err) or not tol.min() >= 0:  # a reference not finite, tol < 0
+        worst = float(_fractions(err, tol).max())
+    else:  # err / tol: inf where a tolerance of 0 has an error, NaN (for 0) where it has none
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.divide(err, tol, out=err) if np.result_type(err, tol) == err.dtype \
+                else err / tol
+        worst = float(np.fmax.reduce(q, axis=None))  # NaNs left out
+        worst = 0.0 if worst != worst else worst
     return bad == 0, max_err, worst, (f"{bad} elements beyond tolerance" if bad else "")
+
+
+def _fractions(err: np.ndarray, tol: np.ndarray) -> np.ndarray:
+    """Each element's error as a fraction of its tolerance; where the tolerance is 0,
+    inf for an error and 0 for none."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tol > 0, err / np.where(tol > 0, tol, 1.0),
+                        np.where(err > 0, np.inf, 0.0))

@@ -20,11 +20,18 @@ from __future__ import annotations
 import numpy as np
 
 
+_BF16: dict = {}  # dtype (or its name, type) -> whether it is bfloat16
+
+
 def is_bf16(dt) -> bool:
     """Whether ``dt`` is bfloat16, stored as 2 bytes (``ml_dtypes``' type, widened exactly,
     rounded by its cast), asked by name: ``ml_dtypes`` is imported only by the runs that use
-    it (``devices.hbm.STORAGE_DTYPES``)."""
-    return np.dtype(dt).name == "bfloat16"
+    it (``devices.hbm.STORAGE_DTYPES``). Kept per ``dt`` (asked per tile written; a
+    dtype's name is formed in Python)."""
+    got = _BF16.get(dt)
+    if got is None:
+        got = _BF16[dt] = np.dtype(dt).name == "bfloat16"
+    return got
 
 
 def _runs(tiles: np.ndarray, blocks: bool) -> list[tuple[int, int]]:
