@@ -14,9 +14,11 @@ def splits(collective: str) -> bool:
 
 
 def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
-              topology: str = "", device: str = "t3-sim") -> tuple[str, ...]:
+              topology: str = "", device: str = "t3-sim", dtype: str = "fp16"
+              ) -> tuple[str, ...]:
     """The configurations of the operation (with ``algorithm``); with ``ranks``: those
-    ``device`` (in ``topology``) runs at that size in fp16 (as ``--mode all`` keeps them)."""
+    ``device`` (in ``topology``) runs at that size in ``dtype`` (as ``--mode all`` keeps
+    them)."""
     modes = REG.configurations_for(REG.operation(collective), algorithm)
     if not ranks:
         return modes
@@ -24,7 +26,7 @@ def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
 
     spec = load_device(device)
     spec = with_topology(spec, topology) if topology else spec
-    return tuple(m for m in modes if not REG.refusal(m, spec, "fp16", ranks))
+    return tuple(m for m in modes if not REG.refusal(m, spec, dtype, ranks))
 
 
 # families with a numerics matrix of their own on 2, 3, 4 and 8 ranks (tests/test_te.py,
@@ -33,12 +35,27 @@ def modes_for(collective: str, algorithm: str | None = None, ranks: int = 0,
 OWN_MATRIX = ("te-", "ficco-")
 
 
-def matrix_modes(collective: str, algorithm: str, ranks: int, topology: str) -> tuple[str, ...]:
-    """The modes tests/mpi/matrix.py runs for a combination at ``ranks``."""
-    modes = modes_for(collective, algorithm, ranks, topology)
+def matrix_modes(collective: str, algorithm: str, ranks: int, topology: str,
+                 dtype: str = "fp16") -> tuple[str, ...]:
+    """The modes tests/mpi/matrix.py (and properties.py) run for a combination at
+    ``ranks``."""
+    modes = modes_for(collective, algorithm, ranks, topology, dtype=dtype)
     if ranks <= 3:
         return modes
     return tuple(m for m in modes if not m.startswith(OWN_MATRIX))
+
+
+# the whole-registry matrices' shape (tests/mpi/matrix.py, timing_only.py): divisible
+# neither by the rank counts nor by 128. An embedding's K is its pooling factor (lookups
+# per bag, each a row of N): 9 lookups give the same uneven bags as 129 at a fourteenth of
+# the lookups, in the emulator and in numpy's reference alike.
+MATRIX_SHAPE = dict(m=517, n=300, k=129)
+
+
+def matrix_shape(collective: str) -> dict:
+    if REG.operation(collective).producer == "embedding":
+        return {**MATRIX_SHAPE, "k": 9}
+    return MATRIX_SHAPE
 
 
 def supported(collective: str, algorithm: str, topology: str) -> bool:

@@ -18,7 +18,9 @@ OPERATIONS = ("gemm+rs", "gemm+ag", "gemm+ar", "gemm+a2a", "ag+gemm", "gemv+ar",
 def main() -> int:
     world = MPI.COMM_WORLD.size
     for op in OPERATIONS:
-        shape = {} if op in ("gemv+ar", "emb+a2a") else dict(m=40 * world + 3, n=136, k=72)
+        # uneven rows at every size; a GEMV's N is its few right-hand sides, an embedding's
+        # K its lookups per bag
+        shape = dict(m=40 * world + 3, n={"gemv+ar": 2}.get(op, 136), k={"emb+a2a": 5}.get(op, 72))
         cfg = RunConfig(ranks=world, collective=op, topology="switch", device="a100-sxm",
                         dtype="bf16", values="normal", watchdog_s=120, **shape).validate()
         if _main(cfg) != 0:

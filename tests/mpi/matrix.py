@@ -9,11 +9,10 @@ import sys
 
 from mpi4py import MPI
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_modes, splits, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_shape, matrix_modes, splits, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
-SHAPE = dict(m=517, n=300, k=129)  # divisible neither by the rank counts nor by 128
 
 
 def combos():
@@ -33,7 +32,7 @@ def main() -> int:
             modes = ",".join(matrix_modes(collective, algorithm, world, topology))
             cfg = RunConfig(ranks=world, collective=collective, topology=topology,
                             algorithm=algorithm, dtype=dtype, split_k=split, watchdog_s=60,
-                            mode=modes, **SHAPE).validate()
+                            mode=modes, **matrix_shape(collective)).validate()
             if _main(cfg) != 0:
                 print(f"MATRIX FAIL {collective} {algorithm} {topology} {dtype} split {split}",
                       flush=True)

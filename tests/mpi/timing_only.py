@@ -12,11 +12,10 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from tests.ops import COLLECTIVES, TOPOLOGIES, splits, supported
+from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_shape, splits, supported
 from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
-SHAPE = dict(m=517, n=300, k=129)
 SAME = ("modelled_time_s", "phases", "phase_windows_s", "rank_phases_s", "rank_end_s",
         "dram_bytes", "dram_bytes_per_rank", "arbitration")
 
@@ -39,7 +38,7 @@ def main(out: Path) -> int:
                                     split_k=2 if topology == "full-mesh"
                                     and splits(collective) else 1,
                                     watchdog_s=60, json=str(path), timing_only=timing_only,
-                                    **SHAPE).validate()
+                                    **matrix_shape(collective)).validate()
                     if _main(cfg) != 0:
                         print(f"TIMING FAIL run {collective} {algorithm} {topology}", flush=True)
                         return 1
