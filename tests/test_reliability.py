@@ -601,6 +601,27 @@ def test_ctrl_c_or_sigterm_ends_a_run_and_its_ranks(how):
 from tests.test_model import TOY as CTRL_C_MODEL  # noqa: E402 - a toy model file
 
 
+def test_the_rank_watch_ends_quietly_when_the_launcher_removed_its_directory(tmp_path):
+    """An interrupt ends the launcher, which removes the ranks' directory while its watch
+    still looks (seen as a thread's traceback after a Ctrl-C at start): the watch ends."""
+    from emulator.app.launcher import RankWatch
+
+    pid_dir = tmp_path / "ranks"
+    pid_dir.mkdir()
+    (pid_dir / "0").write_text(str(os.getpid()))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watch = RankWatch(str(pid_dir), proc)
+        assert watch.ranks() == {0: os.getpid()}
+        (pid_dir / "0").unlink()
+        pid_dir.rmdir()
+        watch.run()  # returns (the job still runs): no exception
+        assert watch.dead == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("moment", [0.0, 1.0, 3.0], ids=["at-start", "after-1s", "after-3s"])
 @pytest.mark.parametrize("command", ["run", "sweep", "model"])
 def test_ctrl_c_exits_130_with_one_line(command, moment, tmp_path):

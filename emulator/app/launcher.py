@@ -152,7 +152,7 @@ class RankWatch(threading.Thread):
             if f.name.isdigit():
                 try:
                     out[int(f.name)] = int(f.read_text())
-                except ValueError:
+                except (ValueError, OSError):  # half written, or gone with the directory
                     continue
         return out
 
@@ -160,6 +160,15 @@ class RankWatch(threading.Thread):
         return self._unexplained([(r, pid) for r, pid in ranks.items() if not _alive(pid)])
 
     def run(self) -> None:
+        try:
+            self._watch()
+        except OSError:
+            if self.pid_dir.exists():
+                raise
+            # the launcher removed the directory: the job is over (an interrupt ends the
+            # launcher while the watch still looks): nothing left to watch
+
+    def _watch(self) -> None:
         if hasattr(os, "pidfd_open"):
             self._run_pidfds()
             return
