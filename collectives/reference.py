@@ -212,8 +212,7 @@ def check_against(result: np.ndarray, ref: np.ndarray, tol: np.ndarray
         return False, float("nan"), float("nan"), (
             f"output has {nan} NaN and {int((~finite).sum()) - nan} Inf values"
             + (" (the reference is not finite either)" if not np.isfinite(ref).all() else ""))
-    err = np.subtract(res, ref, out=res) if np.result_type(res, ref) == res.dtype \
-        else res - ref
+    err = _into(np.subtract, res, ref)
     np.abs(err, out=err)
     max_err = float(err.max()) if err.size else 0.0
     bad = int(np.count_nonzero(err > tol))
@@ -223,11 +222,16 @@ def check_against(result: np.ndarray, ref: np.ndarray, tol: np.ndarray
         worst = float(_fractions(err, tol).max())
     else:  # err / tol: inf where a tolerance of 0 has an error, NaN (for 0) where it has none
         with np.errstate(divide="ignore", invalid="ignore"):
-            q = np.divide(err, tol, out=err) if np.result_type(err, tol) == err.dtype \
-                else err / tol
+            q = _into(np.divide, err, tol)
         worst = float(np.fmax.reduce(q, axis=None))  # NaNs left out
         worst = 0.0 if worst != worst else worst
     return bad == 0, max_err, worst, (f"{bad} elements beyond tolerance" if bad else "")
+
+
+def _into(ufunc, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``ufunc(x, y)``, written into ``x`` (the check's own copy) when it has the result's
+    dtype."""
+    return ufunc(x, y, out=x) if np.result_type(x, y) == x.dtype else ufunc(x, y)
 
 
 def _fractions(err: np.ndarray, tol: np.ndarray) -> np.ndarray:

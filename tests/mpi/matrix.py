@@ -14,7 +14,6 @@ from emulator.app.config import RunConfig
 from emulator.app.worker import _main
 
 
-
 def combos():
     for collective in COLLECTIVES:
         for topology in TOPOLOGIES:
