@@ -110,3 +110,31 @@ def test_which_gpus_send_communication_through_the_cache_the_model_calls_l2(pres
     from devices.spec import load_device
 
     assert load_device(preset).comm_through_l2 is through
+
+
+def test_an_owed_commit_is_made_when_the_l2_is_next_read_and_dropped_when_overtaken():
+    """A stage taken from the memo leaves its panels' commit owed (``CostModel.l2_defer``):
+    stage 1 read after it finds stage 0's B panels as after an eager commit (64 KiB held,
+    hand: ``_reads(1, 1)``), at the share stage 1 is costed at (the commit made inside that
+    costing leaves it as it was); a reset or another commit drops the owed one unmade."""
+    m = _model()
+    made = []
+
+    def owed():
+        made.append(m.l2_share)
+        m.l2_commit(STAGE0, False)
+    m.l2_defer(owed)
+    assert made == []  # nothing read yet: nothing made
+    assert _close(m.gemm_compute(STAGE1)[2], _reads(1.0, 1.0))
+    assert made == [1.0]
+    m.gemm_compute(STAGE1)
+    assert made == [1.0]  # made once
+
+    m.l2_reset()
+    m.l2_defer(owed)
+    m.l2_reset()  # a new kernel: the owed commit is dropped, nothing is held
+    assert _close(m.gemm_compute(STAGE1)[2], _reads(1.0, 0.0)) and made == [1.0]
+
+    m.l2_defer(owed)
+    m.l2_commit(STAGE1, False)  # overtaken: STAGE1's own panels are what the L2 holds
+    assert _close(m.gemm_compute(STAGE1)[2], U - 96 * KIB) and made == [1.0]

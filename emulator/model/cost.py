@@ -296,6 +296,7 @@ class CostModel:
         reads = unique + max(0.0, 1.0 - l2 / window) * (st.naive - unique)
         held = memo.get("held") if memo is not None else None
         if held is None:  # panels the previous stage left in L2: their bytes, and the share
+            self._l2_owed()
             share = self._resident_share if len(self._resident) else 0.0  # of them kept
             held = (self._held(st.panels) if share else 0.0, share)
             if memo is not None:
@@ -365,12 +366,26 @@ class CostModel:
 
     def l2_reset(self) -> None:
         """A new kernel: nothing of its inputs is in the L2 yet."""
+        self._owed = None
         self._resident, self._resident_share = Panels.of(np.zeros((0, 6), np.int64)), 0.0
+
+    def l2_defer(self, commit) -> None:
+        """``commit()`` makes an ``l2_commit`` that is owed: it is made when the L2's state
+        is next read (a stage's hits on the panels the previous one left), and not at all
+        if another commit or a reset comes first (a stage whose memo already holds those
+        hits reads nothing of it). The state read is the same either way."""
+        self._owed = commit
+
+    def _l2_owed(self) -> None:
+        owed, self._owed = self._owed, None
+        if owed is not None:
+            owed()
 
     def l2_commit(self, wgs: np.ndarray, outputs_cached: bool) -> None:
         """A stage has run: its panels stay in the L2 for the next stage, all of them if they
         fit beside its cached outputs, else the share of them the L2 holds (module
         docstring); the next stage's hits are that share of the panels it shares."""
+        self._owed = None
         self._resident, held = self._panels(wgs)
         self._resident_share = min(1.0, self.l2_inputs(wgs, outputs_cached) / held) if held \
             else 0.0
