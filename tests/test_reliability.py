@@ -369,8 +369,8 @@ def test_a_plugin_that_exits_or_hangs_on_one_rank_ends_the_job(tmp_path, body):
     proc = run_cli(["run", "-n", "2", "--timing-only", *SMALL, "--seed", "7121",
                     "--configs", str(plugin)], timeout=90, env=env)
     assert proc.returncode == 1, (proc.returncode, proc.stderr)
-    assert re.search(r"t3emu: rank 1 \(pid \d+\) died without reporting an error", proc.stderr), \
-        proc.stderr
+    assert re.search(r"t3emu: (.*, )?rank 1 \(pid \d+\)(, .*)? died without reporting an error",
+                     proc.stderr), proc.stderr  # (a rank its proxy ended at once may be named too)
     _no_leftovers("7121")
 
 
@@ -410,8 +410,8 @@ def test_sigkill_of_a_rank_ends_the_job_naming_it(timing_only):
                    timeout=90)
     ended = time.time()
     assert proc.returncode != 0
-    assert re.search(r"t3emu: rank 2 \(pid \d+\) died without reporting an error", proc.stderr), \
-        proc.stderr
+    assert re.search(r"t3emu: (.*, )?rank 2 \(pid \d+\)(, .*)? died without reporting an error",
+                     proc.stderr), proc.stderr  # (a rank its proxy ended at once may be named too)
     assert ended - _fault_time(proc.stderr) < 15
     _no_leftovers(seed)
 
