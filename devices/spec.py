@@ -112,8 +112,15 @@ class ExecutorSpec:
         ``library``/``library_network``: the library's own fractions."""
         if crosses_network:  # every byte leaving the node goes through a NIC
             return library_network if executor == "library" else self.put_fraction
-        return {"store": self.store_fraction, "copy": self.copy_fraction,
-                "put": self.put_fraction, "library": library}[executor]
+        if executor == "library":  # (only the fraction asked for is read: the causes
+            return library  # split skips a step whose changed fields a run never read)
+        if executor == "store":
+            return self.store_fraction
+        if executor == "copy":
+            return self.copy_fraction
+        if executor == "put":
+            return self.put_fraction
+        raise KeyError(executor)
 
 
 @dataclass(frozen=True)

@@ -253,3 +253,35 @@ def test_causes_of_a_numeric_run_are_those_of_its_timing_only_run(args, tmp_path
     assert with_causes and all(numeric[m]["numerics"] == "pass" for m in numeric)
     for m in with_causes:
         assert numeric[m]["causes"] == timing[m]["causes"], m
+
+
+def test_a_step_whose_changes_the_run_before_never_read_is_alike():
+    from emulator.app.causes import runs_alike
+    from devices.system import load_system
+
+    spec = load_system("mi300x-x8")
+    before, parity = ablate(spec, steps()[3]), ablate(spec, steps()[4])  # executor-parity
+    library = {("InterconnectSpec", "library_fraction"), ("DeviceSpec", "launch_s")}
+    assert runs_alike(before, library, parity)  # a library collective's run
+    assert not runs_alike(before, library | {("ExecutorSpec", "store_fraction")}, parity)
+    assert not runs_alike(spec, library, ablate(spec, steps()[0]))  # launch_s was read
+
+
+def test_the_causes_are_the_same_with_every_step_run(tmp_path):
+    """Skipping a step whose changed fields the run before never read
+    (``emulator/model/reads.py``) gives the causes of running every step, field by field."""
+    from tests.conftest import test_env
+
+    args = ["run", "-n", "4", "--device", "mi300x", "--topology", "full-mesh", "--collective",
+            "a2a+gemm", "--mode", "ficco-serial,ficco-shard,ficco-uniform-fused-1d,"
+            "ficco-cu-uniform-fused-1d,ficco-ideal", "--m", "2048", "--n", "256", "--k", "256",
+            "--timing-only", "--causes"]
+    docs = []
+    for every in ("1", "0"):
+        env = test_env()
+        env["T3EMU_CAUSES_EVERY_STEP"] = every
+        out = tmp_path / f"r{every}.json"
+        proc = run_cli([*args, "--json", str(out)], timeout=300, env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        docs.append({r["mode"]: r.get("causes") for r in json.loads(out.read_text())["runs"]})
+    assert docs[0] == docs[1] and sum(c is not None for c in docs[0].values()) == 4

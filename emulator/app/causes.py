@@ -6,7 +6,10 @@ The counterfactual runs are timing-only (their modelled times are those of numer
 runs) and use the plan the configuration's own run built, run on each counterfactual
 device right after that run (one plan alive at a time): one run per cause found by a
 run (``RUNS``: every cause but ``dram-traffic``), so up to ``len(RUNS)`` more runs of each
-configuration and baseline. A step that leaves the device as it was (no library model for
+configuration and baseline. A step whose changes the run before it never read (on any
+rank: ``emulator/model/reads.py``; the library's latency in a configuration with no
+library collective, an executor's fraction it never uses) takes that run's times. A step
+that leaves the device as it was (no library model for
 ``library-latency``, executors already at the library's fractions for
 ``executor-parity``, no switch's down port for ``ingress``, nothing of the GEMM model left
 to remove for ``gemm-efficiency``) reuses the previous step's times instead of running
@@ -18,7 +21,9 @@ search configuration (``flux-best``) is timed as the candidate it chose, a heuri
 from __future__ import annotations
 
 import dataclasses
+import os
 
+from emulator.model import reads
 from emulator.model.ablation import ORDER, RUNS, ablate, split, steps
 
 
@@ -38,17 +43,25 @@ class Counterfactuals:
         # configurations with a baseline in the job, and those baselines
         self.needed = list(dict.fromkeys([*pairs, *pairs.values()]))
         self.twins: list = []  # per step: the run's options, None when the step leaves the
-        clock = spec  # device as the step before left it (no modelled GEMM kernel: the
-        for removed in steps():  # same device gives the same times, a deterministic clock)
+        self.devices: list = []  # device as the step before left it (no modelled GEMM
+        clock = spec  # kernel: the same device gives the same times, a deterministic
+        for removed in steps():  # clock); and the step's device
             device = ablate(spec, removed)
             if device == clock:
                 self.twins.append(None)
+                self.devices.append(None)
                 continue
             clock = device
+            self.devices.append(device)
             self.twins.append(dataclasses.replace(
                 cfg, ablate=removed, causes=False, timing_only=True, trace=None,
                 record_wall=False, inject_fault=None))
+        # the fields some step changes: read through ``reads.watched`` in every run here
+        self.fields = set().union(*(reads.differences(spec, d) for d in self.devices if d))
         self._times: dict[str, list[float | None]] = {}  # name -> its time per step
+        # a step whose changed fields the run before never read is not run
+        # (T3EMU_CAUSES_EVERY_STEP=1: every step run, to check that this changes nothing)
+        self.skip = os.environ.get("T3EMU_CAUSES_EVERY_STEP", "") != "1"
 
     def run(self, name: str, plan=None) -> None:
         """Time configuration ``name`` (not a search) on every step's device, with ``plan``
@@ -60,14 +73,22 @@ class Counterfactuals:
         if name in self._times:  # a tuner's or heuristic's pick is often one of the job's
             return
         out: list[float | None] = []
-        for twin in self.twins:
+        last = None  # (the device of the last run made, the fields it read on any rank)
+        for twin, device in zip(self.twins, self.devices):
             if twin is None:
                 out.append(None)
                 continue
+            if last is not None and self.skip and runs_alike(*last, device):
+                out.append(None)  # it read none of the fields this step changes: the
+                continue  # same reads, the same times as the run before
             if plan is None:
                 plan = build(self.comm, twin, self.spec, name)
-            res = run_built(self.comm, twin, self.spec, plan, name, None, self.memory)
+            with reads.reading() as seen:
+                res = run_built(self.comm, twin, self.spec, plan, name, None, self.memory,
+                                device=reads.watched(device, self.fields))
+            read = set().union(*self.comm.allgather(seen))  # (every rank decides alike)
             out.append(self.comm.allreduce(res.end, op=MPI.MAX))
+            last = (device, read)
         self._times[name] = out
 
     def times(self, ends: dict[str, float], choices: dict[str, str]) -> dict[str, list[float]]:
@@ -81,6 +102,13 @@ class Counterfactuals:
                 times.append(times[-1] if t is None else t)
             out[m] = times
         return out
+
+
+def runs_alike(ran, read: set, device) -> bool:
+    """Whether a run on ``device`` gives the times of the run made on device ``ran``, which
+    read the watched fields ``read`` (on some rank): it read none of the fields in which
+    the two devices differ, so it would read the same values (a deterministic clock)."""
+    return not reads.differences(ran, device) & read
 
 
 def dram_seconds(runs: list[dict], world: int, hbm_bw: float) -> dict[str, float]:

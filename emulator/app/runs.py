@@ -63,13 +63,15 @@ def build(comm, cfg: RunConfig, spec: DeviceSpec, mode: str):
 
 def run_built(comm, cfg: RunConfig, spec: DeviceSpec, plan, mode: str,
               inputs: dict[str, np.ndarray] | None = None,
-              memory: DeviceMemory | None = None) -> RankResult:
+              memory: DeviceMemory | None = None, device: DeviceSpec | None = None
+              ) -> RankResult:
     """Run ``plan`` (``build``'s) as configuration ``mode``, timed on the device with the
     costs ``cfg.ablate`` removed (a plan is the same on every counterfactual device, so the
-    causes split runs one plan on each)."""
+    causes split runs one plan on each); ``device``: that device, made already."""
     opts = RunOptions(cfg.dtype, cfg.watchdog_s, bool(cfg.trace), cfg.record_wall, cfg.fault,
                       "ring" if cfg.algorithm == "ring" else "direct")
-    return run_plan(comm, plan, ablate(spec, cfg.ablate), mode, inputs, opts, memory)
+    return run_plan(comm, plan, ablate(spec, cfg.ablate) if device is None else device, mode,
+                    inputs, opts, memory)
 
 
 def _best(comm, cfg: RunConfig, spec: DeviceSpec, inputs, mode: str,
