@@ -30,8 +30,8 @@ def test_a_watched_device_notes_only_its_watched_fields_and_reads_the_same_value
     w = reads.watched(spec, fields)
     assert w == spec and spec == w and isinstance(w, type(spec))
     with reads.reading() as seen:
-        assert (w.cus, w.interconnect.link_bw, w.dram.banks) == (spec.cus, spec.interconnect.link_bw,
-                                                                 spec.dram.banks)
+        got = (w.cus, w.interconnect.link_bw, w.dram.banks)
+        assert got == (spec.cus, spec.interconnect.link_bw, spec.dram.banks)
     assert seen == set()  # fields nobody watches: no note
     with reads.reading() as seen:
         assert w.launch_s == spec.launch_s
