@@ -37,11 +37,6 @@ def differences(a, b) -> set[Field]:
     return out
 
 
-def _note(key: Field) -> None:
-    if _seen is not None:
-        _seen.add(key)
-
-
 def _watched_class(base: type, names: frozenset) -> type:
     got = _classes.get((base, names))
     if got is not None:
@@ -50,8 +45,9 @@ def _watched_class(base: type, names: frozenset) -> type:
     def prop(name: str):
         key = (base.__name__, name)
 
-        def get(self):
-            _note(key)
+        def get(self):  # (a run's hot path: the note inline)
+            if _seen is not None:
+                _seen.add(key)
             return self.__dict__[name]
 
         def put(self, value):  # (the dataclass's own __init__, as ``replace`` calls it)
