@@ -132,6 +132,7 @@ class Segment:
         self.size = 0
         self.win: MPI.Win = MPI.WIN_NULL
         self.mem: memoryview | None = None
+        self.stale = 0  # the first bytes a run bound before may have written (``claim``)
 
     def bind(self, size: int) -> tuple[MPI.Win, memoryview]:
         size = self.comm.allreduce(int(size), MPI.MAX)  # one decision for every rank
@@ -143,8 +144,21 @@ class Segment:
             self.win, self.mem = allocate_window(self.comm, size, info)
             info.Free()
             self.size = size
+            # a shared window of several processes is a new shared-memory file's pages,
+            # which read as zero until written (tests/mpi/tracker_hbm.py checks MPICH's);
+            # a single process's (MPICH takes it from its heap) or an RMA window's may
+            # hold anything
+            self.stale = 0 if is_shared(self.win) and self.comm.size > 1 else size
             self.win.Lock_all()
         return self.win, self.mem
+
+    def claim(self, size: int) -> int:
+        """A run that binds ``size`` bytes writes them: how many of the first of them
+        may hold what a run before wrote (the rest reads as zero), so a run that needs
+        its memory zeroed zeroes only those (a tracker of millions of slots reused
+        config after config, or bound fresh: nothing to write)."""
+        stale, self.stale = min(self.stale, size), max(self.stale, size)
+        return stale
 
     def free(self) -> None:
         if self.win != MPI.WIN_NULL:
@@ -181,15 +195,17 @@ class Hbm:
         self._own = segment is None  # a window of its own, freed with this HBM
         self._segment = segment or Segment(comm, WIN_INFO)
         self.win, mem = self._segment.bind(size)
+        stale = self._segment.claim(size)
         self.win.Sync()
         self._lock_base = size - _N_LOCKS * 8
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
-        # what a run does not write whole first must read as zero (updates add to it)
+        # what a run does not write whole first must read as zero (updates add to it):
+        # what an earlier run may have written (the rest of the memory reads as zero)
         skip = sorted((self.specs[n].offset, self.specs[n].offset + self.specs[n].nbytes)
                       for n in set(overwritten) if payload)
         pos = 0
         for lo, hi in skip + [(size, size)]:
-            raw[pos:lo] = 0
+            raw[pos:min(lo, stale)] = 0
             pos = max(pos, hi)
         self.win.Sync()
         self.arrays: dict[str, np.ndarray] = {

@@ -104,6 +104,38 @@ class Doorbell:
         self.socks.clear()
 
 
+# The arrival times as the tracker keeps them, two 64-bit words per slot that one integer
+# MAX merges (``MPI_Accumulate``) and that all read zero before any arrival, so a tracker
+# bound on new or reused memory writes nothing to start: the latest arrival as its own bits
+# (a non-negative double's bits order as the double does, and 0 is 0.0), the earliest one
+# e as INF_BITS - bits(e) (the larger, the earlier; 0: none, e = inf). Exact: a time read
+# back is the time signalled, bit for bit.
+INF_BITS = int(np.array(np.inf).view(np.int64))  # not a parameter: inf's bit pattern
+
+
+def _arrivals(n: int, t_arrival) -> np.ndarray:
+    """The (latest, earliest) words of ``n`` slots signalled at ``t_arrival`` (one time or
+    one per slot; a time <= 0, a local write's, counts as no earliest arrival)."""
+    t = np.empty(n, np.float64)
+    t[:] = t_arrival
+    out = np.empty((n, 2), np.int64)
+    out[:, 0] = t.view(np.int64)
+    out[:, 1] = np.where(t > 0, INF_BITS - t.view(np.int64), 0)
+    return out
+
+
+def _earliest(word) -> np.ndarray:
+    """The earliest arrival an earliest word (or words) stands for (inf: none yet)."""
+    return (INF_BITS - np.asarray(word, np.int64)).view(np.float64)
+
+
+def _times_of(words: np.ndarray) -> np.ndarray:
+    """Per slot (latest, earliest) as doubles, from the words ``_arrivals`` writes."""
+    out = words.view(np.float64).copy()
+    out[1::2] = _earliest(words[1::2])
+    return out
+
+
 class Tracker:
     """A rank's tracker: per-slot counts of element-updates (all, and those that crossed
     the network) and the latest and earliest modelled arrival times, in a window peers
@@ -126,15 +158,18 @@ class Tracker:
         self._own = segment is None
         self._segment = segment or Segment(comm)
         self.win, mem = self._segment.bind(size)
+        stale = self._segment.claim(size)
         self._remote = not is_shared(self.win)  # peers on other nodes need our progress
         self.win.Sync()
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         n = max(self.nslots, 1)
-        raw[:] = 0
+        raw[:stale] = 0  # every counter and time starts at zero: what an earlier run wrote
+        # (the rest of a reused or new segment reads as zero already; a tracker of millions
+        # of slots is bound config after config)
         self._counts = raw[: 8 * n].view(np.int64)  # per slot: all updates
         self._network = raw[8 * n : 16 * n].view(np.int64)  # those over the network
-        self._times = raw[16 * n :].view(np.float64)  # per slot: latest, -earliest arrival
-        self._times[1::2] = -np.inf
+        # per slot: the latest arrival and the earliest one, as ``_arrivals`` encodes them
+        self._times = raw[16 * n :].view(np.int64)
         self.win.Sync()
         self._time_base = 16 * n
         self._network_base = 8 * n
@@ -156,9 +191,7 @@ class Tracker:
         # counts are sent
         timed = not (np.isscalar(t_arrival) and t_arrival == 0)
         if timed:
-            times = np.empty((n, 2), np.float64)  # (latest, -earliest) per slot: one MAX
-            times[:, 0] = t_arrival
-            times[:, 1] = np.where(times[:, 0] > 0, -times[:, 0], -np.inf)
+            times = _arrivals(n, t_arrival)  # (latest, earliest) per slot: one MAX
         counts = np.ascontiguousarray(elems, dtype=np.int64)  # (origin buffers stay
         # referenced until the flush: RMA to another node reads them only then)
         far = self.far[target]  # the network count first, so a reader that sees the count
@@ -167,8 +200,8 @@ class Tracker:
             s = int(disp[0])  # a run of slots (local buffers: the GEMM and DMA threads
             # both signal): plain contiguous accumulates (no indexed datatype)
             if timed:
-                self.win.Accumulate([times, MPI.DOUBLE], target,
-                                    target=(self._time_base + 16 * s, 2 * n, MPI.DOUBLE),
+                self.win.Accumulate([times, MPI.INT64_T], target,
+                                    target=(self._time_base + 16 * s, 2 * n, MPI.INT64_T),
                                     op=MPI.MAX)
                 self.win.Flush(target)
             for base in ((self._network_base, 0) if far else (0,)):
@@ -177,13 +210,13 @@ class Tracker:
                 self.win.Flush(target)
             self.bell.ring(target)
             return
-        t_type = MPI.DOUBLE.Create_indexed_block(
+        t_type = MPI.INT64_T.Create_indexed_block(
             2, (2 * disp + self._time_base // 8).tolist()).Commit() if timed else None
         c_types = [MPI.INT64_T.Create_indexed_block(1, (disp + base // 8).tolist()).Commit()
                    for base in ((self._network_base, 0) if far else (0,))]
         try:
             if timed:
-                self.win.Accumulate([times, MPI.DOUBLE], target, target=(0, 1, t_type),
+                self.win.Accumulate([times, MPI.INT64_T], target, target=(0, 1, t_type),
                                     op=MPI.MAX)
                 self.win.Flush(target)
             for c_type in c_types:
@@ -198,8 +231,9 @@ class Tracker:
         self.bell.ring(target)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """(each slot's count, each slot's latest and earliest arrival: inf before any)."""
         self.win.Sync()
-        return self._counts.copy(), self._times.copy()
+        return self._counts.copy(), _times_of(self._times.copy())
 
     def complete(self, region: TrackedRegion) -> bool:
         self.win.Sync()
@@ -212,9 +246,10 @@ class Tracker:
         """The modelled arrival of the region's latest update (0 with no slots)."""
         self.win.Sync()
         slots = region.slots
+        latest = self._times.view(np.float64)  # (the latest's bits are its own: ``_arrivals``)
         if len(slots) == 1:
-            return float(self._times[2 * slots[0]])
-        return float(self._times[2 * slots].max()) if len(slots) else 0.0
+            return float(latest[2 * slots[0]])
+        return float(latest[2 * slots].max()) if len(slots) else 0.0
 
     def first_arrival(self, region: TrackedRegion) -> float:
         """The modelled arrival of the region's earliest update that came in with a time
@@ -223,7 +258,7 @@ class Tracker:
         slots = region.slots
         if not len(slots):
             return 0.0
-        return float(-self._times[2 * np.asarray(slots) + 1].max())
+        return float(_earliest(self._times[2 * np.asarray(slots) + 1].max()))
 
     def network_updates(self, region: TrackedRegion) -> tuple[int, int]:
         """(element-updates that came in over the network, all element-updates) of the
@@ -255,7 +290,7 @@ class Tracker:
 
     def describe_missing(self, regions: Sequence[TrackedRegion], watchdog_s: float,
                          waiting_on: TrackedRegion) -> str:
-        counts, _ = self.snapshot()  # (times: latest and -earliest per slot)
+        counts, _ = self.snapshot()  # (times: latest and earliest per slot)
         lines = [f"rank {self.rank}: watchdog: no completion of {waiting_on.name} "
                  f"({waiting_on.label}) within {watchdog_s:g} s without progress on any rank; "
                  f"incomplete regions:"]

@@ -160,6 +160,42 @@ def test_program_order_places_entries_by_last_write_and_by_gate():
     assert stage_index == [0, 2]
 
 
+@pytest.mark.parametrize("stage_size", [1, 3, 7, 40])
+def test_program_order_of_launch_items_equals_the_items_one_by_one(stage_size):
+    """The latest stage of each slot, taken for all the stages of a ``LaunchItems`` kernel
+    at once (``program._spanned``), gives the program order the loop over its rows gives:
+    runs over two K slices (so later stages write the tiles again), stages that cross a
+    run (no span), a map that tracks a region whole (``slot_of``) and slots past the
+    tracker's end."""
+    from devices.regions import RegularGrid
+    from emulator.engine.kernel import LaunchItems
+
+    grid = RegularGrid([(0, 16), (16, 24)], 16, 4, 4)  # 4 x 4 tiles, then 2 x 4
+    space = TileSpace("C", grid, 0)
+    amap = AddressMap(space, 0, 2, "update", local_ok=True)
+    for r0, c0 in [(r, c) for r in (0, 4) for c in (0, 4, 8, 12)] + [(16, 0), (16, 4)]:
+        amap.dma_map((r0, r0 + 4, c0, c0 + 4), 1)  # tiles 0-7, 16 and 17: one each
+    whole = amap.track((8, 16, 0, 16), whole=True)  # tiles 8-15 counted into one slot,
+    copies = TileSpace("D", RegularGrid([(0, 8)], 16, 4, 4), 100)  # copied out once done
+    amap.copy_map((8, 16, 0, 16), copies, (0, 8, 0, 16), whole)
+    amap.track((20, 24, 8, 16))
+    runs = [(0, len(grid), 0, 16), (0, 10, 16, 32), (12, len(grid), 16, 32)]
+    items = LaunchItems(grid, runs)
+    rows = np.asarray(items)
+    compiled = amap.compile()
+    slot_of = compiled.routes.slot
+    assert (slot_of[8:16] == slot_of[8]).all() and slot_of[8] >= 0  # (tracked whole)
+    need = 1 + max(int(c.trigger.slots.max()) for c in compiled.commands)
+    answers = []
+    for wgs in (items, rows):
+        job = Kernel(TiledGemm(), space, wgs, np.asarray(items.tiles), np.arange(len(rows)),
+                     stage_size=stage_size)
+        for nslots, mapped in ((need, slot_of), (need + 5, slot_of), (need, None)):
+            stage_index, commands = program_order(job, compiled.commands, 0, nslots, mapped)
+            answers.append((stage_index, [(c.order, c.compute_after) for c in commands]))
+    assert answers[:3] == answers[3:]
+
+
 @pytest.mark.parametrize("lazy", [False, True])
 def test_tiles_at_finds_every_tile_and_refuses_a_cut_region(lazy):
     """The vectorised lookup a map's destination tiles use: the same ids as ``tile_at`` on

@@ -56,7 +56,10 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
     stages = kernel.stages()
     slot_stage = np.full(nslots, -1, np.int32)
     items = kernel.wgs if isinstance(kernel.wgs, LaunchItems) else None
+    spanned = _spanned(kernel, stages, slot_stage, slot_of)
     for s, ids in enumerate(stages):
+        if spanned is not None and spanned[s]:
+            continue
         span = items.span(ids) if items is not None else None
         if span is not None:  # consecutive tiles, stages in order: s is the latest stage
             t0, n = span[:2]  # of each of their slots (the same as the maximum below)
@@ -134,6 +137,48 @@ def _program_order(kernel: Kernel, commands: list[DmaCommand], lookahead: int,
             cmd.compute_after = pos < last
             ordered.append(cmd)
     return stage_index, ordered
+
+
+SPAN_CHUNK = 1 << 20  # not a parameter: bookkeeping (items expanded at once, ``_spanned``)
+
+
+def _spanned(kernel: Kernel, stages: list[np.ndarray], slot_stage: np.ndarray,
+             slot_of: np.ndarray | None) -> np.ndarray | None:
+    """For a kernel of ``LaunchItems`` in dispatch order (each stage consecutive items):
+    the latest stage of every slot the stages that are a ``LaunchItems.span`` write, in
+    ``slot_stage`` (the maximum, as ``_program_order``'s loop takes it), for all of them
+    at once; which stages those are (the loop does the rest). None: not such a kernel."""
+    items = kernel.wgs
+    if not isinstance(items, LaunchItems) or not stages:
+        return None
+    known = items._slices
+    if not all(known.get(id(ids)) is ids for ids in stages):  # (``Kernel.stages``: cut
+        return None  # from the identity order, each registered consecutive)
+    a = np.array([int(ids[0]) if len(ids) else -1 for ids in stages], np.int64)
+    n = np.array([len(ids) for ids in stages], np.int64)
+    offsets = items.offsets
+    r = np.searchsorted(offsets, a, "right") - 1
+    ok = (n > 0) & (r >= 0) & (r < len(offsets) - 1)
+    rr = np.where(ok, r, 0)
+    ok &= a + n <= offsets[np.minimum(rr + 1, len(offsets) - 1)]
+    t0 = items.first[rr] + a - offsets[rr]
+    base, nslots = kernel.space.slot_base, len(slot_stage)
+    which = np.flatnonzero(ok)
+    step = max(1, SPAN_CHUNK // max(1, int(n.max())))
+    for lo in range(0, len(which), step):
+        part = which[lo : lo + step]
+        counts = n[part]
+        tiles = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(
+            t0[part] - (np.cumsum(counts) - counts), counts)
+        stage = np.repeat(part.astype(np.int32), counts)
+        slots = base + tiles
+        inside = slots < nslots
+        np.maximum.at(slot_stage, slots[inside], stage[inside])
+        if slot_of is not None:  # (tiles past the map's end: none, as its slice has)
+            held = tiles < len(slot_of)
+            mapped, at = slot_of[tiles[held]], stage[held]
+            np.maximum.at(slot_stage, mapped[mapped >= 0], at[mapped >= 0])
+    return ok
 
 
 def plain_wave(kernel: Kernel) -> int | None:

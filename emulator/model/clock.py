@@ -42,6 +42,9 @@ class BandwidthTimeline:
         # ``kinds`` (the HBM): the part of ``_u`` compute reserved (``preempt``)
         self._c: list[float] | None = [0.0] if kinds else None
         self.busy_bytes = 0.0
+        # ``kinds``: the latest time any reservation but compute's holds (after it every
+        # interval's rate is compute's alone, ``u == c`` bit for bit: ``others_after``)
+        self.others_end = 0.0
 
     def _split(self, x: float) -> int:
         i = bisect.bisect_right(self._t, x) - 1
@@ -100,15 +103,24 @@ class BandwidthTimeline:
         ceiling = self.rate if ceiling is None else min(ceiling, self.rate)
         if not cap > 0:
             raise ValueError(f"{self.name}: rate cap must be > 0, got {cap}")
+        t, u = self._t, self._u  # the hot loop of the modelled clock: locals, no calls
+        c = self._c if compute else None
+        other = c is None and self._c is not None  # another stream's, on a ``kinds`` line
+        if other and until < math.inf:
+            self.others_end = max(self.others_end, until)
+        eps = self.rate * 1e-12
+        if until == math.inf and ready >= t[-1]:  # from the last interval on (a stage
+            got = self._fill_tail(ready, float(nbytes), cap, ceiling, eps, c)  # after
+            if got is not None:  # the ones before, mostly): the loop below, unrolled
+                if other:
+                    self.others_end = max(self.others_end, got[1])
+                return got
         i = self._split(ready)
         if until < math.inf:
             self._split(until)
             i = bisect.bisect_right(self._t, ready) - 1
         remaining = float(nbytes)
         start = None
-        eps = self.rate * 1e-12
-        t, u = self._t, self._u  # the hot loop of the modelled clock: locals, no calls
-        c = self._c if compute else None
         n = len(t)
         first = i
         while True:
@@ -134,12 +146,54 @@ class BandwidthTimeline:
                         c[i] += avail
                     self.busy_bytes += nbytes
                     self._merge(first, i + 2)
+                    if other:
+                        self.others_end = max(self.others_end, end)
                     return start, end, 0.0
                 u[i] += avail
                 if c is not None:
                     c[i] += avail
                 remaining -= avail * (t1 - t0)
             i += 1
+
+    def _fill_tail(self, ready: float, remaining: float, cap: float, ceiling: float,
+                   eps: float, c: list[float] | None) -> tuple[float, float, float] | None:
+        """``fill`` from ``ready`` at or after the last breakpoint, with no ``until``: the
+        same steps on the same lists (the split at ``ready``, the one interval that runs to
+        infinity, the split at the end, the merge where it could drop anything); None
+        where that interval has no room (``fill``'s loop then says so)."""
+        t, u, kinds = self._t, self._u, self._c
+        if ready > t[-1]:  # ``_split(ready)`` at the end
+            t.append(ready)
+            u.append(u[-1])
+            if kinds is not None:
+                kinds.append(kinds[-1])
+        i = len(t) - 1
+        room = ceiling - u[i]
+        avail = cap if cap <= room else room
+        if not avail > eps:
+            return None
+        end = ready + remaining / avail
+        if end <= ready:  # less than one ulp of ready: nothing left to reserve
+            self.busy_bytes += remaining
+            return ready, ready, 0.0
+        if end < math.inf:  # ``_split(end)`` at the end
+            t.append(end)
+            u.append(u[i])
+            if kinds is not None:
+                kinds.append(kinds[i])
+        u[i] += avail
+        if c is not None:
+            c[i] += avail
+        self.busy_bytes += remaining
+        # not a parameter: ``_merge``'s own tolerance (below it the merge drops nothing)
+        if u[i] >= self.rate - self.rate * 0.25e-12:  # not a parameter: as above
+            self._merge(i, i + 2)
+        return ready, end, 0.0
+
+    def others_after(self, t: float) -> bool:
+        """Whether a reservation other than compute's holds any rate at or after ``t``
+        (``kinds`` timelines; else every reservation is another's)."""
+        return self._c is None or t < self.others_end
 
     def rates(self, t0: float, t1: float):
         """(seconds, reserved rate, compute's part of it) of each interval of [t0, t1)
@@ -201,6 +255,7 @@ class BandwidthTimeline:
                 if last:
                     self.busy_bytes += nbytes - displaced
                     self._merge(first, i + 2)
+                    self.others_end = max(self.others_end, t1)
                     return start, t1, displaced
                 remaining -= avail * (t1 - t0)
             i += 1

@@ -147,6 +147,8 @@ class Dram:
         library kernels for a compute reservation, compute for any other."""
         if self.switch_cost <= 0 or end <= start or nbytes <= 0:
             return 0.0
+        if compute and not self.timeline.others_after(start):  # compute's alone there:
+            return 0.0  # no interval has another stream's rate (what the loop finds)
         k, own = self.bank_requests, nbytes / (end - start)
         eps = self.rate * 1e-9  # not a parameter: a numerical tolerance
         total = 0.0

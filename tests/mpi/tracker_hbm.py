@@ -74,8 +74,39 @@ for rnd in range(2):  # the second run binds the same windows: it starts from ze
     comm.Barrier()
     tracker.free()
     hbm.free()
+# a reused tracker segment starts from zero whatever the run before wrote: a larger
+# tracker's counts and times (at other offsets: the layout follows the slot count), then a
+# smaller one and a larger one again
+for rnd, slots in enumerate((64, 3, 96)):
+    tracker = Tracker(comm, slots, lambda s: f"slot {s}", seg_tracker)
+    every = TrackedRegion("every", np.arange(slots), np.full(slots, n if rnd != 1 else 0))
+    expect(tracker.arrival(every) == 0.0 and tracker.first_arrival(every) == float("inf"),
+           f"round {rnd} starts with arrivals {tracker.arrival(every)}, "
+           f"{tracker.first_arrival(every)}")
+    expect(not tracker.snapshot()[0].any(), f"round {rnd} starts with counts")
+    if rnd != 1:
+        tracker.signal(0, list(range(slots)), [1] * slots, 100.0 + rnd + rank)
+        if rank == 0:
+            tracker.wait(every, 30.0)
+            expect((tracker.first_arrival(every), tracker.arrival(every))
+                   == (100.0 + rnd, 100.0 + rnd + n - 1),
+                   f"round {rnd}: {tracker.first_arrival(every)}, {tracker.arrival(every)}")
+    comm.Barrier()
+    tracker.free()
 seg_tracker.free()
 seg_hbm.free()
+
+# a new shared window of several ranks reads as zero before anything writes it
+# (``Segment.claim`` relies on it: new memory is not zeroed again); a one-rank window
+# (MPICH's is heap memory) and an RMA window are zeroed where they are bound
+fresh = Segment(comm)
+win, mem = fresh.bind(1 << 20)
+shared = win.Get_attr(MPI.WIN_CREATE_FLAVOR) == MPI.WIN_FLAVOR_SHARED and n > 1
+expect(fresh.claim(1 << 20) == (0 if shared else 1 << 20), "a new window's stale bytes")
+if shared:
+    expect(not np.frombuffer(mem, np.uint8, count=1 << 20).any(), "a new window's memory")
+expect(fresh.claim(1 << 20) == 1 << 20, "bound again: all of it may be the run before's")
+fresh.free()
 
 # the earliest and latest arrivals of a region signalled slot by slot: a run of slots
 # (one contiguous accumulate) and scattered slots (an indexed one), by every rank at once
