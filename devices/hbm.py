@@ -144,11 +144,9 @@ class Segment:
             self.win, self.mem = allocate_window(self.comm, size, info)
             info.Free()
             self.size = size
-            # a shared window of several processes is a new shared-memory file's pages,
-            # which read as zero until written (tests/mpi/tracker_hbm.py checks MPICH's);
-            # a single process's (MPICH takes it from its heap) or an RMA window's may
-            # hold anything
-            self.stale = 0 if is_shared(self.win) and self.comm.size > 1 else size
+            # a new window may hold anything (MPI promises no zeroed memory): counted as
+            # written whole
+            self.stale = size
             self.win.Lock_all()
         return self.win, self.mem
 

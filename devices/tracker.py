@@ -164,8 +164,8 @@ class Tracker:
         raw = np.frombuffer(mem, dtype=np.uint8, count=size)
         n = max(self.nslots, 1)
         raw[:stale] = 0  # every counter and time starts at zero: what an earlier run wrote
-        # (the rest of a reused or new segment reads as zero already; a tracker of millions
-        # of slots is bound config after config)
+        # (``Segment.claim``: a new window counts as written whole; a segment bound again
+        # smaller than before is zeroed only as far as this tracker reaches)
         self._counts = raw[: 8 * n].view(np.int64)  # per slot: all updates
         self._network = raw[8 * n : 16 * n].view(np.int64)  # those over the network
         # per slot: the latest arrival and the earliest one, as ``_arrivals`` encodes them
