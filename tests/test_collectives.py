@@ -6,8 +6,10 @@ from tests.ops import COLLECTIVES, TOPOLOGIES, matrix_modes, splits, supported
 from tests.conftest import run_cli, run_mpi_script
 
 
-@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+@pytest.mark.parametrize("ranks", [2, 8])
 def test_every_supported_combination_passes_numerics(ranks):
+    """On 3 and 4 ranks the same numeric runs (and more: every mode, each beside its
+    timing-only twin) are tests/test_timing_only.py's."""
     proc = run_mpi_script("matrix.py", ranks, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     combos = [(c, a, t) for c in COLLECTIVES for t in TOPOLOGIES for a in ("ring", "direct")

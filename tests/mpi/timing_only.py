@@ -3,7 +3,10 @@
 For each (collective, algorithm, topology) the real worker runs every mode twice,
 once moving data and once without payloads; rank 0 compares the two JSON
 documents: modelled times, phase windows on every rank, DRAM bytes by rank and
-category, and the arbitration choice must be identical (not approximately).
+category, and the arbitration choice must be identical (not approximately). The numeric
+runs are the whole-registry numerics matrix at these rank counts (every mode must PASS
+against the reference): a combination that splits K on the full mesh (split 2 above) also
+runs numerically unsplit, as ``matrix.py`` does on the other rank counts.
 """
 
 import json
@@ -22,7 +25,7 @@ SAME = ("modelled_time_s", "phases", "phase_windows_s", "rank_phases_s", "rank_e
 
 def main(out: Path) -> int:
     comm = MPI.COMM_WORLD
-    checked = 0
+    checked = unsplit = 0
     i = 0
     for collective in COLLECTIVES:
         for topology in TOPOLOGIES:
@@ -53,8 +56,23 @@ def main(out: Path) -> int:
                                       f"{a['mode']} {key}: {a[key]} != {b[key]}", flush=True)
                                 return 1
                         checked += 1
+                if topology == "full-mesh" and splits(collective):  # unsplit, numeric
+                    path = out / f"{collective}-{algorithm}-{topology}-split1.json"
+                    cfg = RunConfig(ranks=comm.size, collective=collective, topology=topology,
+                                    algorithm=algorithm, dtype="fp32" if i % 2 else "fp16",
+                                    watchdog_s=60, json=str(path),
+                                    **matrix_shape(collective)).validate()
+                    if _main(cfg) != 0:
+                        print(f"NUMERIC FAIL {collective} {algorithm} {topology} split 1",
+                              flush=True)
+                        return 1
+                    if comm.rank == 0:
+                        runs = json.loads(path.read_text())["runs"]
+                        assert all(r["numerics"] == "pass" for r in runs), path
+                        unsplit += len(runs)
     if comm.rank == 0:
         print(f"TIMING SAME {checked} runs on {comm.size} ranks", flush=True)
+        print(f"UNSPLIT PASS {unsplit} runs on {comm.size} ranks", flush=True)
     return 0
 
 
