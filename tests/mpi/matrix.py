@@ -1,5 +1,5 @@
-"""Every supported (collective, algorithm, topology) with every mode (at 4 and 8 ranks, but
-the families with a matrix of their own: ``tests.ops.matrix_modes``), in one MPI job.
+"""Every supported (collective, algorithm, topology) with every mode (above 3 ranks, but the
+families with a matrix of their own: ``tests.ops.matrix_modes``), in one MPI job.
 
 Run by tests/test_collectives.py on 2 and 8 ranks (on 3 and 4, tests/mpi/timing_only.py's
 numeric runs are this matrix and more); each combination runs

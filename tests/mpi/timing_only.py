@@ -23,6 +23,16 @@ SAME = ("modelled_time_s", "phases", "phase_windows_s", "rank_phases_s", "rank_e
         "dram_bytes", "dram_bytes_per_rank", "arbitration")
 
 
+def _run(collective: str, algorithm: str, topology: str, dtype: str, split: int,
+         timing_only: bool, path: Path) -> bool:
+    """One combination's every mode through the real worker; True where it exited 0."""
+    cfg = RunConfig(ranks=MPI.COMM_WORLD.size, collective=collective, topology=topology,
+                    algorithm=algorithm, dtype=dtype, split_k=split, watchdog_s=60,
+                    json=str(path), timing_only=timing_only,
+                    **matrix_shape(collective)).validate()
+    return _main(cfg) == 0
+
+
 def main(out: Path) -> int:
     comm = MPI.COMM_WORLD
     checked = unsplit = 0
@@ -33,16 +43,12 @@ def main(out: Path) -> int:
                 if not supported(collective, algorithm, topology):
                     continue
                 i += 1
+                combo = (collective, algorithm, topology, "fp32" if i % 2 else "fp16")
+                split = topology == "full-mesh" and splits(collective)
                 docs = []
                 for timing_only in (False, True):
                     path = out / f"{collective}-{algorithm}-{topology}-{int(timing_only)}.json"
-                    cfg = RunConfig(ranks=comm.size, collective=collective, topology=topology,
-                                    algorithm=algorithm, dtype="fp32" if i % 2 else "fp16",
-                                    split_k=2 if topology == "full-mesh"
-                                    and splits(collective) else 1,
-                                    watchdog_s=60, json=str(path), timing_only=timing_only,
-                                    **matrix_shape(collective)).validate()
-                    if _main(cfg) != 0:
+                    if not _run(*combo, 2 if split else 1, timing_only, path):
                         print(f"TIMING FAIL run {collective} {algorithm} {topology}", flush=True)
                         return 1
                     docs.append(path)
@@ -56,13 +62,9 @@ def main(out: Path) -> int:
                                       f"{a['mode']} {key}: {a[key]} != {b[key]}", flush=True)
                                 return 1
                         checked += 1
-                if topology == "full-mesh" and splits(collective):  # unsplit, numeric
+                if split:  # the same combination unsplit, numeric
                     path = out / f"{collective}-{algorithm}-{topology}-split1.json"
-                    cfg = RunConfig(ranks=comm.size, collective=collective, topology=topology,
-                                    algorithm=algorithm, dtype="fp32" if i % 2 else "fp16",
-                                    watchdog_s=60, json=str(path),
-                                    **matrix_shape(collective)).validate()
-                    if _main(cfg) != 0:
+                    if not _run(*combo, 1, False, path):
                         print(f"NUMERIC FAIL {collective} {algorithm} {topology} split 1",
                               flush=True)
                         return 1
