@@ -2,7 +2,8 @@
 as NVIDIA's nccl-tests prints them (size, count, type, redop, root, time, algbw, busbw,
 then the ``Out of bounds values`` and ``Avg bus bandwidth`` lines).
 
-Each size is one timing-only run of the emulator (``api.run``) of the operation
+Each size is one timing-only run of the emulator (``api.run``, every size in one pooled
+MPI job) of the operation
 whose collective is the one asked for, in the ``sequential`` configuration (the
 producer, then the library's collective kernel); the row is that kernel's
 modelled time, its launch included: the library's schedule on the modelled links and ports, with the
@@ -214,13 +215,16 @@ def footer(rows: list[dict]) -> list[str]:
 def table(system: str, collective: str, ranks: int, size_list: list[int], overrides=(),
           echo: Callable[[str], None] = print, watchdog_s: float = 60.0,
           dtype: str = "fp16", op: str = "sum") -> list[dict]:
+    from emulator.app.pool import pooled
+
     collective, rows = resolve(collective), []
     for line in header(system, collective, ranks, library_name(system, overrides)):
         echo(line)
-    for size in size_list:
-        r = measure(system, collective, size, ranks, overrides, watchdog_s, dtype, op)
-        rows.append(r)
-        echo(row(r))
+    with pooled():  # every size's run in one MPI job, started once
+        for size in size_list:
+            r = measure(system, collective, size, ranks, overrides, watchdog_s, dtype, op)
+            rows.append(r)
+            echo(row(r))
     for line in footer(rows):
         echo(line)
     return rows

@@ -180,30 +180,37 @@ def _loaded_latency(case: dict, spec) -> float | None:
 def compare(doc: dict, preset: str) -> list[dict]:
     """A row per case: measured, modelled, the error (modelled / measured - 1)."""
     from devices.spec import load_device
+    from emulator.app.pool import pooled
 
     spec = load_device(preset)
     rows = []
-    for c in doc["cases"]:
-        row = {"id": c["id"], "mechanism": c["mechanism"], "measured_s": c.get("median_s"),
-               "spread": c.get("spread"), "note": c.get("skipped") or c.get("error") or ""}
-        for k in ("slowdown", "copy_slowdown"):
-            if k in c:
-                row[k] = c[k]
-        if row["measured_s"] is not None:
-            if not predicted(c):
-                row["note"] = NOT_PREDICTED[c["mechanism"]]
-                row["modelled_s"] = None
-            else:
-                try:
-                    row.update(prediction(c, spec, preset))
-                except Exception as exc:  # noqa: BLE001 - a case the preset cannot run
-                    row["modelled_s"], row["note"] = None, f"{type(exc).__name__}: {exc}"
-            if row.get("modelled_s") and not row["note"]:
-                row["note"] = model_note(c, spec)
-            if row.get("modelled_s"):
-                row["error"] = row["modelled_s"] / row["measured_s"] - 1.0
-        rows.append(row)
+    with pooled():  # the cases' one-rank runs in one MPI job
+        for c in doc["cases"]:
+            rows.append(_row(c, spec, preset))
     return rows
+
+
+def _row(c: dict, spec, preset: str) -> dict:
+    """One case's row (``compare``)."""
+    row = {"id": c["id"], "mechanism": c["mechanism"], "measured_s": c.get("median_s"),
+           "spread": c.get("spread"), "note": c.get("skipped") or c.get("error") or ""}
+    for k in ("slowdown", "copy_slowdown"):
+        if k in c:
+            row[k] = c[k]
+    if row["measured_s"] is not None:
+        if not predicted(c):
+            row["note"] = NOT_PREDICTED[c["mechanism"]]
+            row["modelled_s"] = None
+        else:
+            try:
+                row.update(prediction(c, spec, preset))
+            except Exception as exc:  # noqa: BLE001 - a case the preset cannot run
+                row["modelled_s"], row["note"] = None, f"{type(exc).__name__}: {exc}"
+        if row.get("modelled_s") and not row["note"]:
+            row["note"] = model_note(c, spec)
+        if row.get("modelled_s"):
+            row["error"] = row["modelled_s"] / row["measured_s"] - 1.0
+    return row
 
 
 def by_mechanism(rows: list[dict]) -> dict[str, dict]:
