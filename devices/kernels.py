@@ -78,22 +78,25 @@ def _product(a: np.ndarray, b: np.ndarray, r0: int, r1: int, c0: int, c1: int, k
 
 # ---------------------------------------------------------------- public wrappers
 
-def _need(cond: bool, msg: str) -> None:
+def _need(cond: bool, msg) -> None:
+    """Raise ValueError(msg) unless ``cond``; ``msg`` may be a callable, so that a message
+    with the operands' shapes is formatted only when it is raised (these run per tile)."""
     if not cond:
-        raise ValueError(msg)
+        raise ValueError(msg() if callable(msg) else msg)
 
 
 def f16_to_f32(h: np.ndarray) -> np.ndarray:
-    _need(h.dtype == np.float16, f"f16_to_f32 needs float16, got {h.dtype}")
+    _need(h.dtype == np.float16, lambda: f"f16_to_f32 needs float16, got {h.dtype}")
     return np.ascontiguousarray(h).astype(np.float32)  # exact
 
 
 def f32_to_f16(f: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    _need(f.dtype == np.float32, f"f32_to_f16 needs float32, got {f.dtype}")
+    _need(f.dtype == np.float32, lambda: f"f32_to_f16 needs float32, got {f.dtype}")
     if out is None:
         out = np.empty(f.shape, np.float16)
     _need(out.shape == f.shape and out.dtype == np.float16 and out.flags.c_contiguous,
-          f"f32_to_f16 output must be C-contiguous float16 {f.shape}, got {out.dtype} {out.shape}")
+          lambda: f"f32_to_f16 output must be C-contiguous float16 {f.shape}, got "
+          f"{out.dtype} {out.shape}")
     with np.errstate(over="ignore"):  # beyond 65504: inf, as the hardware rounds
         np.copyto(out, f, casting="same_kind")  # IEEE round to nearest even
     return out
@@ -105,7 +108,7 @@ def _is_bf16(x: np.ndarray) -> bool:
 
 def bf16_to_f32(h: np.ndarray) -> np.ndarray:
     """bfloat16 -> float32, exact (a bf16 is the top half of an fp32's bits)."""
-    _need(_is_bf16(h), f"bf16_to_f32 needs bfloat16, got {h.dtype}")
+    _need(_is_bf16(h), lambda: f"bf16_to_f32 needs bfloat16, got {h.dtype}")
     bits = np.ascontiguousarray(h).view(np.uint16).astype(np.uint32) << 16
     return bits.view(np.float32)
 
@@ -123,7 +126,7 @@ def narrow(f: np.ndarray, dtype) -> np.ndarray:
 
 def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """x + y in the storage dtype; fp16 and bf16 add in fp32 and round once (RNE)."""
-    _need(x.shape == y.shape and x.dtype == y.dtype, f"add needs equal arrays, got "
+    _need(x.shape == y.shape and x.dtype == y.dtype, lambda: f"add needs equal arrays, got "
           f"{x.dtype}{x.shape} and {y.dtype}{y.shape}")
     if _is_bf16(x):
         return (bf16_to_f32(x) + bf16_to_f32(y)).astype(x.dtype)
@@ -138,22 +141,24 @@ def widen(x: np.ndarray) -> np.ndarray:
     This is the operand staging a GEMM kernel does on its way into the matrix
     units; it is an emulation workspace, not a modelled memory access.
     """
-    _need(x.ndim == 2, f"operand must be a matrix, got {x.shape}")
+    _need(x.ndim == 2, lambda: f"operand must be a matrix, got {x.shape}")
     if x.dtype == np.float32:
         return np.ascontiguousarray(x)
     if _is_bf16(x):
         return bf16_to_f32(x)
-    _need(x.dtype == np.float16, f"operand must be float16, bfloat16 or float32, got {x.dtype}")
+    _need(x.dtype == np.float16,
+          lambda: f"operand must be float16, bfloat16 or float32, got {x.dtype}")
     return f16_to_f32(x)
 
 
 def _check_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray) -> None:
     for name, x in (("A", a), ("B", b)):
         _need(x.ndim == 2 and x.dtype == np.float32 and x.flags.c_contiguous,
-              f"{name} must be a C-contiguous fp32 matrix (see widen), got {x.dtype}{x.shape}")
-    _need(b.shape[0] == a.shape[1], f"K mismatch: A has {a.shape[1]}, B {b.shape[0]}")
+              lambda: f"{name} must be a C-contiguous fp32 matrix (see widen), got "
+              f"{x.dtype}{x.shape}")
+    _need(b.shape[0] == a.shape[1], lambda: f"K mismatch: A has {a.shape[1]}, B {b.shape[0]}")
     _need(tiles.ndim == 2 and tiles.shape[1] == 6 and tiles.dtype == np.int64,
-          f"tiles must be int64 (n, 6), got {tiles.dtype}{tiles.shape}")
+          lambda: f"tiles must be int64 (n, 6), got {tiles.dtype}{tiles.shape}")
     if tiles.shape[0]:
         _need(bool(((tiles[:, 0] >= 0) & (tiles[:, 0] < tiles[:, 1])).all()
                    and (tiles[:, 1] <= a.shape[0]).all()), "tile rows out of range of A")
@@ -175,7 +180,7 @@ def gemm_stage(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray)
     """
     _check_stage(a, b, tiles)
     _need(out.ndim == 3 and out.dtype == np.float32 and out.shape[0] >= tiles.shape[0],
-          f"out must be fp32 (>= {tiles.shape[0]}, tm, tn), got {out.dtype}{out.shape}")
+          lambda: f"out must be fp32 (>= {tiles.shape[0]}, tm, tn), got {out.dtype}{out.shape}")
     if tiles.shape[0]:
         _need(bool((tiles[:, 1] - tiles[:, 0] <= out.shape[1]).all()
                    and (tiles[:, 3] - tiles[:, 2] <= out.shape[2]).all()),
@@ -198,7 +203,7 @@ def gemm_blocks(a: np.ndarray, b: np.ndarray, tiles: np.ndarray, out: np.ndarray
     _check_stage(a, b, tiles)
     _need(out.ndim == 2 and out.dtype == np.float32 and out.flags.c_contiguous
           and out.shape[0] >= a.shape[0] and out.shape[1] == b.shape[1],
-          f"out must be a C-contiguous fp32 ({a.shape[0]}, {b.shape[1]}), got "
+          lambda: f"out must be a C-contiguous fp32 ({a.shape[0]}, {b.shape[1]}), got "
           f"{out.dtype}{out.shape}")
     for s, e in _runs(tiles, blocks=True):
         r0, r1 = int(tiles[s, 0]), int(tiles[e - 1, 1])
@@ -222,7 +227,8 @@ def gemv_rows(a: np.ndarray, x: np.ndarray, tiles: np.ndarray, out: np.ndarray) 
     """
     _check_stage(a, x, tiles)
     _need(out.ndim == 2 and out.dtype == np.float32 and out.shape[1] == x.shape[1]
-          and out.shape[0] >= a.shape[0], f"out must be fp32 (>= {a.shape[0]}, {x.shape[1]}), "
+          and out.shape[0] >= a.shape[0],
+          lambda: f"out must be fp32 (>= {a.shape[0]}, {x.shape[1]}), "
           f"got {out.dtype}{out.shape}")
     from devices import loop_kernels  # numba: only GEMV runs import it
 
@@ -242,15 +248,16 @@ def embedding_bags(table: np.ndarray, ids: np.ndarray, rows: int, items: np.ndar
         table's D columns: t = c0 // D) and the ids' columns pooled.
     out : (batch, T x D) fp32, C-contiguous.
     """
-    _need(table.dtype == np.float32 and table.ndim == 2, f"table must be 2-D fp32, got "
+    _need(table.dtype == np.float32 and table.ndim == 2, lambda: f"table must be 2-D fp32, got "
           f"{table.dtype}{table.shape}")
-    _need(ids.dtype == np.int64 and ids.ndim == 2, f"ids must be 2-D int64, got {ids.dtype}")
+    _need(ids.dtype == np.int64 and ids.ndim == 2,
+          lambda: f"ids must be 2-D int64, got {ids.dtype}")
     _need(items.dtype == np.int64 and items.ndim == 2 and items.shape[1] == 6,
           "items must be int64 (n, 6)")
     _need(out.dtype == np.float32 and out.ndim == 2 and out.flags.c_contiguous,
-          f"out must be C-contiguous fp32, got {out.dtype}{out.shape}")
+          lambda: f"out must be C-contiguous fp32, got {out.dtype}{out.shape}")
     if len(items):
-        _need(int(ids.min()) >= 0 and int(ids.max()) < rows, f"row ids outside [0, {rows})")
+        _need(int(ids.min()) >= 0 and int(ids.max()) < rows, lambda: f"row ids outside [0, {rows})")
         _need(int((items[:, 3] - items[:, 2]).max()) <= table.shape[1]
               and int(items[:, 3].max()) <= out.shape[1], "items outside the output")
     from devices import loop_kernels  # numba: only embedding runs import it
@@ -269,7 +276,7 @@ def sum_into(acc: np.ndarray, src: np.ndarray, first: bool = False) -> None:
     src : fp16 or fp32 2-D array of the same shape (fp16 is widened exactly).
     """
     _need(acc.dtype == np.float32 and acc.ndim == 2 and src.shape == acc.shape,
-          f"sum_into needs an fp32 accumulator and a source of its shape, got "
+          lambda: f"sum_into needs an fp32 accumulator and a source of its shape, got "
           f"{acc.dtype}{acc.shape} and {src.dtype}{src.shape}")
     if first:
         np.copyto(acc, widen(src))

@@ -6,6 +6,8 @@ without initialising MPI.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 Region = tuple[int, int, int, int]  # (row0, row1, col0, col1) of a 2-D array
@@ -109,6 +111,20 @@ class RegularGrid:
         c0 = ci * self.tn
         return np.stack([r0, np.minimum(r0 + self.tm, self.ends[b]), c0,
                          np.minimum(c0 + self.tn, self.ncols)], axis=1)
+
+    def row(self, t: int) -> tuple[int, int, int, int]:
+        """``rows([t])[0]`` as a tuple of ints, by integer arithmetic (a tile's route
+        asks for one region at a time)."""
+        t = int(t)
+        if not 0 <= t < self.n:
+            raise IndexError(f"tile ids outside 0..{self.n - 1}")
+        if "_first" not in self.__dict__:
+            self._first = self.first.tolist()
+        b = bisect.bisect_right(self._first, t) - 1
+        ri, ci = divmod(t - self._first[b], max(1, self.nct))
+        r0 = self.blocks[b][0] + ri * self.tm
+        c0 = ci * self.tn
+        return r0, min(r0 + self.tm, self.blocks[b][1]), c0, min(c0 + self.tn, self.ncols)
 
     def __getitem__(self, key):
         if isinstance(key, tuple):

@@ -308,3 +308,21 @@ def test_tile_grid_is_the_tile_by_tile_order_on_random_shapes():
         got = tile_grid(*args)
         assert got.dtype == np.int64 and got.shape[1] == 4
         assert [tuple(t) for t in got.tolist()] == _tiles_by_loops(*args), args
+
+
+def test_a_regular_grid_s_one_tile_is_its_row_of_the_tile_by_tile_order():
+    """``RegularGrid.row`` (one tile by integer arithmetic, what a route asks for) is the
+    grid's row of ``tile_grid`` with group 1, and refuses ids outside the grid."""
+    from devices.regions import RegularGrid
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        edges = sorted(rng.integers(0, 700, 2 * int(rng.integers(0, 4))).tolist())
+        blocks = list(zip(edges[::2], edges[1::2]))
+        args = (blocks, int(rng.integers(0, 500)), int(rng.integers(1, 90)),
+                int(rng.integers(1, 90)))
+        grid, want = RegularGrid(*args), _tiles_by_loops(*args, 1)
+        assert [grid.row(t) for t in range(len(grid))] == want, args
+        for t in (-1, len(grid)):
+            with pytest.raises(IndexError):
+                grid.row(t)

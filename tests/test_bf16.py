@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_pooled
 from tests.conftest import run_mpi_script
 from tests.ops import modes_for
 
@@ -39,16 +39,16 @@ def test_every_operation_passes_in_bf16(ranks):
 
 @pytest.mark.parametrize("device", ["a100-sxm", "h800"])
 def test_rs_a_is_refused_for_bf16_on_a100_and_h800(device):
-    proc = run_cli(["run", "-n", "2", "--device", device, "--topology", "switch",
-                    "--collective", "rs", "--dtype", "bf16", "--mode", "flux-rs-a",
-                    "--timing-only"], timeout=120)
+    proc = run_pooled(["run", "-n", "2", "--device", device, "--topology", "switch",
+                       "--collective", "rs", "--dtype", "bf16", "--mode", "flux-rs-a",
+                       "--timing-only"], timeout=120)
     assert proc.returncode == 2
     assert "no native bf16 atomics" in proc.stderr and "--mode" in proc.stderr
 
 
 def test_a_device_without_a_bf16_rate_refuses_bf16():
-    proc = run_cli(["run", "-n", "2", "--collective", "rs", "--dtype", "bf16",
-                    "--timing-only"], timeout=120)
+    proc = run_pooled(["run", "-n", "2", "--collective", "rs", "--dtype", "bf16",
+                       "--timing-only"], timeout=120)
     assert proc.returncode == 2 and "gives no bf16 matrix rate" in proc.stderr
 
 

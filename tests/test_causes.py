@@ -192,9 +192,9 @@ def test_ablate_changes_only_its_fields():
 
 def test_run_causes_add_up_and_the_json_carries_them(tmp_path):
     out = tmp_path / "r.json"
-    proc = run_cli(["run", "--system", "mi210x4", "--collective", "gemv+ar",
-                    "--m", "1024", "--n", "1", "--k", "1024", "--timing-only", "--causes",
-                    "--json", str(out)], timeout=300)
+    proc = run_pooled(["run", "--system", "mi210x4", "--collective", "gemv+ar",
+                       "--m", "1024", "--n", "1", "--k", "1024", "--timing-only", "--causes",
+                       "--json", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     runs = {r["mode"]: r for r in doc["runs"]}
@@ -212,7 +212,7 @@ def test_run_causes_add_up_and_the_json_carries_them(tmp_path):
 
 
 def test_ablate_is_a_usage_error_when_unknown():
-    proc = run_cli(["run", "--ablate", "launch", "--timing-only"], timeout=60)
+    proc = run_pooled(["run", "--ablate", "launch", "--timing-only"], timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "--ablate" in proc.stderr
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from collectives.common import dispatch_rows, expert_chunks, ring_chunks
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_pooled
 from tests.ops import check_numerics_and_timing_only
 
 
@@ -92,8 +92,8 @@ def test_a_dispatch_that_leaves_experts_without_tokens_still_runs(emulate):
 
 
 def test_the_loss_runs_are_refused_with_uneven_experts():
-    proc = run_cli(["run", "-n", "2", "--collective", "a2a+gemm", "--mode", "ficco-dil",
-                    "--param", "expert_skew=1"], timeout=60)
+    proc = run_pooled(["run", "-n", "2", "--collective", "a2a+gemm", "--mode", "ficco-dil",
+                       "--param", "expert_skew=1"], timeout=60)
     assert proc.returncode == 2 and "needs the same GEMM on every rank" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 

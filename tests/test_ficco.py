@@ -139,11 +139,11 @@ def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_loss
     shard-based overlap's), and the four figures."""
     import json
 
-    from tests.conftest import ROOT, run_cli
+    from tests.conftest import ROOT, run_pooled
 
     out = tmp_path / "sweep"
-    proc = run_cli(["sweep", str(ROOT / "tests" / "data" / "tiny-ficco.toml"),
-                    "--timing-only", "--out", str(out)], timeout=900)
+    proc = run_pooled(["sweep", str(ROOT / "tests" / "data" / "tiny-ficco.toml"),
+                       "--timing-only", "--out", str(out)], timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "results.json").read_text())
     t1 = {r["mode"]: r for r in doc["points"][0]["runs"]}
@@ -158,7 +158,7 @@ def test_a_ficco_scenario_sweeps_and_reports_speedups_the_heuristic_and_the_loss
     assert cil["shard-comm"] > cil["comm8"]
     # 64-way decomposition by K loses more than 8-way (the design's finding)
     assert 64 * phases["k64-128"] > 8 * phases["k8-1024"] > phases["gemm"]
-    proc = run_cli(["report", str(out)], timeout=300)
+    proc = run_pooled(["report", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = proc.stdout
     assert "Speedup over the serial baseline" in text and "oracle" in text

@@ -34,8 +34,8 @@ def test_flux_configurations_run_on_their_algorithms():
     assert set(FLUX_AG) <= set(modes_for("ag-gemm", "direct"))
     assert set(FLUX_AG_RING) <= set(modes_for("ag-gemm", "ring"))
     assert not set(FLUX_AG) & set(modes_for("ag-gemm", "ring"))
-    proc = run_cli(["run", "-n", "2", "--collective", "rs", "--topology", "ring", "--mode",
-                    "flux-rs-w"], timeout=60)
+    proc = run_pooled(["run", "-n", "2", "--collective", "rs", "--topology", "ring", "--mode",
+                       "flux-rs-w"], timeout=60)
     assert proc.returncode == 2
     assert "it runs --algorithm direct" in proc.stderr
 
@@ -126,8 +126,8 @@ def test_the_hopper_rs_variant_passes_numerics_and_times_alike_on_an_h800_switch
 
 
 def test_the_hopper_rs_variant_is_refused_off_hopper():
-    proc = run_cli(["run", "--device", "a100-sxm", "-n", "2", "--topology", "switch",
-                    "--collective", "rs", "--mode", "flux-rs-pull"], timeout=60)
+    proc = run_pooled(["run", "--device", "a100-sxm", "-n", "2", "--topology", "switch",
+                       "--collective", "rs", "--mode", "flux-rs-pull"], timeout=60)
     assert proc.returncode == 2
     assert "Hopper RS variant is an sm90 kernel" in proc.stderr and "a100-sxm is sm80" in \
         proc.stderr
@@ -266,8 +266,8 @@ def test_bf16_rs_a_across_sm80_nodes_adds_in_fp32_into_a_doubled_buffer(tmp_path
     assert bf16["modelled_time_s"] > fp16["modelled_time_s"]
     for where in (["--device", "a100-sxm", "-n", "2", "--topology", "switch"],
                   ["--system", "h800-2x8"]):
-        proc = run_cli(["run", *where, "--collective", "rs", "--mode", "flux-rs-a", *SMALL,
-                        "--dtype", "bf16", "--timing-only"], timeout=60)
+        proc = run_pooled(["run", *where, "--collective", "rs", "--mode", "flux-rs-a", *SMALL,
+                           "--dtype", "bf16", "--timing-only"], timeout=60)
         assert proc.returncode == 2 and "no native bf16 atomics" in proc.stderr, proc.stderr
 
 
@@ -278,7 +278,7 @@ def test_rs_a_is_refused_for_a_dtype_without_native_atomics(tmp_path, emulate):
     dev.write_text(text.replace('atomic_dtypes = ["fp16", "fp32"]', 'atomic_dtypes = ["fp32"]'))
     base = ["-n", "2", "--device", str(dev), "--topology", "switch", "--collective", "rs",
             *SMALL, "--timing-only"]
-    proc = run_cli(["run", *base, "--mode", "sequential,flux-rs-a"], timeout=60)
+    proc = run_pooled(["run", *base, "--mode", "sequential,flux-rs-a"], timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "no native fp16 atomics" in proc.stderr and len(proc.stderr.splitlines()) == 1
     doc = emulate(base + ["--mode", "all"])  # all: what the device can run

@@ -66,16 +66,16 @@ def test_the_zero_copy_operators_are_refused_across_nodes(operation):
     """Their WGs store into peers' memory, which no GPU can do across the network: refused
     before launch (exit 2, one line naming why); --mode all leaves them out and runs the
     rest; on 2 nodes x 2 GPUs too (a peer on the other node), not on one node of 4."""
-    proc = run_cli(["run", "--system", "mi210-2node", "--collective", operation,
-                    *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
+    proc = run_pooled(["run", "--system", "mi210-2node", "--collective", operation,
+                       *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
     assert proc.returncode == 2 and "no GPU can issue to another node" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    proc = run_cli(["run", "--system", "mi210-2node", "--collective", operation,
-                    *SHAPES[operation], "--mode", "all", "--timing-only"], timeout=120)
+    proc = run_pooled(["run", "--system", "mi210-2node", "--collective", operation,
+                       *SHAPES[operation], "--mode", "all", "--timing-only"], timeout=120)
     assert proc.returncode == 0 and "fused" not in proc.stderr.split("sequential", 1)[1]
     for system, rc in ((TWO_BY_TWO, 2), ("mi210x4", 0)):
-        proc = run_cli(["run", "--system", system, "--collective", operation,
-                        *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
+        proc = run_pooled(["run", "--system", system, "--collective", operation,
+                           *SHAPES[operation], "--mode", "fused", "--timing-only"], timeout=60)
         assert proc.returncode == rc, proc.stderr
 
 
@@ -145,8 +145,8 @@ def test_embedding_bag_kernel_matches_numpy():
     ("occupancy=1.5", "occupancy must be from"), ("slice=2.5", "slice must be an integer"),
     ("tables", "NAME=VALUE"), ("tables=inf", "must be a finite number")])
 def test_bad_parameters_are_refused_before_launch(param, message):
-    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
-                    "--collective", "emb+a2a", "--param", param], timeout=60)
+    proc = run_pooled(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                       "--collective", "emb+a2a", "--param", param], timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "--param" in proc.stderr, proc.stderr
 
@@ -164,12 +164,12 @@ def test_fused_scenario_sweeps_params_and_reports_the_designs_views(tmp_path):
     gemv = {p.key: p for p in sc.points}["Tiny decoder/GEMV+AR/m512/tp4/mi210x4"]
     assert (gemv.m, gemv.n, gemv.k) == (512, 1, 256)  # k split over the 4 GPUs
     out = tmp_path / "sweep"
-    proc = run_cli(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
+    proc = run_pooled(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     csv = (out / "results.csv").read_text().splitlines()
     assert "params" in csv[0] and "max_rank_skew" in csv[0]
     assert any("occupancy=0.1" in line for line in csv[1:])
-    proc = run_cli(["report", str(out)], timeout=300)
+    proc = run_pooled(["report", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "time against occupancy" in proc.stdout and "cut %" in proc.stdout
     for fig in ("fused_time.png", "fused_skew.png", "fused_occupancy.png"):
@@ -178,7 +178,7 @@ def test_fused_scenario_sweeps_params_and_reports_the_designs_views(tmp_path):
     # whose jobs run without --device) are taken as done, not run again
     before = (out / "results.csv").read_text()
     (out / "results.json").unlink()
-    proc = run_cli(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
+    proc = run_pooled(["sweep", str(FUSED_CASES), "--timing-only", "--out", str(out)], timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{len(keys)} already done" in proc.stderr and "(0 run now" in proc.stderr
     assert (out / "results.csv").read_text() == before
@@ -197,8 +197,8 @@ def test_bad_scenario_params_are_refused(tmp_path):
 
 
 def test_split_k_is_refused_where_the_producer_does_not_split():
-    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
-                    "--collective", "gemv+ar", "--split-k", "2"], timeout=60)
+    proc = run_pooled(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                       "--collective", "gemv+ar", "--split-k", "2"], timeout=60)
     assert proc.returncode == 2 and "does not split K" in proc.stderr, proc.stderr
 
 

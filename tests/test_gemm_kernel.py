@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 
 DEVICE = ROOT / "tests" / "data" / "gemm-kernel.toml"
 P32 = 2 * 1e9 * 1024  # 2 CUs x 1 GHz x 1024 FLOP/cycle (fp32)
@@ -169,9 +169,9 @@ def test_a_run_times_its_gemm_in_waves_of_the_chosen_kernel(tmp_path, ranks):
     # its compute (WG_128; its reads, capped at their bytes / compute, end with it), then
     # its two tiles' writes (2 x 64 KiB at the HBM); the GEMM alone is the two stages
     out = tmp_path / "run.json"
-    r = run_cli(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
-                 "--mode", "sequential", "--m", "256", "--n", "256", "--k", "256",
-                 "--dtype", "fp32", "--timing-only", "--json", str(out)], timeout=300)
+    r = run_pooled(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
+                    "--mode", "sequential", "--m", "256", "--n", "256", "--k", "256",
+                    "--dtype", "fp32", "--timing-only", "--json", str(out)], timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads(out.read_text())
     kern = doc["gemm_kernel"]
@@ -188,10 +188,10 @@ def test_a_run_times_a_split_k_kernel_as_one_stage_of_its_wgs(tmp_path, ranks, t
     # reads, 2.2 MB with the partials, take 2.2 us at the HBM), then the tile's write; a
     # numeric run checks the whole tile computed as one item of the plan
     out = tmp_path / "run.json"
-    r = run_cli(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
-                 "--mode", "sequential", "--m", "64", "--n", "64", "--k", "4096",
-                 "--dtype", "fp32", "--json", str(out)] + (["--timing-only"] if timing else []),
-                timeout=300)
+    r = run_pooled(["run", "--device", str(DEVICE), "-n", str(ranks), "--collective", "gemm+rs",
+                    "--mode", "sequential", "--m", "64", "--n", "64", "--k", "4096",
+                    "--dtype", "fp32", "--json", str(out)] + (["--timing-only"] if timing else []),
+                   timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads(out.read_text())
     kern = doc["gemm_kernel"]
@@ -225,10 +225,10 @@ def test_flux_ag_with_tiles_spanning_chunks_runs_and_checks(m, algorithm):
     # the push goes first (the program order deadlocked here before), numerics against
     # numpy + MPI
     mode = "flux-ag-ring" if algorithm == "ring" else "flux-ag"
-    r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
-                 "--algorithm", algorithm, "--collective", "ag+gemm", "--mode",
-                 f"{mode},sequential", "--m", str(m), "--n", "512", "--k", "128",
-                 "--dtype", "fp32", "--watchdog-s", "30"], timeout=300)
+    r = run_pooled(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
+                    "--algorithm", algorithm, "--collective", "ag+gemm", "--mode",
+                    f"{mode},sequential", "--m", str(m), "--n", "512", "--k", "128",
+                    "--dtype", "fp32", "--watchdog-s", "30"], timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert r.stdout.count("PASS") == 2
 
@@ -255,10 +255,10 @@ def test_launches_with_kernels_of_their_own_compute_the_right_numbers():
     # numerics against numpy + MPI's all-gather
     modes = ["sequential", "te-ring", "ficco-uniform-fused-1d", "ficco-hetero-unfused-1d",
              "ficco-uniform-fused-2d"]
-    r = run_cli(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
-                 "--algorithm", "direct", "--collective", "ag+gemm", "--mode", ",".join(modes),
-                 "--m", "512", "--n", "128", "--k", "256", "--dtype", "fp32",
-                 "--watchdog-s", "60"], timeout=300)
+    r = run_pooled(["run", "--device", str(DEVICE), "-n", "4", "--topology", "switch",
+                    "--algorithm", "direct", "--collective", "ag+gemm", "--mode", ",".join(modes),
+                    "--m", "512", "--n", "128", "--k", "256", "--dtype", "fp32",
+                    "--watchdog-s", "60"], timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert r.stdout.count("PASS") == len(modes), r.stdout
 
@@ -321,5 +321,5 @@ def test_a_malformed_gemm_section_is_refused(tmp_path, section, message):
     with pytest.raises(SpecError) as exc:
         load_device(str(path))
     assert message in str(exc.value)
-    r = run_cli(["run", "--device", str(path), "--timing-only", "-n", "1"], timeout=120)
+    r = run_pooled(["run", "--device", str(path), "--timing-only", "-n", "1"], timeout=120)
     assert r.returncode == 2 and message in r.stderr, r.stderr[-2000:]

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 
 WHAT_IF = ROOT / "tests" / "data" / "tiny-what-if.toml"  # gpu.cus = [80, 152]
 
@@ -19,7 +19,7 @@ WHAT_IF = ROOT / "tests" / "data" / "tiny-what-if.toml"  # gpu.cus = [80, 152]
 @pytest.fixture(scope="module")
 def what_if(tmp_path_factory):
     out = tmp_path_factory.mktemp("what-if") / "sweep"
-    proc = run_cli(["sweep", str(WHAT_IF), "--timing-only", "--out", str(out)], timeout=300)
+    proc = run_pooled(["sweep", str(WHAT_IF), "--timing-only", "--out", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -70,8 +70,8 @@ def test_a_what_if_sweep_s_labels_carry_its_set_values(what_if, tmp_path, monkey
     assert "[gpu.cus=152]" in " ".join(_texts(stages))
     assert "[gpu.cus=80]" not in " ".join(_texts(timeline) + _texts(stages))
     # and from the command line: the timeline of the point named with its value
-    proc = run_cli(["report", str(what_if), "--timeline", "Tiny OP TP2 [gpu.cus=80]"],
-                   timeout=300)
+    proc = run_pooled(["report", str(what_if), "--timeline", "Tiny OP TP2 [gpu.cus=80]"],
+                      timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "Tiny OP TP2 [gpu.cus=80]" in proc.stdout
 
@@ -88,7 +88,7 @@ def _one_line_refusal(proc, *words: str) -> str:
 
 def test_an_ambiguous_timeline_is_refused_naming_the_points(what_if, tmp_path):
     # the label without the set values fits both points
-    proc = run_cli(["report", str(what_if), "--timeline", "Tiny OP TP2"], timeout=120)
+    proc = run_pooled(["report", str(what_if), "--timeline", "Tiny OP TP2"], timeout=120)
     _one_line_refusal(proc, "ambiguous", "Tiny OP TP2 [gpu.cus=80]",
                       "Tiny OP TP2 [gpu.cus=152]")
     # a results.json whose points lack their set (an older t3emu): the labels are the
@@ -99,13 +99,13 @@ def test_an_ambiguous_timeline_is_refused_naming_the_points(what_if, tmp_path):
     for p in doc["points"]:
         del p["set"]
     (old / "results.json").write_text(json.dumps(doc))
-    proc = run_cli(["report", str(old), "--timeline", "Tiny OP TP2"], timeout=120)
+    proc = run_pooled(["report", str(old), "--timeline", "Tiny OP TP2"], timeout=120)
     line = _one_line_refusal(proc, "ambiguous", *(p["key"] for p in doc["points"]))
     key = doc["points"][1]["key"]
     assert key in line
-    proc = run_cli(["report", str(old), "--timeline", key, "--no-figures"], timeout=120)
+    proc = run_pooled(["report", str(old), "--timeline", key, "--no-figures"], timeout=120)
     assert proc.returncode == 0, proc.stderr
-    proc = run_cli(["report", str(what_if), "--timeline", "Tiny OP TP9"], timeout=120)
+    proc = run_pooled(["report", str(what_if), "--timeline", "Tiny OP TP9"], timeout=120)
     _one_line_refusal(proc, "no such point")
 
 

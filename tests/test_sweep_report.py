@@ -16,7 +16,7 @@ import pytest
 from emulator.app.scenario import ScenarioError, gemm_shape, load_scenario
 from emulator.app.sweep import CSV_COLUMNS
 from tests import conftest
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_pooled
 
 TINY = ROOT / "tests" / "data" / "tiny.toml"
 
@@ -59,7 +59,7 @@ def test_bad_scenario_files_are_refused(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ScenarioError, match=re.escape(message)):
         load_scenario(str(path))
-    proc = run_cli(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=60)
+    proc = run_pooled(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=60)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -81,7 +81,7 @@ def _rows(out: Path) -> list[dict]:
 
 def test_sweep_writes_results_and_report_draws_figures(tmp_path):
     out = tmp_path / "sweep"
-    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    proc = run_pooled(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     sc = load_scenario(str(TINY))
     rows = _rows(out)
@@ -101,7 +101,7 @@ def test_sweep_writes_results_and_report_draws_figures(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     assert [p["key"] for p in doc["points"]] == [p.key for p in sc.points]
 
-    rep = run_cli(["report", str(out)], timeout=120)
+    rep = run_pooled(["report", str(out)], timeout=120)
     assert rep.returncode == 0, rep.stderr
     text = rep.stdout
     for needle in ("Speedup over sequential", "geomean", "max", "DRAM traffic by category",
@@ -152,12 +152,12 @@ def test_numeric_sweep_checks_numerics(tmp_path):
     text = text[: text.index("[[models]]\nname = \"Tiny-B\"")]
     path = tmp_path / "one.toml"
     path.write_text(text)
-    proc = run_cli(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=300)
+    proc = run_pooled(["sweep", str(path), "--out", str(tmp_path / "o")], timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert {r["numerics"] for r in _rows(tmp_path / "o")} == {"pass"}
     # the same directory cannot mix numeric and timing-only results
-    mixed = run_cli(["sweep", str(path), "--out", str(tmp_path / "o"), "--timing-only"],
-                    timeout=60)
+    mixed = run_pooled(["sweep", str(path), "--out", str(tmp_path / "o"), "--timing-only"],
+                       timeout=60)
     assert mixed.returncode == 2 and "timing_only" in mixed.stderr
 
 
@@ -174,18 +174,18 @@ def test_sweep_and_report_run_a_configuration_of_ones_own(tmp_path):
     path.write_text(text)
     plugin = str(ROOT / "run" / "configs" / "pull_ag_gemm.py")
     out = tmp_path / "o"
-    refused = run_cli(["sweep", str(path), "--out", str(out)], timeout=60)
+    refused = run_pooled(["sweep", str(path), "--out", str(out)], timeout=60)
     assert refused.returncode == 2 and "pull-ag-gemm" in refused.stderr, refused.stderr
-    proc = run_cli(["sweep", str(path), "--out", str(out), "--configs", plugin], timeout=300)
+    proc = run_pooled(["sweep", str(path), "--out", str(out), "--configs", plugin], timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(out)
     assert [r["mode"] for r in rows] == ["sequential", "pull-ag-gemm"]
     assert {r["numerics"] for r in rows} == {"pass"}
     seq, mine = (float(r["modelled_time_s"]) for r in rows)
     assert float(rows[1]["speedup_vs_sequential"]) == pytest.approx(seq / mine, rel=1e-12)
-    rep = run_cli(["report", str(out), "--no-figures"], timeout=120)
+    rep = run_pooled(["report", str(out), "--no-figures"], timeout=120)
     assert rep.returncode == 0 and "pull-ag-gemm" in rep.stdout, rep.stderr
-    again = run_cli(["sweep", str(path), "--out", str(out)], timeout=60)
+    again = run_pooled(["sweep", str(path), "--out", str(out)], timeout=60)
     assert again.returncode == 2 and "configs" in again.stderr, again.stderr
 
 
@@ -227,7 +227,7 @@ def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
     assert {p["key"].replace("/", "__") for p in listed} <= {f.stem for f in kept}
     stamps = {f: f.stat().st_mtime_ns for f in kept}
     assert len(kept) < len(sc.points), "killed too late to test a resume"
-    again = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    again = run_pooled(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
     assert again.returncode == 0, again.stderr
     assert f"{len(kept)} already done" in again.stderr, again.stderr
     doc = json.loads(results.read_text())
@@ -239,9 +239,9 @@ def test_killed_sweep_resumes_without_losing_or_redoing_points(tmp_path, sig):
 
 def test_trace_is_a_perfetto_json_with_tracks_per_rank(tmp_path):
     trace = tmp_path / "t.json"
-    proc = run_cli(["run", "-n", "3", "--m", "600", "--n", "512", "--k", "128", "--mode",
-                    "sequential,t3", "--timing-only", "--trace", str(trace),
-                    "--json", str(tmp_path / "r.json")], timeout=120)
+    proc = run_pooled(["run", "-n", "3", "--m", "600", "--n", "512", "--k", "128", "--mode",
+                       "sequential,t3", "--timing-only", "--trace", str(trace),
+                       "--json", str(tmp_path / "r.json")], timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(trace.read_text())
     events = doc["traceEvents"]
@@ -270,9 +270,9 @@ def test_trace_of_a_persistent_kernel_has_a_track_per_wg(tmp_path):
     """The fused GEMV + AR's persistent kernel (fair-share rounds): one track per physical
     WG, in WG order after the GEMM's, each WG's tasks on it and inside the run."""
     trace = tmp_path / "t.json"
-    proc = run_cli(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
-                    "--collective", "gemv+ar", "--m", "1024", "--n", "4", "--k", "256",
-                    "--mode", "fused", "--timing-only", "--trace", str(trace)], timeout=120)
+    proc = run_pooled(["run", "-n", "2", "--device", "mi210", "--topology", "full-mesh",
+                       "--collective", "gemv+ar", "--m", "1024", "--n", "4", "--k", "256",
+                       "--mode", "fused", "--timing-only", "--trace", str(trace)], timeout=120)
     assert proc.returncode == 0, proc.stderr
     events = json.loads(trace.read_text())["traceEvents"]
     pid = next(e["pid"] for e in events if e["name"] == "process_name"
@@ -334,7 +334,7 @@ def test_bad_cases_are_refused(tmp_path, change, message):
 
 def test_cases_sweep_and_report_give_flux_views(tmp_path):
     out = tmp_path / "cases"
-    proc = run_cli(["sweep", str(CASES), "--out", str(out), "--timing-only"], timeout=600)
+    proc = run_pooled(["sweep", str(CASES), "--out", str(out), "--timing-only"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = _rows(out)
     sc = load_scenario(str(CASES))
@@ -351,7 +351,7 @@ def test_cases_sweep_and_report_give_flux_views(tmp_path):
                 assert float(value) == pytest.approx(t / float(r["modelled_time_s"]), rel=1e-12)
     chosen = {r["search_chosen"] for r in rows if r["mode"] == "flux-best"}
     assert chosen and chosen <= {r["mode"] for r in rows}
-    rep = run_cli(["report", str(out)], timeout=300)
+    rep = run_pooled(["report", str(out)], timeout=300)
     assert rep.returncode == 0, rep.stderr
     text = rep.stdout
     for needle in ("Flux's views per cluster", "AG-GEMM on pcie-2s2 (TP 4)",
@@ -385,7 +385,7 @@ def test_a_failing_point_stays_failed_and_reports_leave_it_out(tmp_path):
     assert again.returncode == 1, again.stderr
     assert "0 already done" in again.stderr  # every point holds a failing run: run again
     assert all(f.stat().st_mtime_ns != s for f, s in stamps.items())
-    rep = run_cli(["report", str(out)], timeout=120)
+    rep = run_pooled(["report", str(out)], timeout=120)
     assert rep.returncode == 0, rep.stderr
     text = rep.stdout
     assert f"{len(points)} run(s) FAILED the numerics check" in text
@@ -418,7 +418,7 @@ DAMAGES = {
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny") / "sweep"
-    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    proc = run_pooled(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -431,7 +431,7 @@ def test_report_of_damaged_results_is_one_line(tiny_sweep, tmp_path, damage):
     shutil.copytree(tiny_sweep, out)
     path = out / "results.json"
     path.write_text(DAMAGES[damage](path.read_text()))
-    proc = run_cli(["report", str(out), "--no-figures"], timeout=120)
+    proc = run_pooled(["report", str(out), "--no-figures"], timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in proc.stderr, \
@@ -448,7 +448,7 @@ def test_resume_rebuilds_damaged_results_and_reruns_a_damaged_point(tiny_sweep, 
     (out / "results.json").write_text("xx")
     point = sorted((out / "points").glob("*.json"))[3]
     point.write_text('{"config": 1')
-    proc = run_cli(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
+    proc = run_pooled(["sweep", str(TINY), "--out", str(out), "--timing-only"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "is rebuilt from the point files" in proc.stderr
     assert f"{point} is damaged; its point runs again" in proc.stderr

@@ -118,17 +118,17 @@ def test_every_preset_loads_and_devices_lists_them():
 def test_bad_system_files_are_refused_with_one_line_and_exit_2(tmp_path, text, complaint):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\ndescription = "y"\n' + text)
-    proc = run_cli(["run", "--system", str(bad), "--m", "64", "--n", "64", "--k", "64"],
-                   timeout=60)
+    proc = run_pooled(["run", "--system", str(bad), "--m", "64", "--n", "64", "--k", "64"],
+                      timeout=60)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and complaint in lines[0], proc.stderr
 
 
 def test_system_options_are_checked():
-    proc = run_cli(["run", "--system", "a100-sxm-x8", "-n", "4"], timeout=60)
+    proc = run_pooled(["run", "--system", "a100-sxm-x8", "-n", "4"], timeout=60)
     assert proc.returncode == 2 and "has 8 GPUs" in proc.stderr, proc.stderr
-    proc = run_cli(["run", "--system", "a100-sxm-x8", "--topology", "ring"], timeout=60)
+    proc = run_pooled(["run", "--system", "a100-sxm-x8", "--topology", "ring"], timeout=60)
     assert proc.returncode == 2 and "--system gives" in proc.stderr, proc.stderr
 
 
@@ -227,9 +227,9 @@ def test_fused_direct_collectives_beat_sequential_on_every_link(tmp_path, collec
     store queue, fused direct RS, AG and all-to-all are faster than GEMM-then-collective
     (modelled times: deterministic, not wall time)."""
     out = tmp_path / "r.json"
-    proc = run_cli(["run", "-n", "8", "--collective", collective, "--topology", topology,
-                    "--m", "8192", "--n", "4096", "--k", "1024", "--timing-only",
-                    "--mode", "sequential,t3", "--json", str(out)], timeout=300)
+    proc = run_pooled(["run", "-n", "8", "--collective", collective, "--topology", topology,
+                       "--m", "8192", "--n", "4096", "--k", "1024", "--timing-only",
+                       "--mode", "sequential,t3", "--json", str(out)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     t = {r["mode"]: r["modelled_time_s"] for r in json.loads(out.read_text())["runs"]}
     assert t["t3"] < t["sequential"], t

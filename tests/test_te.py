@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_pooled
 
 AG = ("te-ring", "te-ring-aggregate")
 RS = ("te-pipeline", "te-p2p")
@@ -50,9 +50,9 @@ def test_chunk_gemms_and_transfers_run_at_once(tmp_path, mode, mover):
     kernel on its own SMs) running at the same time on a rank."""
     collective = "ag-gemm" if mode in AG else "rs"
     path = tmp_path / "trace.json"
-    proc = run_cli(["run", "-n", "4", "--device", "a100-sxm", "--topology", "switch",
-                    "--collective", collective, "--m", "4096", "--n", "2048", "--k", "2048",
-                    "--timing-only", "--mode", mode, "--trace", str(path)], timeout=300)
+    proc = run_pooled(["run", "-n", "4", "--device", "a100-sxm", "--topology", "switch",
+                       "--collective", collective, "--m", "4096", "--n", "2048", "--k", "2048",
+                       "--timing-only", "--mode", mode, "--trace", str(path)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
     for pid in {e["pid"] for e in events}:
@@ -70,8 +70,8 @@ def test_te_is_refused_across_nodes(mode):
     """TE's userbuffers run tensor parallelism within one node: a job over two nodes is
     refused with exit 2 and the reason."""
     collective = "ag-gemm" if mode in AG else "rs"
-    proc = run_cli(["run", "--system", "a100-sxm-2x8", "--collective", collective,
-                    "--mode", mode, "--timing-only"], timeout=120)
+    proc = run_pooled(["run", "--system", "a100-sxm-2x8", "--collective", collective,
+                       "--mode", mode, "--timing-only"], timeout=120)
     assert proc.returncode == 2
     assert "within one node" in proc.stderr and "2 nodes of 8" in proc.stderr
 
@@ -79,7 +79,7 @@ def test_te_is_refused_across_nodes(mode):
 def test_te_aggregate_is_refused_on_an_odd_size_and_left_out_of_all(emulate):
     base = ["-n", "3", "--device", "a100-sxm", "--topology", "switch", "--collective",
             "ag-gemm", "--m", "96", "--n", "128", "--k", "64", "--timing-only"]
-    proc = run_cli(["run", *base, "--mode", "te-ring-aggregate"], timeout=120)
+    proc = run_pooled(["run", *base, "--mode", "te-ring-aggregate"], timeout=120)
     assert proc.returncode == 2 and "pairs ranks" in proc.stderr
     modes = {r["mode"] for r in emulate([*base, "--mode", "all"])["runs"]}
     assert {"te-ring", "te-best"} <= modes and "te-ring-aggregate" not in modes

@@ -12,7 +12,7 @@ from devices.overrides import parse, split
 from devices.spec import SpecError, load_device
 from devices.system import load_system
 from tests import conftest
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_pooled
 
 
 def _refused(proc, *words: str) -> None:
@@ -134,8 +134,8 @@ shard = "k"
 modes = ["sequential", "t3"]
 ''')
     out = tmp_path / "res"
-    proc = run_cli(["sweep", str(scen), "--timing-only", "--out", str(out),
-                    "--set", "gpu.launch_us=2"], timeout=600)
+    proc = run_pooled(["sweep", str(scen), "--timing-only", "--out", str(out),
+                       "--set", "gpu.launch_us=2"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((out / "results.json").read_text())
     assert doc["set"] == [["gpu.launch_us", 2]]
@@ -148,16 +148,16 @@ modes = ["sequential", "t3"]
         (out / "results.csv").read_text()
     # the same point as one run with the same --set: the same numbers
     one = tmp_path / "one.json"
-    proc = run_cli(["run", "--system", "mi210x4", "--collective", "gemm+rs", "--m", "2048",
-                    "--n", "1024", "--k", "1024", "--mode", "sequential,t3", "--timing-only",
-                    "--set", "intra.link_gb_per_s_per_direction=40",
-                    "--set", "gpu.launch_us=2", "--json", str(one)], timeout=300)
+    proc = run_pooled(["run", "--system", "mi210x4", "--collective", "gemm+rs", "--m", "2048",
+                       "--n", "1024", "--k", "1024", "--mode", "sequential,t3", "--timing-only",
+                       "--set", "intra.link_gb_per_s_per_direction=40",
+                       "--set", "gpu.launch_us=2", "--json", str(one)], timeout=300)
     assert proc.returncode == 0, proc.stderr
     run = json.loads(one.read_text())
     assert [r["modelled_time_s"] for r in run["runs"]] == \
         [r["modelled_time_s"] for r in doc["points"][0]["runs"]]
     # a resume with other --set values is refused
-    proc = run_cli(["sweep", str(scen), "--timing-only", "--out", str(out)], timeout=60)
+    proc = run_pooled(["sweep", str(scen), "--timing-only", "--out", str(out)], timeout=60)
     assert proc.returncode == 2 and "set" in proc.stderr, proc.stderr
 
 
@@ -172,8 +172,8 @@ def test_the_defaults_follow_the_operation(tmp_path, operation, options):
     and the shape are the operation's; the header comes before the job's first word and a
     line per configuration as it finishes."""
     out = tmp_path / "r.json"
-    proc = run_cli(["run", "--collective", operation, *options, "--json", str(out)],
-                   timeout=600)
+    proc = run_pooled(["run", "--collective", operation, *options, "--json", str(out)],
+                      timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["config"]["topology"] == "full-mesh"
@@ -189,8 +189,8 @@ def test_the_defaults_follow_the_operation(tmp_path, operation, options):
 
 
 def test_the_header_names_nodes_topology_and_network():
-    proc = run_cli(["run", "--system", "mi210-2node", "--collective", "emb+a2a",
-                    "--timing-only", "--mode", "sequential"], timeout=300)
+    proc = run_pooled(["run", "--system", "mi210-2node", "--collective", "emb+a2a",
+                       "--timing-only", "--mode", "sequential"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith(
         "t3emu: EMB+A2A (direct) on 2 nodes x 1 mi210 (full-mesh in a node) over a fabric of "
@@ -201,7 +201,7 @@ def test_the_header_names_nodes_topology_and_network():
 def test_sweep_help_names_every_shipped_scenario():
     from emulator.app.packaged import scenario_dir
 
-    proc = run_cli(["sweep", "--help"], timeout=60)
+    proc = run_pooled(["sweep", "--help"], timeout=60)
     text = " ".join(proc.stdout.split())
     for path in scenario_dir().glob("*.toml"):
         assert path.stem in text, (path.stem, text)

@@ -106,7 +106,7 @@ class TileSpace:
 
     def region(self, t: int) -> Region:
         if self.lazy and "_cache" not in self.__dict__:
-            return tuple(int(x) for x in self.tiles.rows([t])[0])
+            return self.tiles.row(t)
         return self._lists()[0][t]
 
     def elems(self, t: int) -> int:
