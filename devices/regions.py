@@ -93,6 +93,7 @@ class RegularGrid:
         self.nct = -(-self.ncols // self.tn) if self.ncols > 0 else 0
         counts = [-(-(b - a) // self.tm) * self.nct for a, b in self.blocks]
         self.first = np.cumsum([0] + counts).astype(np.int64)  # first tile id per block
+        self._first = self.first.tolist()  # (the same as ints, for ``row``)
         self.starts = np.array([a for a, _ in self.blocks] or [0], np.int64)
         self.ends = np.array([b for _, b in self.blocks] or [0], np.int64)
         self.n = int(self.first[-1])
@@ -118,8 +119,6 @@ class RegularGrid:
         t = int(t)
         if not 0 <= t < self.n:
             raise IndexError(f"tile ids outside 0..{self.n - 1}")
-        if "_first" not in self.__dict__:
-            self._first = self.first.tolist()
         b = bisect.bisect_right(self._first, t) - 1
         ri, ci = divmod(t - self._first[b], max(1, self.nct))
         r0 = self.blocks[b][0] + ri * self.tm

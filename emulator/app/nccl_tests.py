@@ -2,10 +2,10 @@
 as NVIDIA's nccl-tests prints them (size, count, type, redop, root, time, algbw, busbw,
 then the ``Out of bounds values`` and ``Avg bus bandwidth`` lines).
 
-Each size is one timing-only run of the emulator (``api.run``, every size in one pooled
-MPI job) of the operation
-whose collective is the one asked for, in the ``sequential`` configuration (the
-producer, then the library's collective kernel); the row is that kernel's
+Each size is one timing-only run of the emulator (``api.run``; every size's run in one
+pooled MPI job) of the operation whose collective is the one asked for, in the
+``sequential`` configuration (the producer, then the library's collective kernel); the
+row is that kernel's
 modelled time, its launch included: the library's schedule on the modelled links and ports, with the
 algorithm, protocol and channels its tuning model chose
 (``emulator/model/library.py``), whose own prediction is printed beside it (the
